@@ -1,0 +1,1 @@
+"""The TC language: lexer, parser, AST, semantic checks, range inference, canonical printing."""

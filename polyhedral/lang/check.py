@@ -1,0 +1,746 @@
+"""Semantic analysis of TC definitions: names, types, the rules of the language, range inference.
+
+``check(program)`` returns a :class:`~.checked.CheckedProgram` or raises a :class:`TCError` subclass
+pointing at the offending part of the source. It never mutates the AST it is given.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, replace
+
+from ..errors import (
+    Span,
+    TCError,
+    TCNameError,
+    TCRangeError,
+    TCSemanticError,
+    TCTypeError,
+    TCWarning,
+)
+from . import ast as A
+from .builtins import BUILTINS, LANGUAGE_FUNCTIONS
+from .checked import CheckedDef, CheckedProgram, CheckedStatement, ScalarArg, TensorInfo
+from .parser import parse
+from .ranges import Affine, Constraint, IndexRange, extreme, solve_ranges
+from .sizes import SizeExpr, const, sym
+from .types import BOOL, FLOAT32, INT32, INT64, SCALAR_TYPES, ScalarType, common_type, is_narrowing, lookup_type
+
+__all__ = ["check", "check_source"]
+
+_KEYWORDS = {"def", "where", "in", "exists"}
+
+
+def check_source(source: str) -> CheckedProgram:
+    """Parse and check TC ``source``."""
+    return check(parse(source))
+
+
+def check(program: A.Program) -> CheckedProgram:
+    """Check every definition of ``program``; raise the first error found."""
+    seen: dict[str, A.Def] = {}
+    for d in program.defs:
+        if d.name in seen:
+            raise TCNameError(
+                f"duplicate definition of '{d.name}' (first defined on line {seen[d.name].span.line})",
+                source=program.source,
+                span=d.name_span,
+            )
+        if d.name in BUILTINS:
+            raise TCNameError(f"'{d.name}' redefines a builtin function", source=program.source, span=d.name_span)
+        seen[d.name] = d
+    return CheckedProgram(program, tuple(_DefChecker(d, program.source).run() for d in program.defs))
+
+
+# ------------------------------------------------------------------------------------------- typing
+@dataclass(frozen=True)
+class _Ty:
+    """A type during inference. Weak types (literals, sizes, indices) adopt their partner's type."""
+
+    t: ScalarType
+    weak: str | None = None  # None, "int" (literal), "idx" (size or index value), "float"
+
+
+class _DefChecker:
+    def __init__(self, d: A.Def, source: str):
+        self.d = d
+        self.source = source
+        self.sizes: list[str] = []
+        self.size_spans: dict[str, Span] = {}
+        self.tensors: dict[str, TensorInfo] = {}
+        self.scalars: dict[str, ScalarArg] = {}
+        self.declared_outputs: dict[str, A.Return] = {}
+        self.defined: set[str] = set()  # tensors defined so far, in program order
+        self.temporaries: list[str] = []
+
+    def err(self, cls: type[TCError], message: str, span: Span | None, hint: str | None = None) -> TCError:
+        return cls(message, source=self.source, span=span, where=self.d.name, hint=hint)
+
+    # ---------------------------------------------------------------------------------- signature
+    def _fresh_name(self, name: str, span: Span, what: str) -> None:
+        if name in BUILTINS:
+            raise self.err(TCNameError, f"{what} '{name}' redefines a builtin function", span)
+        if name in _KEYWORDS or lookup_type(name) is not None:
+            raise self.err(TCNameError, f"{what} '{name}' uses a reserved word", span)
+
+    def _size_expr_of_dim(self, dim: A.Dim, bind: bool, owner: str) -> SizeExpr:
+        if isinstance(dim.value, int):
+            if dim.value < 0:
+                raise self.err(TCTypeError, f"size of {owner} must be non-negative", dim.span)
+            return const(dim.value)
+        name = dim.value
+        if name in self.tensors or name in self.scalars:
+            raise self.err(TCNameError, f"'{name}' is used both as a size and as an argument", dim.span)
+        if name not in self.size_spans:
+            if not bind:
+                raise self.err(
+                    TCNameError,
+                    f"size '{name}' of output {owner} is not the size of any input",
+                    dim.span,
+                    hint="sizes of outputs must be sizes of inputs (or literal numbers)",
+                )
+            self._fresh_name(name, dim.span, "size")
+            self.sizes.append(name)
+            self.size_spans[name] = dim.span
+        return sym(name)
+
+    def signature(self) -> None:
+        for p in self.d.params:
+            self._fresh_name(p.name, p.span, "argument")
+            if p.name in self.tensors or p.name in self.scalars:
+                raise self.err(TCNameError, f"duplicate definition of argument '{p.name}'", p.span)
+            if p.name in self.size_spans:
+                raise self.err(TCNameError, f"'{p.name}' is used both as a size and as an argument", p.span)
+            dtype = SCALAR_TYPES[p.type_name]
+            if p.dims is None:
+                self.scalars[p.name] = ScalarArg(p.name, dtype, p.span)
+                continue
+            shape = tuple(self._size_expr_of_dim(dim, True, p.name) for dim in p.dims)
+            self.tensors[p.name] = TensorInfo(p.name, "input", dtype, shape, True, p.span)
+            self.defined.add(p.name)
+        for r in self.d.returns:
+            self._fresh_name(r.name, r.span, "output")
+            if r.name in self.tensors or r.name in self.scalars or r.name in self.declared_outputs:
+                raise self.err(TCNameError, f"duplicate definition of '{r.name}' in the outputs", r.span)
+            if r.name in self.size_spans:
+                raise self.err(TCNameError, f"'{r.name}' is used both as a size and as an output", r.span)
+            self.declared_outputs[r.name] = r
+            if r.dims is not None:
+                shape = tuple(self._size_expr_of_dim(dim, False, r.name) for dim in r.dims)
+                self.tensors[r.name] = TensorInfo(
+                    r.name, "output", SCALAR_TYPES[r.type_name], shape, True, r.span
+                )
+
+    # ---------------------------------------------------------------------------------- statements
+    def run(self) -> CheckedDef:
+        self.signature()
+        stmts = tuple(self.statement(s, k) for k, s in enumerate(self.d.body))
+        for r in self.d.returns:
+            if r.name not in self.defined:
+                raise self.err(TCSemanticError, f"output '{r.name}' is never written", r.span)
+        infos = tuple(self.tensors.values())
+        return CheckedDef(
+            ast=self.d,
+            source=self.source,
+            sizes=tuple(self.sizes),
+            params=tuple(p.name for p in self.d.params),
+            outputs=tuple(r.name for r in self.d.returns),
+            temporaries=tuple(self.temporaries),
+            tensor_infos=infos,
+            scalar_args=tuple(self.scalars.values()),
+            statements=stmts,
+        )
+
+    def statement(self, s: A.Statement, k: int) -> CheckedStatement:
+        name = s.tensor
+        if name in self.scalars or (name in self.tensors and self.tensors[name].role == "input"):
+            raise self.err(TCSemanticError, f"cannot write to input '{name}': inputs are immutable", s.lhs_span)
+        if name in self.size_spans:
+            raise self.err(TCSemanticError, f"cannot write to size '{name}'", s.lhs_span)
+        self._fresh_name(name, s.lhs_span, "tensor")
+        target = self.tensors.get(name)
+        if target is not None and target.rank != len(s.indices) and (name in self.defined or target.declared):
+            what = "output" if target.role == "output" else "tensor"
+            raise self.err(
+                TCTypeError,
+                f"wrong number of dimensions: {what} '{name}' has rank {target.rank}, "
+                f"written with {len(s.indices)} subscript{'s' if len(s.indices) != 1 else ''}",
+                s.lhs_span,
+            )
+
+        # ---- names of the statement: left-hand side variables, where clauses, lets.
+        lhs_vars: list[str] = []
+        for e in s.indices:
+            if isinstance(e, A.Ident):
+                self._check_index_name(e.name, e.span)
+                if e.name not in lhs_vars:
+                    lhs_vars.append(e.name)
+            elif not s.is_reduction:
+                raise self.err(
+                    TCSemanticError,
+                    "left-hand side subscripts of '=' must be index variables",
+                    e.span,
+                    hint="affine subscripts (2 * h + r_kh) are allowed for accumulations (+=, +=!, ...)",
+                )
+        lets: dict[str, A.Expr] = {}
+        range_clauses: dict[str, A.RangeClause] = {}
+        conditions: list[A.ConditionClause] = []
+        exists: list[A.Access] = []
+        for c in s.where:
+            if isinstance(c, A.LetClause):
+                if c.name in lets or c.name in lhs_vars or self._is_bound(c.name):
+                    raise self.err(TCNameError, f"let-binding '{c.name}' shadows another name", c.span)
+                self._fresh_name(c.name, c.span, "let-binding")
+                lets[c.name] = self._substitute(c.value, lets)
+            elif isinstance(c, A.RangeClause):
+                self._check_index_name(c.var, c.span)
+                if c.var in range_clauses:
+                    raise self.err(TCNameError, f"two ranges given for index '{c.var}'", c.span)
+                range_clauses[c.var] = c
+            elif isinstance(c, A.ExistsClause):
+                exists.append(c.access)
+            else:
+                conditions.append(c)
+        rhs = self._substitute(s.rhs, lets)
+        lhs_exprs = tuple(self._substitute(e, lets) for e in s.indices)
+        cond_exprs = [self._substitute(c.cond, lets) for c in conditions]
+
+        # ---- calls of names that are neither tensors nor builtins.
+        for e in (rhs, *lhs_exprs, *exists):
+            for node in A.walk(e):
+                if isinstance(node, A.Access) and not self._is_bound(node.tensor):
+                    if not any(st.tensor == node.tensor for st in self.d.body):
+                        raise self.err(TCNameError, f"undefined tensor or function '{node.tensor}'", node.span)
+
+        # ---- index variables: the left-hand side's, then any name used in a subscript.
+        index_names: list[str] = list(lhs_vars)
+
+        def collect(e: A.Expr, in_subscript: bool) -> None:
+            for node in A.walk(e):
+                if isinstance(node, A.Access):
+                    for a in node.args:
+                        for sub in A.walk(a):
+                            if isinstance(sub, A.Ident) and self._is_free(sub.name, lets):
+                                if sub.name not in index_names:
+                                    index_names.append(sub.name)
+
+        for e in lhs_exprs:
+            for node in A.walk(e):
+                if isinstance(node, A.Ident) and self._is_free(node.name, lets) and node.name not in index_names:
+                    index_names.append(node.name)
+            collect(e, True)
+        collect(rhs, False)
+        for acc in exists:
+            collect(acc, False)
+        for var in range_clauses:
+            if var not in index_names:
+                index_names.append(var)
+        for ce in cond_exprs:
+            for node in A.walk(ce):
+                if isinstance(node, A.Ident) and self._is_free(node.name, lets) and node.name not in index_names:
+                    index_names.append(node.name)
+        for nm in index_names:
+            if nm not in lhs_vars:
+                self._check_index_name(nm, self._first_use(nm, rhs, s) or s.span)
+        reduction_vars = [v for v in index_names if v not in lhs_vars]
+
+        if not s.is_reduction and reduction_vars:
+            v = reduction_vars[0]
+            raise self.err(
+                TCSemanticError,
+                f"reduction index '{v}' used with '='",
+                self._first_use(v, rhs, s) or s.span,
+                hint=f"'{v}' appears only on the right-hand side, so the statement reduces over it: "
+                "use +=!, *=!, min=! or max=!",
+            )
+
+        # ---- reads of the tensor being written.
+        for node in A.walk(rhs):
+            if isinstance(node, (A.Access, A.Ident)) and getattr(node, "tensor", getattr(node, "name", None)) == name:
+                if name not in self.defined:
+                    raise self.err(
+                        TCSemanticError, f"'{name}' is read before any statement defines it", node.span
+                    )
+                if s.is_reduction:
+                    raise self.err(
+                        TCSemanticError,
+                        f"a reduction into '{name}' may not read '{name}'",
+                        node.span,
+                        hint="the partially reduced values would be read; use a temporary",
+                    )
+                args = node.args if isinstance(node, A.Access) else ()
+                if args != lhs_exprs:
+                    raise self.err(
+                        TCSemanticError,
+                        f"'{name}' is read at other elements than the statement writes",
+                        node.span,
+                        hint="a statement may read the tensor it assigns only at the element it assigns",
+                    )
+
+        # ---- types.
+        index_set = set(index_names)
+        declared_type = self._declared_type(name)
+        if target is not None:
+            declared_type = target.dtype
+        float_type = declared_type if declared_type is not None and declared_type.is_float else FLOAT32
+        typer = _Typer(self, index_set, float_type)
+        rhs_typed, rhs_ty = typer.expr(rhs)
+        lhs_typed = tuple(typer.subscript(e, name) for e in lhs_exprs)
+        cond_typed = []
+        for ce, c in zip(cond_exprs, conditions):
+            te, ty = typer.expr(ce)
+            if ty.t != BOOL:
+                raise self.err(TCTypeError, f"a where condition must be boolean, got {ty.t}", c.span)
+            self._check_affine_condition(te, index_set, c.span)
+            cond_typed.append(te)
+        for acc in exists:
+            typer.expr(acc)
+
+        if declared_type is not None:
+            dtype = declared_type
+            if rhs_ty.weak == "float" and not dtype.is_float:
+                raise self.err(TCTypeError, f"narrowing assignment of a float value to {dtype} '{name}'", s.span)
+            if rhs_ty.weak is None and is_narrowing(rhs_ty.t, dtype):
+                raise self.err(
+                    TCTypeError,
+                    f"narrowing assignment of a {rhs_ty.t} value to {dtype} '{name}'",
+                    s.span,
+                    hint=f"convert explicitly, e.g. {dtype}(...)",
+                )
+            value_type = dtype if rhs_ty.weak else rhs_ty.t
+        else:
+            dtype = rhs_ty.t if rhs_ty.weak in (None, "int", "idx") else float_type
+            value_type = dtype
+        rhs_typed = typer.coerce(rhs_typed, rhs_ty, value_type)
+
+        # ---- ranges.
+        ranges = self._ranges(s, index_names, range_clauses, rhs_typed, exists, lhs_typed, index_set)
+
+        # ---- the tensor written: shape on first definition, fit checks afterwards.
+        if name not in self.defined and not s.init and s.is_reduction:
+            warnings.warn(
+                f"{self.d.name}:{s.span.line}: '{s.op}' accumulates into '{name}', which no earlier "
+                f"statement initialises; it starts from zero (use '{s.op}!' to say so)",
+                TCWarning,
+                stacklevel=4,
+            )
+        affines = [self._affine(e, index_set) for e in lhs_typed]
+        if target is None or not (name in self.defined or target.declared):
+            shape = []
+            for e, aff in zip(lhs_typed, affines):
+                if aff is None:
+                    raise self.err(
+                        TCSemanticError,
+                        "the shape of a tensor cannot follow from a non-affine subscript",
+                        e.span,
+                        hint="declare the output with its sizes in the signature",
+                    )
+                lo = extreme(aff, ranges, upper=False)
+                if lo.is_const and lo.const < 0:
+                    raise self.err(TCRangeError, f"subscript of '{name}' can be negative (down to {lo})", e.span)
+                shape.append(extreme(aff, ranges, upper=True) + 1)
+            role = "output" if name in self.declared_outputs else "temporary"
+            if role == "temporary" and name not in self.temporaries:
+                self.temporaries.append(name)
+            self.tensors[name] = TensorInfo(name, role, dtype, tuple(shape), False, s.lhs_span)
+        else:
+            for dim, (e, aff) in enumerate(zip(lhs_typed, affines)):
+                if aff is None:
+                    continue
+                top = extreme(aff, ranges, upper=True) + 1
+                over = top.minus_const(self.tensors[name].shape[dim])
+                if over is not None and over > 0:
+                    raise self.err(
+                        TCRangeError,
+                        f"writes '{name}' beyond dimension {dim} (size {self.tensors[name].shape[dim]}), "
+                        f"up to {top}",
+                        e.span,
+                    )
+        self.defined.add(name)
+        return CheckedStatement(
+            source=s,
+            tensor=name,
+            lhs=lhs_typed,
+            op=s.op,
+            init=s.init,
+            rhs=rhs_typed,
+            lhs_vars=tuple(lhs_vars),
+            reduction_vars=tuple(reduction_vars),
+            ranges=tuple(ranges[v] for v in lhs_vars + reduction_vars),
+            conditions=tuple(cond_typed),
+            float_type=float_type,
+            value_type=value_type,
+        )
+
+    # -------------------------------------------------------------------------------- name helpers
+    def _declared_type(self, name: str) -> ScalarType | None:
+        r = self.declared_outputs.get(name)
+        return SCALAR_TYPES[r.type_name] if r is not None and r.type_name else None
+
+    def _is_bound(self, name: str) -> bool:
+        return name in self.tensors or name in self.scalars or name in self.size_spans or name in self.declared_outputs
+
+    def _is_free(self, name: str, lets: dict[str, A.Expr]) -> bool:
+        return not (self._is_bound(name) or name in lets)
+
+    def _check_index_name(self, name: str, span: Span | None) -> None:
+        if name in self.size_spans:
+            raise self.err(TCNameError, f"size '{name}' cannot be used as an index variable", span)
+        if name in self.tensors or name in self.declared_outputs:
+            raise self.err(TCNameError, f"tensor '{name}' cannot be used as an index variable", span)
+        if name in self.scalars:
+            raise self.err(TCNameError, f"argument '{name}' cannot be used as an index variable", span)
+        if span is not None:
+            self._fresh_name(name, span, "index")
+        elif name in BUILTINS or name in _KEYWORDS:
+            raise self.err(TCNameError, f"index '{name}' redefines a builtin function", span)
+
+    def _substitute(self, e: A.Expr, lets: dict[str, A.Expr]) -> A.Expr:
+        if not lets:
+            return e
+        if isinstance(e, A.Ident) and e.name in lets:
+            return lets[e.name]
+        kids = A.children(e)
+        if not kids:
+            return e
+        new = tuple(self._substitute(k, lets) for k in kids)
+        if isinstance(e, (A.Access, A.Call)):
+            return replace(e, args=new)
+        if isinstance(e, (A.Cast, A.Unary)):
+            return replace(e, arg=new[0])
+        if isinstance(e, A.Binary):
+            return replace(e, lhs=new[0], rhs=new[1])
+        return replace(e, cond=new[0], then=new[1], other=new[2])
+
+    def _first_use(self, var: str, rhs: A.Expr, s: A.Statement) -> Span | None:
+        for node in A.walk(rhs):
+            if isinstance(node, A.Ident) and node.name == var:
+                return node.span
+        for c in s.where:
+            if isinstance(c, A.RangeClause) and c.var == var:
+                return c.span
+        return None
+
+    # ------------------------------------------------------------------------------ affine helpers
+    def _affine(self, e: A.Expr, index_set: set[str]) -> Affine | None:
+        """``e`` as an affine function of index variables, or ``None`` if it is not one."""
+        if isinstance(e, A.IntLit):
+            return Affine.of({}, const(e.value))
+        if isinstance(e, A.Ident):
+            if e.name in index_set:
+                return Affine.of({e.name: 1}, const(0))
+            if e.name in self.size_spans:
+                return Affine.of({}, sym(e.name))
+            return None
+        if isinstance(e, A.DimSize):
+            return Affine.of({}, self.tensors[e.tensor].shape[e.dim])
+        if isinstance(e, A.Cast) and e.to in ("int32", "int64"):
+            return self._affine(e.arg, index_set)
+        if isinstance(e, A.Unary) and e.op == "-":
+            a = self._affine(e.arg, index_set)
+            return a.scale(-1) if a else None
+        if isinstance(e, A.Binary) and e.op in ("+", "-", "*", "/"):
+            l, r = self._affine(e.lhs, index_set), self._affine(e.rhs, index_set)
+            if l is None or r is None:
+                return None
+            if e.op == "+":
+                return l + r
+            if e.op == "-":
+                return l + r.scale(-1)
+            if e.op == "*":
+                if not l.coeffs and l.rest.is_const:
+                    return r.scale(l.rest.const)
+                if not r.coeffs and r.rest.is_const:
+                    return l.scale(r.rest.const)
+                if not l.coeffs and not r.coeffs:
+                    return Affine.of({}, l.rest * r.rest)
+                return None
+            if not l.coeffs and not r.coeffs and r.rest.is_const and r.rest.const > 0:
+                return Affine.of({}, l.rest.floordiv(r.rest.const))
+        return None
+
+    def _size_expr(self, e: A.Expr, what: str) -> SizeExpr:
+        """``e`` as a size expression (for `where i in lo:hi` bounds)."""
+        for node in A.walk(e):
+            if isinstance(node, A.Access):
+                raise self.err(TCTypeError, f"tensor access where none is allowed ({what})", node.span)
+            if isinstance(node, A.FloatLit):
+                raise self.err(TCTypeError, f"{what} must be an integer, got a float", node.span)
+            if isinstance(node, A.DimSize):
+                self._dim_size_check(node)
+            if isinstance(node, A.Ident) and node.name not in self.size_spans:
+                if node.name in self.scalars:
+                    raise self.err(
+                        TCTypeError,
+                        f"argument '{node.name}' cannot be used in {what}: values are not sizes",
+                        node.span,
+                        hint="write the number into the TC text, or pass it as the size of a tensor",
+                    )
+                raise self.err(TCNameError, f"undefined size '{node.name}' in {what}", node.span)
+        a = self._affine(e, set())
+        if a is None:
+            raise self.err(TCTypeError, f"{what} must be a size expression (sizes, integers, + - * /)", e.span)
+        return a.rest
+
+    def _dim_size_check(self, node: A.DimSize) -> TensorInfo:
+        t = self.tensors.get(node.tensor)
+        if t is None or node.tensor not in self.defined:
+            raise self.err(TCNameError, f"'{node.tensor}.{node.dim}' refers to no defined tensor", node.span)
+        if not 0 <= node.dim < t.rank:
+            raise self.err(
+                TCTypeError, f"'{node.tensor}' has {t.rank} dimensions; '{node.tensor}.{node.dim}' does not exist",
+                node.span,
+            )
+        return t
+
+    def _check_affine_condition(self, e: A.Expr, index_set: set[str], span: Span) -> None:
+        for node in A.walk(e):
+            if isinstance(node, A.Access):
+                raise self.err(TCTypeError, "tensor access where none is allowed (a where condition)", node.span)
+        parts = [e]
+        while parts:
+            p = parts.pop()
+            if isinstance(p, A.Binary) and p.op in ("&&",):
+                parts += [p.lhs, p.rhs]
+            elif isinstance(p, A.Binary) and p.op in ("<", "<=", ">", ">=", "=="):
+                if self._affine(p.lhs, index_set) is None or self._affine(p.rhs, index_set) is None:
+                    raise self.err(TCTypeError, "a where condition must compare affine index expressions", p.span)
+            else:
+                raise self.err(
+                    TCTypeError,
+                    "a where condition must be comparisons of affine index expressions joined by &&",
+                    p.span,
+                )
+
+    # ------------------------------------------------------------------------------------ ranges
+    def _ranges(self, s, index_names, range_clauses, rhs, exists, lhs_typed, index_set):
+        fixed: dict[str, IndexRange] = {}
+        for var, c in range_clauses.items():
+            lo = self._size_expr(c.lo, "the bounds of a range")
+            hi = self._size_expr(c.hi, "the bounds of a range")
+            fixed[var] = IndexRange(var, lo, hi)
+        constraints: list[Constraint] = []
+
+        def add_accesses(e: A.Expr) -> None:
+            for node in A.walk(e):
+                if isinstance(node, A.Access) and node.args:
+                    shape = self.tensors[node.tensor].shape
+                    for arg, bound in zip(node.args, shape):
+                        aff = self._affine(arg, index_set)
+                        if aff is not None and aff.vars:
+                            constraints.append(Constraint(aff, bound, arg))
+
+        add_accesses(rhs)
+        for acc in exists:
+            add_accesses(acc)
+
+        def unsolved(var: str) -> TCError:
+            where = self._first_use(var, s.rhs, s) or s.lhs_span
+            return self.err(
+                TCRangeError,
+                f"cannot infer the range of index '{var}'",
+                where,
+                hint=f"'{var}' is not a plain subscript of any tensor read; add 'where {var} in LO:HI'",
+            )
+
+        ranges = solve_ranges(index_names, fixed, constraints, unsolved)
+        for v in index_names:
+            r = ranges[v]
+            ext = r.extent
+            if ext.is_const and ext.const <= 0:
+                raise self.err(
+                    TCRangeError,
+                    f"empty range for index '{v}': {r}",
+                    self._first_use(v, s.rhs, s) or s.lhs_span,
+                )
+        return ranges
+
+
+class _Typer:
+    """Types expressions of one statement; weak literals adopt the type of their partners."""
+
+    def __init__(self, dc: _DefChecker, index_set: set[str], float_type: ScalarType):
+        self.dc = dc
+        self.index_set = index_set
+        self.float_type = float_type
+
+    def err(self, cls, message, span, hint=None):
+        return self.dc.err(cls, message, span, hint)
+
+    def default(self, ty: _Ty) -> ScalarType:
+        return {"int": INT32, "idx": INT64, "float": self.float_type}.get(ty.weak, ty.t) if ty.weak else ty.t
+
+    def combine(self, a: _Ty, b: _Ty) -> _Ty:
+        if a.weak and b.weak:
+            if "float" in (a.weak, b.weak):
+                return _Ty(self.float_type, "float")
+            if "idx" in (a.weak, b.weak):
+                return _Ty(INT64, "idx")
+            return _Ty(INT32, "int")
+        if a.weak or b.weak:
+            weak, strong = (a, b) if a.weak else (b, a)
+            if weak.weak == "float" and not strong.t.is_float:
+                return _Ty(self.float_type)
+            return _Ty(INT32 if strong.t == BOOL else strong.t)
+        return _Ty(common_type(a.t, b.t))
+
+    def coerce(self, e: A.Expr, ty: _Ty, to: ScalarType) -> A.Expr:
+        """Give the weak parts of ``e`` (typed ``ty``) the concrete type ``to``."""
+        if not ty.weak:
+            return e
+        return self._set_weak(e, to)
+
+    def _set_weak(self, e: A.Expr, to: ScalarType) -> A.Expr:
+        if isinstance(e, A.IntLit):
+            if to.is_integral and to != BOOL and not (to.min_value <= e.value <= to.max_value):
+                raise self.err(TCTypeError, f"integer literal {e.value} does not fit {to}", e.span)
+            return replace(e, dtype=to)
+        if isinstance(e, (A.FloatLit, A.Ident, A.DimSize)):
+            if isinstance(e, A.FloatLit) and not to.is_float:
+                raise self.err(TCTypeError, f"float literal {e.value} used where {to} is required", e.span)
+            return replace(e, dtype=to)
+        if isinstance(e, A.Unary) and e.op == "-":
+            return replace(e, arg=self._set_weak(e.arg, to), dtype=to)
+        if isinstance(e, A.Binary) and e.op in ("+", "-", "*", "/", "%"):
+            return replace(e, lhs=self._set_weak(e.lhs, to), rhs=self._set_weak(e.rhs, to), dtype=to)
+        if isinstance(e, A.Select):
+            return replace(e, then=self._set_weak(e.then, to), other=self._set_weak(e.other, to), dtype=to)
+        if isinstance(e, A.Call) and e.func in LANGUAGE_FUNCTIONS:
+            return replace(e, args=tuple(self._set_weak(a, to) for a in e.args), dtype=to)
+        if isinstance(e, A.Call):  # a float builtin of weak arguments
+            return replace(e, args=tuple(self._set_weak(a, to) for a in e.args), dtype=to)
+        return replace(e, dtype=to)
+
+    def subscript(self, e: A.Expr, tensor: str) -> A.Expr:
+        te, ty = self.expr(e)
+        if not ty.t.is_integral or ty.t == BOOL:
+            raise self.err(TCTypeError, f"subscript of '{tensor}' must be an integer, got {ty.t}", e.span)
+        return self.coerce(te, ty, INT64)
+
+    def expr(self, e: A.Expr) -> tuple[A.Expr, _Ty]:
+        if isinstance(e, A.IntLit):
+            if not -(1 << 63) <= e.value < (1 << 63):
+                raise self.err(TCTypeError, f"integer literal {e.value} does not fit int64", e.span)
+            if -(1 << 31) <= e.value < (1 << 31):
+                return replace(e, dtype=INT32), _Ty(INT32, "int")
+            return replace(e, dtype=INT64), _Ty(INT64)
+        if isinstance(e, A.FloatLit):
+            return replace(e, dtype=self.float_type), _Ty(self.float_type, "float")
+        if isinstance(e, A.DimSize):
+            self.dc._dim_size_check(e)
+            return replace(e, dtype=INT64), _Ty(INT64, "idx")
+        if isinstance(e, A.Ident):
+            return self.ident(e)
+        if isinstance(e, A.Access):
+            return self.access(e)
+        if isinstance(e, A.Cast):
+            arg, ty = self.expr(e.arg)
+            to = SCALAR_TYPES[e.to]
+            arg = self.coerce(arg, ty, self.default(ty))
+            return replace(e, arg=arg, dtype=to), _Ty(to)
+        if isinstance(e, A.Unary):
+            arg, ty = self.expr(e.arg)
+            if e.op == "!":
+                if ty.t != BOOL:
+                    raise self.err(TCTypeError, f"operand of '!' must be boolean, got {ty.t}", e.arg.span)
+                return replace(e, arg=arg, dtype=BOOL), _Ty(BOOL)
+            if ty.t == BOOL:
+                arg, ty = self.coerce(arg, ty, INT32), _Ty(INT32)
+            return replace(e, arg=arg, dtype=ty.t), ty
+        if isinstance(e, A.Binary):
+            return self.binary(e)
+        if isinstance(e, A.Select):
+            cond, cty = self.expr(e.cond)
+            if cty.t != BOOL:
+                raise self.err(TCTypeError, f"condition of '?:' must be boolean, got {cty.t}", e.cond.span)
+            a, aty = self.expr(e.then)
+            b, bty = self.expr(e.other)
+            rty = self.combine(aty, bty) if (aty.t != BOOL or bty.t != BOOL) else _Ty(BOOL)
+            if not rty.weak:
+                a, b = self.coerce(a, aty, rty.t), self.coerce(b, bty, rty.t)
+            return replace(e, cond=cond, then=a, other=b, dtype=rty.t), rty
+        if isinstance(e, A.Call):
+            return self.call(e)
+        raise AssertionError(f"unknown expression {e!r}")
+
+    def ident(self, e: A.Ident) -> tuple[A.Expr, _Ty]:
+        dc = self.dc
+        if e.name in self.index_set:
+            return replace(e, kind="index", dtype=INT64), _Ty(INT64, "idx")
+        if e.name in dc.size_spans:
+            return replace(e, kind="size", dtype=INT64), _Ty(INT64, "idx")
+        if e.name in dc.scalars:
+            t = dc.scalars[e.name].dtype
+            return replace(e, kind="scalar", dtype=t), _Ty(t)
+        if e.name in dc.tensors or e.name in dc.declared_outputs:
+            return self.access(A.Access(e.name, (), e.span))
+        raise self.err(TCNameError, f"undefined variable '{e.name}'", e.span)
+
+    def access(self, e: A.Access) -> tuple[A.Expr, _Ty]:
+        dc = self.dc
+        name = e.tensor
+        if name in dc.scalars:
+            if e.args:
+                raise self.err(TCTypeError, f"'{name}' is a scalar argument, not a tensor", e.span)
+            return self.ident(A.Ident(name, e.span))
+        if name in dc.size_spans:
+            raise self.err(TCTypeError, f"'{name}' is a size, not a tensor", e.span)
+        t = dc.tensors.get(name)
+        if t is None or name not in dc.defined:
+            if name in dc.declared_outputs or any(s.tensor == name for s in dc.d.body):
+                raise self.err(TCSemanticError, f"'{name}' is read before any statement defines it", e.span)
+            raise self.err(TCNameError, f"undefined tensor or function '{name}'", e.span)
+        if len(e.args) != t.rank:
+            if t.rank and not e.args:
+                raise self.err(TCTypeError, f"tensor '{name}' of rank {t.rank} used as a scalar", e.span)
+            raise self.err(
+                TCTypeError,
+                f"wrong number of dimensions: '{name}' has {t.rank}, accessed with {len(e.args)}",
+                e.span,
+            )
+        args = tuple(self.subscript(a, name) for a in e.args)
+        return A.Access(name, args, e.span, t.dtype), _Ty(t.dtype)
+
+    def binary(self, e: A.Binary) -> tuple[A.Expr, _Ty]:
+        l, lty = self.expr(e.lhs)
+        r, rty = self.expr(e.rhs)
+        if e.op in ("&&", "||"):
+            for side, ty in ((e.lhs, lty), (e.rhs, rty)):
+                if ty.t != BOOL:
+                    raise self.err(TCTypeError, f"operand of '{e.op}' must be boolean, got {ty.t}", side.span)
+            return replace(e, lhs=l, rhs=r, dtype=BOOL), _Ty(BOOL)
+        if lty.t == BOOL and rty.t == BOOL and e.op in ("==", "!="):
+            return replace(e, lhs=l, rhs=r, dtype=BOOL), _Ty(BOOL)
+        ty = self.combine(lty, rty)
+        if e.op == "%" and ty.t.is_float:
+            raise self.err(TCTypeError, f"'%' needs integer operands, got {ty.t}", e.span, hint="use fmod(a, b)")
+        operand = self.default(ty)
+        if e.op in ("==", "!=", "<", "<=", ">", ">="):
+            l, r = self.coerce(l, lty, operand), self.coerce(r, rty, operand)
+            return replace(e, lhs=l, rhs=r, dtype=BOOL), _Ty(BOOL)
+        if ty.weak:
+            return replace(e, lhs=l, rhs=r, dtype=ty.t), ty
+        l, r = self.coerce(l, lty, ty.t), self.coerce(r, rty, ty.t)
+        return replace(e, lhs=l, rhs=r, dtype=ty.t), ty
+
+    def call(self, e: A.Call) -> tuple[A.Expr, _Ty]:
+        n = BUILTINS[e.func]
+        if len(e.args) != n:
+            raise self.err(
+                TCTypeError,
+                f"builtin '{e.func}' takes {n} argument{'s' if n != 1 else ''}, got {len(e.args)}",
+                e.span,
+            )
+        typed = [self.expr(a) for a in e.args]
+        ty = typed[0][1]
+        for _, t in typed[1:]:
+            ty = self.combine(ty, t)
+        if e.func in LANGUAGE_FUNCTIONS:
+            if ty.t == BOOL:
+                ty = _Ty(INT32)
+        elif not ty.t.is_float:
+            ty = _Ty(self.float_type, "float" if ty.weak else None)
+        if ty.weak:
+            return replace(e, args=tuple(a for a, _ in typed), dtype=ty.t), ty
+        args = tuple(self.coerce(a, t, ty.t) for a, t in typed)
+        return replace(e, args=args, dtype=ty.t), ty

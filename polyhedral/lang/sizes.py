@@ -1,0 +1,308 @@
+"""Symbolic size expressions: the ranges and shapes that range inference derives.
+
+A :class:`SizeExpr` is an integer expression over size symbols built from ``+ - *``, floor
+division by a positive constant, ``min`` and ``max``. It is kept in a canonical form (a linear
+combination of atoms plus a constant) so that equal expressions compare equal and simple
+identities hold: ``(I - 1) / 2 + 1`` is ``(I + 1) / 2``, ``min(N, N + 1)`` is ``N``.
+Division floors (toward minus infinity), as range inference assumes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Union
+
+__all__ = ["SizeExpr", "const", "smax", "smin", "sym"]
+
+
+@dataclass(frozen=True, order=True)
+class _Sym:
+    name: str
+
+    def key(self) -> tuple:
+        return (0, self.name)
+
+
+@dataclass(frozen=True)
+class _FloorDiv:
+    num: SizeExpr
+    den: int
+
+    def key(self) -> tuple:
+        return (1, self.num.key(), self.den)
+
+
+@dataclass(frozen=True)
+class _MinMax:
+    op: str  # "min" | "max"
+    args: tuple[SizeExpr, ...]
+
+    def key(self) -> tuple:
+        return (2, self.op, tuple(a.key() for a in self.args))
+
+
+@dataclass(frozen=True)
+class _Prod:
+    factors: tuple[_Atom, ...]  # sorted, at least two
+
+    def key(self) -> tuple:
+        return (3, tuple(f.key() for f in self.factors))
+
+
+_Atom = Union[_Sym, _FloorDiv, _MinMax, _Prod]
+
+
+def _atom_factors(a: _Atom) -> tuple[_Atom, ...]:
+    return a.factors if isinstance(a, _Prod) else (a,)
+
+
+def _mul_atoms(a: _Atom, b: _Atom) -> _Atom:
+    return _Prod(tuple(sorted(_atom_factors(a) + _atom_factors(b), key=lambda f: f.key())))
+
+
+@dataclass(frozen=True)
+class SizeExpr:
+    """An integer expression of size symbols in canonical form: ``sum(coeff * atom) + const``.
+
+    Build with :func:`sym`, :func:`const`, the operators ``+ - *`` and ``//`` (by a positive
+    ``int``), :func:`smin` and :func:`smax`; evaluate with :meth:`evaluate`.
+    """
+
+    terms: tuple[tuple[_Atom, int], ...] = ()
+    const: int = 0
+
+    # ------------------------------------------------------------------------------ construction
+    @staticmethod
+    def _make(terms: Mapping[_Atom, int], c: int) -> SizeExpr:
+        items = sorted(((a, k) for a, k in terms.items() if k != 0), key=lambda ak: ak[0].key())
+        return SizeExpr(tuple(items), c)
+
+    def key(self) -> tuple:
+        return (tuple((a.key(), k) for a, k in self.terms), self.const)
+
+    @property
+    def is_const(self) -> bool:
+        return not self.terms
+
+    def _dict(self) -> dict[_Atom, int]:
+        return dict(self.terms)
+
+    def __add__(self, other: SizeExpr | int) -> SizeExpr:
+        other = _lift(other)
+        d = self._dict()
+        for a, k in other.terms:
+            d[a] = d.get(a, 0) + k
+        return SizeExpr._make(d, self.const + other.const)
+
+    __radd__ = __add__
+
+    def __neg__(self) -> SizeExpr:
+        return SizeExpr._make({a: -k for a, k in self.terms}, -self.const)
+
+    def __sub__(self, other: SizeExpr | int) -> SizeExpr:
+        return self + (-_lift(other))
+
+    def __rsub__(self, other: SizeExpr | int) -> SizeExpr:
+        return _lift(other) - self
+
+    def __mul__(self, other: SizeExpr | int) -> SizeExpr:
+        other = _lift(other)
+        if other.is_const:
+            return SizeExpr._make({a: k * other.const for a, k in self.terms}, self.const * other.const)
+        if self.is_const:
+            return other * self
+        d: dict[_Atom, int] = {}
+        for a, k in self.terms:
+            for b, l in other.terms:
+                m = _mul_atoms(a, b)
+                d[m] = d.get(m, 0) + k * l
+        for a, k in self.terms:
+            d[a] = d.get(a, 0) + k * other.const
+        for b, l in other.terms:
+            d[b] = d.get(b, 0) + l * self.const
+        return SizeExpr._make(d, self.const * other.const)
+
+    __rmul__ = __mul__
+
+    def floordiv(self, den: int) -> SizeExpr:
+        """``floor(self / den)`` for a positive integer ``den``."""
+        if den <= 0:
+            raise ValueError("size expressions divide by positive constants only")
+        if den == 1:
+            return self
+        if self.is_const:
+            return const(self.const // den)
+        if all(k % den == 0 for _, k in self.terms) and self.const % den == 0:
+            return SizeExpr._make({a: k // den for a, k in self.terms}, self.const // den)
+        # Canonical form: floor((den*q + r) / den) = q + floor(r / den), with every coefficient and
+        # the constant of r in [0, den); so (I - 1) / 2 + 1 and (I + 1) / 2 become one value.
+        q_terms = {a: k // den for a, k in self.terms}
+        r_terms = {a: k % den for a, k in self.terms}
+        q = SizeExpr._make(q_terms, self.const // den)
+        r = SizeExpr._make(r_terms, self.const % den)
+        if r.is_const:
+            return q + r.const // den
+        return q + SizeExpr._make({_FloorDiv(r, den): 1}, 0)
+
+    def __floordiv__(self, den: int) -> SizeExpr:
+        return self.floordiv(den)
+
+    # ------------------------------------------------------------------------------- inspection
+    def symbols(self) -> frozenset[str]:
+        """The size symbols this expression depends on."""
+        out: set[str] = set()
+        for a, _ in self.terms:
+            out |= _atom_symbols(a)
+        return frozenset(out)
+
+    def evaluate(self, sizes: Mapping[str, int]) -> int:
+        """The value for concrete ``sizes``; raises ``KeyError`` naming a missing symbol."""
+        return self.const + sum(k * _atom_eval(a, sizes) for a, k in self.terms)
+
+    def minus_const(self, other: SizeExpr) -> int | None:
+        """``self - other`` if that difference is a constant, else ``None``."""
+        d = self - other
+        return d.const if d.is_const else None
+
+    def __str__(self) -> str:
+        return self.to_tc()
+
+    def __repr__(self) -> str:
+        return f"SizeExpr({self.to_tc()!r})"
+
+    def to_tc(self) -> str:
+        """TC syntax (division floors)."""
+        return _render(self, _atom_tc)
+
+    def to_isl(self) -> str:
+        """isl syntax: ``floor(e/d)``, ``min(a, b)``, products written out."""
+        return _render(self, _atom_isl)
+
+
+def _lift(x: SizeExpr | int) -> SizeExpr:
+    if isinstance(x, SizeExpr):
+        return x
+    if isinstance(x, bool) or not isinstance(x, int):
+        raise TypeError(f"cannot use {x!r} as a size expression")
+    return SizeExpr((), x)
+
+
+def sym(name: str) -> SizeExpr:
+    """The size symbol ``name``."""
+    return SizeExpr(((_Sym(name), 1),), 0)
+
+
+def const(value: int) -> SizeExpr:
+    """The constant ``value``."""
+    return SizeExpr((), int(value))
+
+
+def _minmax(op: str, args: list[SizeExpr]) -> SizeExpr:
+    flat: list[SizeExpr] = []
+    for a in args:
+        a = _lift(a)
+        if len(a.terms) == 1 and a.const == 0 and a.terms[0][1] == 1 and isinstance(a.terms[0][0], _MinMax):
+            inner = a.terms[0][0]
+            if inner.op == op:
+                flat.extend(inner.args)
+                continue
+        flat.append(a)
+    pick_first = (lambda d: d <= 0) if op == "min" else (lambda d: d >= 0)
+    kept: list[SizeExpr] = []
+    for a in flat:
+        for idx, b in enumerate(kept):
+            d = a.minus_const(b)
+            if d is not None:
+                if not pick_first(d):
+                    pass  # b already dominates
+                else:
+                    kept[idx] = a
+                break
+        else:
+            kept.append(a)
+    if len(kept) == 1:
+        return kept[0]
+    kept.sort(key=lambda e: e.key())
+    return SizeExpr(((_MinMax(op, tuple(kept)), 1),), 0)
+
+
+def smin(*args: SizeExpr | int) -> SizeExpr:
+    """``min(args...)``, simplified when arguments differ by constants."""
+    return _minmax("min", list(args))
+
+
+def smax(*args: SizeExpr | int) -> SizeExpr:
+    """``max(args...)``, simplified when arguments differ by constants."""
+    return _minmax("max", list(args))
+
+
+def _atom_symbols(a: _Atom) -> set[str]:
+    if isinstance(a, _Sym):
+        return {a.name}
+    if isinstance(a, _FloorDiv):
+        return set(a.num.symbols())
+    if isinstance(a, _MinMax):
+        return set().union(*(x.symbols() for x in a.args))
+    return set().union(*(_atom_symbols(f) for f in a.factors))
+
+
+def _atom_eval(a: _Atom, sizes: Mapping[str, int]) -> int:
+    if isinstance(a, _Sym):
+        return int(sizes[a.name])
+    if isinstance(a, _FloorDiv):
+        return a.num.evaluate(sizes) // a.den
+    if isinstance(a, _MinMax):
+        vals = [x.evaluate(sizes) for x in a.args]
+        return min(vals) if a.op == "min" else max(vals)
+    out = 1
+    for f in a.factors:
+        out *= _atom_eval(f, sizes)
+    return out
+
+
+def _atom_tc(a: _Atom) -> tuple[str, bool]:
+    """(text, is_simple): simple texts need no parentheses as a factor."""
+    if isinstance(a, _Sym):
+        return a.name, True
+    if isinstance(a, _FloorDiv):
+        num = a.num.to_tc()
+        return (f"({num}) / {a.den}" if not a.num.is_const and len(a.num.terms) + (a.num.const != 0) > 1
+                else f"{num} / {a.den}"), False  # fmt: skip
+    if isinstance(a, _MinMax):
+        return f"{a.op}({', '.join(x.to_tc() for x in a.args)})", True
+    parts = []
+    for f in a.factors:
+        t, simple = _atom_tc(f)
+        parts.append(t if simple else f"({t})")
+    return " * ".join(parts), False
+
+
+def _atom_isl(a: _Atom) -> tuple[str, bool]:
+    if isinstance(a, _Sym):
+        return a.name, True
+    if isinstance(a, _FloorDiv):
+        return f"floor(({a.num.to_isl()})/{a.den})", True
+    if isinstance(a, _MinMax):
+        return f"{a.op}({', '.join(x.to_isl() for x in a.args)})", True
+    return "*".join(_atom_isl(f)[0] for f in a.factors), False
+
+
+def _render(e: SizeExpr, atom) -> str:
+    if e.is_const:
+        return str(e.const)
+    out = ""
+    # Positive terms first reads naturally (H - KH + 1); the canonical order is kept otherwise.
+    ordered = sorted(e.terms, key=lambda ak: ak[1] < 0)
+    for idx, (a, k) in enumerate(ordered):
+        text, simple = atom(a)
+        if abs(k) != 1 and not simple:
+            text = f"({text})"
+        body = text if abs(k) == 1 else f"{abs(k)} * {text}"
+        if idx == 0:
+            out = body if k > 0 else f"-{body}" if simple or abs(k) != 1 else f"-({body})"
+        else:
+            out += f" + {body}" if k > 0 else f" - {body}" if simple or abs(k) != 1 else f" - ({body})"
+    if e.const:
+        out += f" + {e.const}" if e.const > 0 else f" - {-e.const}"
+    return out
