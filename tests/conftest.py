@@ -1,0 +1,45 @@
+"""Test tiers.
+
+The default tier covers every feature at small sizes and must finish well inside CI's budget on
+2 cores. ``--tier=full`` (or ``TCJIT_TEST_TIER=full``) also runs tests marked ``@pytest.mark.full``:
+wide option matrices, more sizes, more hypothesis examples. Run it before resolving an issue.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--tier",
+        choices=("default", "full"),
+        default=os.environ.get("TCJIT_TEST_TIER", "default"),
+        help="test tier: 'default' (fast, what CI runs) or 'full' (wide matrices, large sizes)",
+    )
+
+
+def pytest_configure(config):
+    config.full_tier = config.getoption("--tier") == "full"
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.full_tier:
+        return
+    skip = pytest.mark.skip(reason="full tier only (run with --tier=full)")
+    for item in items:
+        if "full" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def full_tier(request) -> bool:
+    """Whether the full tier runs: use it to widen parametrisations inside a test."""
+    return request.config.full_tier
+
+
+def examples(default: int, full: int) -> int:
+    """Hypothesis example counts per tier (read from the environment at import time)."""
+    return full if os.environ.get("TCJIT_TEST_TIER", "default") == "full" else default
