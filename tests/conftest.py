@@ -23,6 +23,8 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.full_tier = config.getoption("--tier") == "full"
+    # Test modules read the tier at import (hypothesis example counts): collection comes later.
+    os.environ["TCJIT_TEST_TIER"] = config.getoption("--tier")
 
 
 def pytest_collection_modifyitems(config, items):
