@@ -1,0 +1,62 @@
+"""Helpers for checking kernels: random inputs for any definition, tolerances per dtype."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from .binding import torch_dtype
+from .polyhedral.errors import TCCallError
+from .polyhedral.lang.checked import CheckedDef
+
+__all__ = ["random_inputs", "tolerance"]
+
+
+def random_inputs(
+    cdef: CheckedDef, sizes: Mapping[str, int], *, device: str | torch.device = "cpu", seed: int = 0
+) -> tuple:
+    """Deterministic random inputs for ``cdef`` at ``sizes``.
+
+    Floats are standard normal, signed integers in [-8, 8), unsigned in [0, 16), bools fair coins;
+    scalar arguments are Python numbers drawn the same way.
+    """
+    missing = [s for s in cdef.sizes if s not in sizes]
+    if missing:
+        raise TCCallError(f"{cdef.name} needs sizes for {', '.join(missing)}")
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for name in cdef.params:
+        if name in cdef.scalars:
+            t = cdef.scalars[name].dtype
+            shape: tuple[int, ...] = ()
+        else:
+            info = cdef.tensor(name)
+            t = info.dtype
+            shape = tuple(s.evaluate(sizes) for s in info.shape)
+        if t.is_float:
+            x = torch.randn(shape, generator=g, dtype=torch.float64)
+        elif t.kind == "bool":
+            x = torch.randint(0, 2, shape, generator=g) == 1
+        elif t.kind == "uint":
+            x = torch.randint(0, 16, shape, generator=g)
+        else:
+            x = torch.randint(-8, 8, shape, generator=g)
+        if name in cdef.scalars:
+            out.append(x.item())
+        else:
+            out.append(x.to(torch_dtype(t)).to(device))
+    return tuple(out)
+
+
+def tolerance(dtype: torch.dtype, reduction_length: int = 1) -> dict[str, float]:
+    """``rtol``/``atol`` for comparing a kernel with the oracle, growing with the reduction length."""
+    scale = max(1.0, reduction_length) ** 0.5
+    if dtype in (torch.float16, torch.bfloat16):
+        eps = 1e-3 if dtype == torch.float16 else 8e-3
+        return {"rtol": 2 * eps, "atol": 2 * eps * scale}
+    if dtype == torch.float32:
+        return {"rtol": 1e-5 * scale, "atol": 1e-5 * scale}
+    if dtype == torch.float64:
+        return {"rtol": 1e-12 * scale, "atol": 1e-12 * scale}
+    return {"rtol": 0.0, "atol": 0.0}
