@@ -77,7 +77,7 @@ def programs():
     return st.lists(d, min_size=1, max_size=2).map(lambda ds: A.Program(tuple(ds)))
 
 
-@settings(max_examples=examples(300, 3000), deadline=None)
+@settings(max_examples=examples(100, 3000), deadline=None)
 @given(programs())
 def test_print_parse_round_trip(program):
     text = to_tc(program)
