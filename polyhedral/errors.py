@@ -49,11 +49,14 @@ class Span:
 
 def _excerpt(source: str, span: Span) -> str:
     """Render the source line of ``span`` with a caret and tildes under the spanned characters."""
-    lines = source.splitlines() or [""]
+    # Lines end at "\n" only, as the lexer counts them ("\r", "\f", ... are blanks to it).
+    lines = source.split("\n")
     lineno = min(max(span.line, 1), len(lines))
-    text = lines[lineno - 1].expandtabs(1)
+    raw = lines[lineno - 1]
     line_start = sum(len(l) + 1 for l in lines[: lineno - 1])
-    width = max(1, min(span.end, line_start + len(text)) - span.start)
+    # One display column per character, so the caret lines up: blanks and controls become spaces.
+    text = "".join(ch if ch.isprintable() else " " for ch in raw).rstrip()
+    width = max(1, min(span.end, line_start + len(raw)) - span.start)
     gutter = f"{lineno:5d} | "
     marker = " " * (span.col - 1) + "^" + "~" * (width - 1)
     return f"{gutter}{text}\n{' ' * (len(gutter) - 2)}| {marker}"

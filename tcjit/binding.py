@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from .polyhedral.errors import TCCallError, TCRangeError
+from .polyhedral.lang.bounds import check_bounds
 from .polyhedral.lang.checked import CheckedDef
 from .polyhedral.lang.types import ScalarType
 
@@ -168,6 +169,7 @@ def bind(
         device = torch.device("cpu")
 
     _check_ranges(cdef, sizes)
+    check_bounds(cdef, sizes)
     shapes = {
         t.name: tuple(int(s.evaluate(sizes)) for s in t.shape)
         for t in cdef.tensor_infos

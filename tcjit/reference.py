@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from .binding import bind, torch_dtype
-from .polyhedral.errors import TCBoundsError, TCNameError
+from .polyhedral.errors import TCBoundsError, TCCallError, TCNameError
 from .polyhedral.lang import ast as A
 from .polyhedral.lang.builtins import LANGUAGE_FUNCTIONS
 from .polyhedral.lang.check import check_source
@@ -374,11 +374,15 @@ def _run_statement(ev: _Evaluator, st: CheckedStatement, max_points: int) -> Non
     lhs_only = [c for c in st.conditions if _vars_of(c) <= set(st.lhs_vars)]
     extents = [max(0, b - a) for a, b in bounds]
 
-    if st.init and st.is_reduction:  # `!`: identity at every element this statement writes
+    if st.init and st.is_reduction:
+        # `!`: the identity at every element the left-hand side denotes. For a plain left-hand side
+        # that is its variables' box (under the conditions on them alone), so an element whose
+        # reduction is empty still gets the identity; an affine one denotes what it reaches.
         ident = ev.const(_identity(st.op, info.dtype), info.dtype)
-        for box in _boxes(extents[:n_lhs], max_points):
+        init_dims, init_conditions = (n_lhs, lhs_only) if st.plain_lhs else (len(names), st.conditions)
+        for box in _boxes(extents[:init_dims], max_points):
             ch = chunk(box)
-            active = mask(ch, lhs_only)
+            active = mask(ch, init_conditions)
             idx = lhs_index(ch, active)
             if st.lhs:
                 full = [ix.expand(ch.shape) for ix in idx]
@@ -504,6 +508,15 @@ def evaluate_def(
     if isinstance(outputs, torch.Tensor):
         outputs = (outputs,)
     b = bind(cdef, inputs, outputs)
+    for name, t in b.tensors.items():
+        if t.device.type == "meta":
+            raise TCCallError(
+                f"input '{name}' is a meta tensor: it has a shape but no data to compute with",
+                source=cdef.source,
+                span=cdef.param(name).span,
+                where=cdef.name,
+                hint="use Kernel.output_shapes() for shapes alone",
+            )
     work: dict[str, torch.Tensor] = {}
     for name, t in b.tensors.items():
         work[name] = _load(t, cdef.tensor(name).dtype)

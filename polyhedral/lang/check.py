@@ -11,19 +11,22 @@ from dataclasses import dataclass, replace
 
 from ..errors import (
     Span,
+    TCBoundsError,
     TCError,
     TCNameError,
+    TCSyntaxError,
     TCRangeError,
     TCSemanticError,
     TCTypeError,
     TCWarning,
 )
 from . import ast as A
+from .bounds import unconditional_accesses
 from .builtins import BUILTINS, LANGUAGE_FUNCTIONS
 from .checked import CheckedDef, CheckedProgram, CheckedStatement, ScalarArg, TensorInfo
-from .parser import parse
-from .ranges import Affine, Constraint, IndexRange, extreme, solve_ranges
-from .sizes import SizeExpr, const, sym
+from .parser import MAX_DEPTH, parse
+from .ranges import Affine, Constraint, IndexRange, affine_form, extreme, solve_ranges
+from .sizes import SizeExpr, SizeExprTooComplex, const, sym
 from .types import BOOL, FLOAT32, INT32, INT64, SCALAR_TYPES, ScalarType, common_type, is_narrowing, lookup_type
 
 __all__ = ["check", "check_source"]
@@ -36,8 +39,20 @@ def check_source(source: str) -> CheckedProgram:
     return check(parse(source))
 
 
+#: Let-bindings are substituted where used; a statement whose expressions grow beyond this many
+#: nodes (or MAX_DEPTH levels) that way is refused instead of taking exponential time.
+MAX_EXPANDED_NODES = 20_000
+
+
 def check(program: A.Program) -> CheckedProgram:
     """Check every definition of ``program``; raise the first error found."""
+    try:
+        return _check(program)
+    except RecursionError:  # a safety net: the parser's depth limits are meant to stop this first
+        raise TCSyntaxError("the program is nested too deeply to check", source=program.source) from None
+
+
+def _check(program: A.Program) -> CheckedProgram:
     seen: dict[str, A.Def] = {}
     for d in program.defs:
         if d.name in seen:
@@ -204,6 +219,8 @@ class _DefChecker:
         rhs = self._substitute(s.rhs, lets)
         lhs_exprs = tuple(self._substitute(e, lets) for e in s.indices)
         cond_exprs = [self._substitute(c.cond, lets) for c in conditions]
+        if lets:
+            self._check_expanded_size([rhs, *lhs_exprs, *cond_exprs], s.span)
 
         # ---- calls of names that are neither tensors nor builtins.
         for e in (rhs, *lhs_exprs, *exists):
@@ -301,9 +318,10 @@ class _DefChecker:
             if rhs_ty.weak == "float" and not dtype.is_float:
                 raise self.err(TCTypeError, f"narrowing assignment of a float value to {dtype} '{name}'", s.span)
             if rhs_ty.weak is None and is_narrowing(rhs_ty.t, dtype):
+                article = "an" if rhs_ty.t.name[0] in "aeiou" else "a"
                 raise self.err(
                     TCTypeError,
-                    f"narrowing assignment of a {rhs_ty.t} value to {dtype} '{name}'",
+                    f"narrowing assignment of {article} {rhs_ty.t} value to {dtype} '{name}'",
                     s.span,
                     hint=f"convert explicitly, e.g. {dtype}(...)",
                 )
@@ -337,7 +355,13 @@ class _DefChecker:
                     )
                 lo = extreme(aff, ranges, upper=False)
                 if lo.is_const and lo.const < 0:
-                    raise self.err(TCRangeError, f"subscript of '{name}' can be negative (down to {lo})", e.span)
+                    raise self.err(
+                        TCRangeError,
+                        f"subscript of '{name}' can be negative (down to {lo})",
+                        e.span,
+                        hint="the ranges follow from the right-hand side: "
+                        + ", ".join(str(ranges[v]) for v in aff.vars),
+                    )
                 shape.append(extreme(aff, ranges, upper=True) + 1)
             role = "output" if name in self.declared_outputs else "temporary"
             if role == "temporary" and name not in self.temporaries:
@@ -347,6 +371,9 @@ class _DefChecker:
             for dim, (e, aff) in enumerate(zip(lhs_typed, affines)):
                 if aff is None:
                     continue
+                low = extreme(aff, ranges, upper=False)
+                if low.is_const and low.const < 0:
+                    raise self.err(TCRangeError, f"subscript of '{name}' can be negative (down to {low})", e.span)
                 top = extreme(aff, ranges, upper=True) + 1
                 over = top.minus_const(self.tensors[name].shape[dim])
                 if over is not None and over > 0:
@@ -357,7 +384,7 @@ class _DefChecker:
                         e.span,
                     )
         self.defined.add(name)
-        return CheckedStatement(
+        checked = CheckedStatement(
             source=s,
             tensor=name,
             lhs=lhs_typed,
@@ -371,6 +398,41 @@ class _DefChecker:
             float_type=float_type,
             value_type=value_type,
         )
+        if not checked.conditions:
+            self._refuse_accesses_outside_for_all_sizes(checked, ranges, index_set)
+        return checked
+
+    def _refuse_accesses_outside_for_all_sizes(self, st: CheckedStatement, ranges, index_set) -> None:
+        """Reject a subscript that leaves its tensor for *every* choice of sizes >= 1.
+
+        Whether it does for the sizes of a particular call is proved when the call binds them
+        (polyhedral.lang.bounds); this catches at definition time what can never run.
+        """
+        def refuse(tensor: str, subscripts, verb: str) -> None:
+            for k, sub in enumerate(subscripts):
+                aff = self._affine(sub, index_set)
+                if aff is None:
+                    continue
+                dim = self.tensors[tensor].shape[k]
+                low, high = extreme(aff, ranges, upper=False), extreme(aff, ranges, upper=True)
+                if low.bounds()[1] < 0:
+                    what = f"is negative (at most {low})"
+                elif (high - dim).bounds()[0] >= 0:
+                    what = f"reaches {high}, at or beyond the size {dim} of dimension {k}"
+                else:
+                    continue
+                raise self.err(
+                    TCBoundsError,
+                    f"subscript {k} of '{tensor}' {verb} outside the tensor for all sizes: it {what}",
+                    sub.span,
+                    hint="ranges: " + ", ".join(str(ranges[v]) for v in sorted(aff.vars)) if aff.vars else None,
+                )
+
+        if st.lhs:
+            refuse(st.tensor, st.lhs, "writes")
+        for acc in unconditional_accesses(st.rhs):
+            if acc.args:
+                refuse(acc.tensor, acc.args, "reads")
 
     # -------------------------------------------------------------------------------- name helpers
     def _declared_type(self, name: str) -> ScalarType | None:
@@ -395,6 +457,32 @@ class _DefChecker:
         elif name in BUILTINS or name in _KEYWORDS:
             raise self.err(TCNameError, f"index '{name}' redefines a builtin function", span)
 
+    def _check_expanded_size(self, exprs: list[A.Expr], span: Span) -> None:
+        """Refuse let-substituted trees too deep or too large to check (shared subtrees counted once
+        per use: that is what every later pass walks)."""
+        size: dict[int, int] = {}
+        depth: dict[int, int] = {}
+        stack = [(e, False) for e in exprs]
+        while stack:
+            node, done = stack.pop()
+            if id(node) in size:
+                continue
+            kids = A.children(node)
+            if not done:
+                stack.append((node, True))
+                stack.extend((k, False) for k in kids if id(k) not in size)
+                continue
+            size[id(node)] = 1 + sum(size[id(k)] for k in kids)
+            depth[id(node)] = 1 + max((depth[id(k)] for k in kids), default=0)
+            if size[id(node)] > MAX_EXPANDED_NODES or depth[id(node)] > MAX_DEPTH:
+                raise self.err(
+                    TCSemanticError,
+                    f"substituting the let-bindings makes this statement too large to compile "
+                    f"(over {MAX_EXPANDED_NODES} nodes or {MAX_DEPTH} levels)",
+                    span,
+                    hint="compute the shared parts in temporaries instead",
+                )
+
     def _substitute(self, e: A.Expr, lets: dict[str, A.Expr]) -> A.Expr:
         if not lets:
             return e
@@ -413,9 +501,10 @@ class _DefChecker:
         return replace(e, cond=new[0], then=new[1], other=new[2])
 
     def _first_use(self, var: str, rhs: A.Expr, s: A.Statement) -> Span | None:
-        for node in A.walk(rhs):
-            if isinstance(node, A.Ident) and node.name == var:
-                return node.span
+        for root in (rhs, *s.indices):
+            for node in A.walk(root):
+                if isinstance(node, A.Ident) and node.name == var:
+                    return node.span
         for c in s.where:
             if isinstance(c, A.RangeClause) and c.var == var:
                 return c.span
@@ -424,14 +513,9 @@ class _DefChecker:
     # ------------------------------------------------------------------------------ affine helpers
     def _affine(self, e: A.Expr, index_set: set[str]) -> Affine | None:
         """``e`` as an affine function of index variables, or ``None`` if it is not one."""
-        if isinstance(e, A.IntLit):
-            return Affine.of({}, const(e.value))
-        if isinstance(e, A.Ident):
-            if e.name in index_set:
-                return Affine.of({e.name: 1}, const(0))
-            if e.name in self.size_spans:
-                return Affine.of({}, sym(e.name))
-            return None
+        return affine_form(
+            e, index_set, lambda n: n in self.size_spans, lambda t, k: self.tensors[t].shape[k]
+        )
         if isinstance(e, A.DimSize):
             return Affine.of({}, self.tensors[e.tensor].shape[e.dim])
         if isinstance(e, A.Cast) and e.to in ("int32", "int64"):
@@ -477,7 +561,10 @@ class _DefChecker:
                         hint="write the number into the TC text, or pass it as the size of a tensor",
                     )
                 raise self.err(TCNameError, f"undefined size '{node.name}' in {what}", node.span)
-        a = self._affine(e, set())
+        try:
+            a = self._affine(e, set())
+        except SizeExprTooComplex:
+            raise self.err(TCTypeError, f"{what} is too complex a size expression", e.span) from None
         if a is None:
             raise self.err(TCTypeError, f"{what} must be a size expression (sizes, integers, + - * /)", e.span)
         return a.rest
@@ -547,7 +634,7 @@ class _DefChecker:
         for v in index_names:
             r = ranges[v]
             ext = r.extent
-            if ext.is_const and ext.const <= 0:
+            if ext.bounds()[1] <= 0:
                 raise self.err(
                     TCRangeError,
                     f"empty range for index '{v}': {r}",
@@ -600,6 +687,10 @@ class _Typer:
                 raise self.err(TCTypeError, f"float literal {e.value} used where {to} is required", e.span)
             return replace(e, dtype=to)
         if isinstance(e, A.Unary) and e.op == "-":
+            if isinstance(e.arg, A.IntLit):  # a negative literal must fit as a negative number
+                if to.is_integral and to != BOOL and not (to.min_value <= -e.arg.value <= to.max_value):
+                    raise self.err(TCTypeError, f"integer literal -{e.arg.value} does not fit {to}", e.span)
+                return replace(e, arg=replace(e.arg, dtype=to), dtype=to)
             return replace(e, arg=self._set_weak(e.arg, to), dtype=to)
         if isinstance(e, A.Binary) and e.op in ("+", "-", "*", "/", "%"):
             return replace(e, lhs=self._set_weak(e.lhs, to), rhs=self._set_weak(e.rhs, to), dtype=to)

@@ -17,9 +17,11 @@ from .types import canonical_type, lookup_type
 
 __all__ = ["MAX_NESTING", "Token", "parse", "tokenize"]
 
-#: Deepest nesting of expressions accepted. Deeper input is refused with a TCSyntaxError rather
-#: than letting Python's recursion limit crash later passes.
-MAX_NESTING = 200
+#: Deepest nesting of parentheses, calls and unary operators accepted, and the deepest expression
+#: tree (a chain ``a + b + ...`` is as deep as it is long). Deeper input is refused with a
+#: TCSyntaxError rather than letting Python's recursion limit crash a later pass.
+MAX_NESTING = 64
+MAX_DEPTH = 256
 
 _ASSIGN_OPS = {"=", "+=", "+=!", "*=", "*=!", "min=", "min=!", "max=", "max=!"}
 _PUNCT = sorted(
@@ -28,7 +30,8 @@ _PUNCT = sorted(
     key=len, reverse=True,
 )  # fmt: skip
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_NUMBER = re.compile(r"(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?")
+_NUMBER = re.compile(r"([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][+-]?[0-9]+)?")
+_DIGITS = frozenset("0123456789")
 _BINARY_LEVELS = (("||",), ("&&",), ("==", "!=", "<", "<=", ">", ">="), ("+", "-"), ("*", "/", "%"))
 
 
@@ -69,7 +72,7 @@ def tokenize(source: str) -> list[Token]:
             pos = n if end < 0 else end
             continue
         after_ident = bool(tokens) and tokens[-1].kind == "ident" and tokens[-1].span.end == pos
-        if c.isdigit() or (c == "." and pos + 1 < n and source[pos + 1].isdigit() and not after_ident):
+        if c in _DIGITS or (c == "." and pos + 1 < n and source[pos + 1] in _DIGITS and not after_ident):
             m = _NUMBER.match(source, pos)
             assert m is not None
             text = m.group(0)
@@ -105,7 +108,7 @@ def tokenize(source: str) -> list[Token]:
                 pos += len(p)
                 break
         else:
-            shown = c if c.isprintable() else repr(c)
+            shown = c if c.isprintable() else repr(c)[1:-1]
             raise TCSyntaxError(f"unexpected character '{shown}'", source=source, span=span(pos, pos + 1))
     tokens.append(Token("eof", "", Span(n, n, line, n - line_start + 1)))
     return tokens
@@ -117,6 +120,7 @@ class _Parser:
         self.toks = tokenize(source)
         self.i = 0
         self.depth = 0
+        self.tree_depth: dict[int, int] = {}  # id(node) -> depth of its tree, for MAX_DEPTH
 
     # ---------------------------------------------------------------------------- token helpers
     @property
@@ -306,30 +310,37 @@ class _Parser:
         if self.depth > MAX_NESTING:
             raise self.error(f"expression nested more than {MAX_NESTING} levels deep")
 
+    def node(self, e: A.Expr, *kids: A.Expr) -> A.Expr:
+        """Record the depth of a new node's tree; refuse trees deeper than MAX_DEPTH."""
+        d = 1 + max((self.tree_depth.get(id(k), 1) for k in kids), default=0)
+        if d > MAX_DEPTH:
+            raise TCSyntaxError(
+                f"expression more than {MAX_DEPTH} levels deep", source=self.source, span=e.span,
+                hint="split it with let-bindings (where x = ...) or temporaries",
+            )
+        self.tree_depth[id(e)] = d
+        return e
+
     def expr(self) -> A.Expr:
-        self.nest()
         cond = self.binary(0)
         if self.at("?"):
             self.advance()
+            self.nest()
             then = self.expr()
             self.expect(":", "in a conditional expression 'c ? a : b'")
             other = self.expr()
-            cond = A.Select(cond, then, other, cond.span.to(other.span))
-        self.depth -= 1
+            self.depth -= 1
+            cond = self.node(A.Select(cond, then, other, cond.span.to(other.span)), cond, then, other)
         return cond
 
     def binary(self, level: int) -> A.Expr:
         if level == len(_BINARY_LEVELS):
             return self.unary()
         lhs = self.binary(level + 1)
-        chain = 0
         while self.tok.kind == "op" and self.tok.text in _BINARY_LEVELS[level]:
             op = self.advance().text
             rhs = self.binary(level + 1)
-            lhs = A.Binary(op, lhs, rhs, lhs.span.to(rhs.span))
-            chain += 1
-            if chain > MAX_NESTING:
-                raise self.error(f"expression nested more than {MAX_NESTING} levels deep")
+            lhs = self.node(A.Binary(op, lhs, rhs, lhs.span.to(rhs.span)), lhs, rhs)
         return lhs
 
     def unary(self) -> A.Expr:
@@ -338,7 +349,7 @@ class _Parser:
             self.nest()
             arg = self.unary()
             self.depth -= 1
-            return A.Unary(t.text, arg, t.span.to(arg.span))
+            return self.node(A.Unary(t.text, arg, t.span.to(arg.span)), arg)
         return self.primary()
 
     def primary(self) -> A.Expr:
@@ -351,9 +362,13 @@ class _Parser:
             return A.FloatLit(float(t.text), t.span)
         if self.at("("):
             self.advance()
+            self.nest()
             e = self.expr()
+            self.depth -= 1
             end = self.expect(")", "to close the parenthesis")
-            return _respan(e, t.span.to(end.span))
+            wider = _respan(e, t.span.to(end.span))
+            self.tree_depth[id(wider)] = self.tree_depth.get(id(e), 1)
+            return wider
         if t.kind == "ident":
             if t.text in ("def", "where", "in", "exists"):
                 raise self.error(f"expected an expression but found the keyword '{t.text}'")
@@ -368,6 +383,7 @@ class _Parser:
             if not self.at("("):
                 return A.Ident(t.text, t.span)
             self.advance()
+            self.nest()
             args: list[A.Expr] = []
             if not self.at(")"):
                 args.append(self.expr())
@@ -375,6 +391,7 @@ class _Parser:
                     self.advance()
                     args.append(self.expr())
             end = self.expect(")", f"to close the arguments of '{t.text}'")
+            self.depth -= 1
             span = t.span.to(end.span)
             if lookup_type(t.text) is not None:
                 if len(args) != 1:
@@ -383,10 +400,10 @@ class _Parser:
                         source=self.source,
                         span=span,
                     )
-                return A.Cast(canonical_type(t.text), args[0], span)
+                return self.node(A.Cast(canonical_type(t.text), args[0], span), args[0])
             if t.text in BUILTINS:
-                return A.Call(t.text, tuple(args), span)
-            return A.Access(t.text, tuple(args), span)
+                return self.node(A.Call(t.text, tuple(args), span), *args)
+            return self.node(A.Access(t.text, tuple(args), span), *args)
         raise self.error(f"expected an expression but found {t.describe()}")
 
 
@@ -404,4 +421,7 @@ def parse(source: str) -> A.Program:
     """
     if not isinstance(source, str):
         raise TCSyntaxError(f"TC source must be a str, got {type(source).__name__}")
-    return _Parser(source).program()
+    try:
+        return _Parser(source).program()
+    except RecursionError:  # a safety net: MAX_NESTING and MAX_DEPTH are meant to stop this first
+        raise TCSyntaxError("the source is nested too deeply to parse") from None

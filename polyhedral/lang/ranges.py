@@ -13,12 +13,13 @@ of variables) do not feed inference; their bounds are checked when the program r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 
-from .sizes import SizeExpr, const, smax, smin
+from . import ast as A
+from .sizes import SizeExpr, SizeExprTooComplex, const, smax, smin, sym
 
-__all__ = ["Affine", "Constraint", "IndexRange", "extreme", "solve_ranges"]
+__all__ = ["Affine", "Constraint", "IndexRange", "affine_form", "extreme", "solve_ranges"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,57 @@ class Affine:
 
     def scale(self, k: int) -> Affine:
         return Affine.of({v: c * k for v, c in self.coeffs}, self.rest * k)
+
+
+def affine_form(
+    e: A.Expr,
+    index_vars: Container[str],
+    is_size: Callable[[str], bool],
+    dim_size: Callable[[str, int], SizeExpr],
+) -> Affine | None:
+    """``e`` as an affine function of the index variables over size symbols, or ``None``.
+
+    Accepts literals, index variables, sizes, ``T.k``, ``+``, ``-``, multiplication by a constant
+    (or of sizes by sizes) and floor division of a size expression by a positive constant;
+    anything else (a product of variables, a tensor value) is not affine.
+    """
+    if isinstance(e, A.IntLit):
+        return Affine.of({}, const(e.value))
+    if isinstance(e, A.Ident):
+        if e.name in index_vars:
+            return Affine.of({e.name: 1}, const(0))
+        return Affine.of({}, sym(e.name)) if is_size(e.name) else None
+    if isinstance(e, A.DimSize):
+        return Affine.of({}, dim_size(e.tensor, e.dim))
+    if isinstance(e, A.Cast) and e.to in ("int32", "int64"):
+        return affine_form(e.arg, index_vars, is_size, dim_size)
+    if isinstance(e, A.Unary) and e.op == "-":
+        a = affine_form(e.arg, index_vars, is_size, dim_size)
+        return a.scale(-1) if a else None
+    if not (isinstance(e, A.Binary) and e.op in ("+", "-", "*", "/")):
+        return None
+    l = affine_form(e.lhs, index_vars, is_size, dim_size)
+    r = affine_form(e.rhs, index_vars, is_size, dim_size)
+    if l is None or r is None:
+        return None
+    if e.op == "+":
+        return l + r
+    if e.op == "-":
+        return l + r.scale(-1)
+    if e.op == "*":
+        if not l.coeffs and l.rest.is_const:
+            return r.scale(l.rest.const)
+        if not r.coeffs and r.rest.is_const:
+            return l.scale(r.rest.const)
+        if not l.coeffs and not r.coeffs:
+            try:
+                return Affine.of({}, l.rest * r.rest)
+            except SizeExprTooComplex:
+                return None
+        return None
+    if not l.coeffs and not r.coeffs and r.rest.is_const and r.rest.const > 0:
+        return Affine.of({}, l.rest.floordiv(r.rest.const))
+    return None
 
 
 @dataclass(frozen=True)

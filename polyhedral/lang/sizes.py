@@ -13,7 +13,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Union
 
-__all__ = ["SizeExpr", "const", "smax", "smin", "sym"]
+__all__ = ["MAX_TERMS", "SizeExpr", "SizeExprTooComplex", "const", "smax", "smin", "sym"]
+
+#: Products of sums are expanded; one with more terms than this is refused rather than computed
+#: (a size expression of the language never needs so many).
+MAX_TERMS = 256
+
+
+class SizeExprTooComplex(ValueError):
+    """A size expression would expand to more than :data:`MAX_TERMS` terms."""
 
 
 @dataclass(frozen=True, order=True)
@@ -112,6 +120,8 @@ class SizeExpr:
             return SizeExpr._make({a: k * other.const for a, k in self.terms}, self.const * other.const)
         if self.is_const:
             return other * self
+        if (len(self.terms) + 1) * (len(other.terms) + 1) > MAX_TERMS:
+            raise SizeExprTooComplex(f"the product of {self} and {other} has too many terms")
         d: dict[_Atom, int] = {}
         for a, k in self.terms:
             for b, l in other.terms:
@@ -135,10 +145,11 @@ class SizeExpr:
             return const(self.const // den)
         if all(k % den == 0 for _, k in self.terms) and self.const % den == 0:
             return SizeExpr._make({a: k // den for a, k in self.terms}, self.const // den)
-        # Canonical form: floor((den*q + r) / den) = q + floor(r / den), with every coefficient and
-        # the constant of r in [0, den); so (I - 1) / 2 + 1 and (I + 1) / 2 become one value.
-        q_terms = {a: k // den for a, k in self.terms}
-        r_terms = {a: k % den for a, k in self.terms}
+        # Canonical form: floor((den*q + r) / den) = q + floor(r / den). Coefficients keep their
+        # sign in r (|coeff| < den) and the constant lies in [0, den), so (I - 1) / 2 + 1 and
+        # (I + 1) / 2 are one value, and (H - KH) / 2 stays as written.
+        q_terms = {a: int(k / den) for a, k in self.terms}
+        r_terms = {a: k - den * int(k / den) for a, k in self.terms}
         q = SizeExpr._make(q_terms, self.const // den)
         r = SizeExpr._make(r_terms, self.const % den)
         if r.is_const:
@@ -159,6 +170,19 @@ class SizeExpr:
     def evaluate(self, sizes: Mapping[str, int]) -> int:
         """The value for concrete ``sizes``; raises ``KeyError`` naming a missing symbol."""
         return self.const + sum(k * _atom_eval(a, sizes) for a, k in self.terms)
+
+    def bounds(self) -> tuple[float, float]:
+        """The infimum and supremum over every assignment of sizes >= 1 (``-inf``/``inf`` if none).
+
+        Exact when the expression is affine in the sizes; a sound enclosure otherwise. Used to prove
+        at definition time that a subscript leaves its tensor whatever the sizes.
+        """
+        lo = hi = float(self.const)
+        for a, k in self.terms:
+            alo, ahi = _atom_bounds(a)
+            tlo, thi = (k * alo, k * ahi) if k > 0 else (k * ahi, k * alo)
+            lo, hi = lo + tlo, hi + thi
+        return lo, hi
 
     def minus_const(self, other: SizeExpr) -> int | None:
         """``self - other`` if that difference is a constant, else ``None``."""
@@ -198,7 +222,25 @@ def const(value: int) -> SizeExpr:
     return SizeExpr((), int(value))
 
 
+def _dominant(op: str, args: list[SizeExpr]) -> list[SizeExpr]:
+    """Drop arguments that differ from another by a constant and cannot be the min (max)."""
+    pick_first = (lambda d: d <= 0) if op == "min" else (lambda d: d >= 0)
+    kept: list[SizeExpr] = []
+    for a in args:
+        for idx, b in enumerate(kept):
+            d = a.minus_const(b)
+            if d is not None:
+                if pick_first(d):
+                    kept[idx] = a
+                break
+        else:
+            kept.append(a)
+    return kept
+
+
 def _minmax(op: str, args: list[SizeExpr]) -> SizeExpr:
+    # Compare as given first (min(x, x + 1) is x even when x is itself a min), then flattened.
+    args = _dominant(op, [_lift(a) for a in args])
     flat: list[SizeExpr] = []
     for a in args:
         a = _lift(a)
@@ -208,19 +250,7 @@ def _minmax(op: str, args: list[SizeExpr]) -> SizeExpr:
                 flat.extend(inner.args)
                 continue
         flat.append(a)
-    pick_first = (lambda d: d <= 0) if op == "min" else (lambda d: d >= 0)
-    kept: list[SizeExpr] = []
-    for a in flat:
-        for idx, b in enumerate(kept):
-            d = a.minus_const(b)
-            if d is not None:
-                if not pick_first(d):
-                    pass  # b already dominates
-                else:
-                    kept[idx] = a
-                break
-        else:
-            kept.append(a)
+    kept = _dominant(op, flat)
     if len(kept) == 1:
         return kept[0]
     kept.sort(key=lambda e: e.key())
@@ -245,6 +275,26 @@ def _atom_symbols(a: _Atom) -> set[str]:
     if isinstance(a, _MinMax):
         return set().union(*(x.symbols() for x in a.args))
     return set().union(*(_atom_symbols(f) for f in a.factors))
+
+
+def _atom_bounds(a: _Atom) -> tuple[float, float]:
+    inf = float("inf")
+    if isinstance(a, _Sym):
+        return 1.0, inf
+    if isinstance(a, _FloorDiv):
+        lo, hi = a.num.bounds()
+        return lo // a.den if lo != -inf else lo, hi // a.den if hi != inf else hi
+    if isinstance(a, _MinMax):
+        bs = [x.bounds() for x in a.args]
+        pick = min if a.op == "min" else max
+        return pick(b[0] for b in bs), pick(b[1] for b in bs)
+    lo, hi = 1.0, 1.0  # a product: an enclosure only when every factor is positive
+    for f in a.factors:
+        flo, fhi = _atom_bounds(f)
+        if flo < 1:
+            return -inf, inf
+        lo, hi = lo * flo, hi * fhi
+    return lo, hi
 
 
 def _atom_eval(a: _Atom, sizes: Mapping[str, int]) -> int:

@@ -1,0 +1,83 @@
+"""Proving, at a call's concrete sizes, that accesses stay inside their tensors.
+
+Kernels are specialised to concrete sizes, so this runs once per shape, before any code: for every
+statement whose domain is its ranges' box (no ``where`` conditions), each affine subscript of each
+access that is always evaluated -- the left-hand side, and reads outside ``?:``/``&&``/``||``
+operands -- is bounded exactly over the box and compared with its tensor's dimension. A subscript
+that can leave its tensor is a :class:`TCBoundsError` pointing at it. Accesses this cannot decide
+(under domain conditions, in a conditional operand, gathers) are checked exactly elsewhere: by the
+polyhedral bounds proof of the compiler and, in the reference evaluator, at every point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from ..errors import TCBoundsError
+from . import ast as A
+from .checked import CheckedDef, CheckedStatement
+from .ranges import affine_form
+
+__all__ = ["check_bounds", "unconditional_accesses"]
+
+
+def unconditional_accesses(e: A.Expr) -> Iterator[A.Access]:
+    """Accesses evaluated at every point: not inside a ``?:`` branch or a short-circuit operand."""
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, A.Access):
+            yield node
+        if isinstance(node, A.Select):
+            stack.append(node.cond)
+        elif isinstance(node, A.Binary) and node.op in ("&&", "||"):
+            stack.append(node.lhs)
+        else:
+            stack.extend(A.children(node))
+
+
+def _fmt(sizes: Mapping[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sizes.items())
+
+
+def _check_statement(cdef: CheckedDef, st: CheckedStatement, sizes: Mapping[str, int], shapes) -> None:
+    box = {r.var: (r.lo.evaluate(sizes), r.hi.evaluate(sizes)) for r in st.ranges}
+    if any(hi <= lo for lo, hi in box.values()):
+        return  # no points: nothing is accessed
+    index_vars = set(box)
+
+    def dim_size(t: str, k: int):
+        return cdef.tensor(t).shape[k]
+
+    def check(tensor: str, subscripts, verb: str) -> None:
+        for k, (sub, n) in enumerate(zip(subscripts, shapes[tensor])):
+            aff = affine_form(sub, index_vars, lambda s: s in sizes, dim_size)
+            if aff is None:
+                continue
+            lo = hi = aff.rest.evaluate(sizes)
+            for v, c in aff.coeffs:
+                a, b = box[v][0] * c, (box[v][1] - 1) * c
+                lo, hi = lo + min(a, b), hi + max(a, b)
+            if lo < 0 or hi >= n:
+                bad = lo if lo < 0 else hi
+                raise TCBoundsError(
+                    f"subscript {k} of '{tensor}' {verb} element {bad}, outside [0, {n}), at {_fmt(sizes)}",
+                    source=cdef.source,
+                    span=sub.span,
+                    where=cdef.name,
+                    hint="ranges: " + ", ".join(str(r) for r in st.ranges),
+                )
+
+    if st.lhs:
+        check(st.tensor, st.lhs, "writes")
+    for acc in unconditional_accesses(st.rhs):
+        if acc.args:
+            check(acc.tensor, acc.args, "reads")
+
+
+def check_bounds(cdef: CheckedDef, sizes: Mapping[str, int]) -> None:
+    """Raise :class:`TCBoundsError` if an access of ``cdef`` leaves its tensor at ``sizes``."""
+    shapes = {t.name: tuple(s.evaluate(sizes) for s in t.shape) for t in cdef.tensor_infos}
+    for st in cdef.statements:
+        if not st.conditions:
+            _check_statement(cdef, st, sizes, shapes)
