@@ -75,7 +75,9 @@ def _scalar_value(cdef: CheckedDef, name: str, value, dtype: ScalarType):
         value = int(value)
     if dtype.is_float:
         if not isinstance(value, (int, float)):
-            raise _err(cdef, f"argument '{name}' must be a number ({dtype}), got {type(value).__name__}", p.span)
+            raise _err(
+                cdef, f"argument '{name}' must be a number ({dtype}), got {type(value).__name__}", p.span
+            )
         return float(value)
     if dtype.kind == "bool":
         if not isinstance(value, (int, float)):
@@ -86,7 +88,9 @@ def _scalar_value(cdef: CheckedDef, name: str, value, dtype: ScalarType):
             raise _err(cdef, f"argument '{name}' is {dtype}; got the non-integral number {value}", p.span)
         value = int(value)
     if not isinstance(value, int):
-        raise _err(cdef, f"argument '{name}' must be an integer ({dtype}), got {type(value).__name__}", p.span)
+        raise _err(
+            cdef, f"argument '{name}' must be an integer ({dtype}), got {type(value).__name__}", p.span
+        )
     if not dtype.min_value <= value <= dtype.max_value:
         raise _err(cdef, f"argument '{name}' = {value} does not fit {dtype}", p.span)
     return value
@@ -171,9 +175,7 @@ def bind(
     _check_ranges(cdef, sizes)
     check_bounds(cdef, sizes)
     shapes = {
-        t.name: tuple(int(s.evaluate(sizes)) for s in t.shape)
-        for t in cdef.tensor_infos
-        if t.role != "input"
+        t.name: tuple(int(s.evaluate(sizes)) for s in t.shape) for t in cdef.tensor_infos if t.role != "input"
     }
     for name, shape in shapes.items():
         if any(n < 0 for n in shape):
@@ -229,6 +231,8 @@ def _check_outputs(cdef, outputs, shapes, device) -> None:
         if t.dtype != want:
             raise _err(cdef, f"output '{name}' must have dtype {want}, got {t.dtype}", ret.span)
         if tuple(t.shape) != shapes[name]:
-            raise _err(cdef, f"output '{name}' must have shape {shapes[name]}, got {tuple(t.shape)}", ret.span)
+            raise _err(
+                cdef, f"output '{name}' must have shape {shapes[name]}, got {tuple(t.shape)}", ret.span
+            )
         if t.device != device:
             raise _err(cdef, f"output '{name}' is on {t.device} but the inputs are on {device}", ret.span)

@@ -104,14 +104,25 @@ def cmd_demo(args) -> int:
         want = sk.torch_ref(*inputs)
         t_torch = time.perf_counter() - start
         got = got if isinstance(got, tuple) else (got,)
-        err = max(float((g.double() - w.double()).abs().max()) if g.numel() else 0.0 for g, w in zip(got, want))
+        err = max(
+            float((g.double() - w.double()).abs().max()) if g.numel() else 0.0 for g, w in zip(got, want)
+        )
         ok = all(torch.allclose(g, w, rtol=1e-4, atol=1e-4) for g, w in zip(got, want))
         failures += not ok
         shapes = ", ".join(f"{o}({', '.join(s)})" for o, s in kernel.symbolic_output_shapes.items())
-        rows.append((sk.name, shapes, f"{err:.1e}", "ok" if ok else "MISMATCH", f"{t_tc * 1e3:.1f}", f"{t_torch * 1e3:.2f}"))
+        rows.append(
+            (
+                sk.name,
+                shapes,
+                f"{err:.1e}",
+                "ok" if ok else "MISMATCH",
+                f"{t_tc * 1e3:.1f}",
+                f"{t_torch * 1e3:.2f}",
+            )
+        )
     header = ("kernel", "outputs (inferred shapes)", "max |err|", "check", "tcjit ms", "torch ms")
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    line = "  ".join("{:<%d}" % w for w in widths)
+    line = "  ".join(f"{{:<{w}}}" for w in widths)
     print(line.format(*header))
     print(line.format(*("-" * w for w in widths)))
     for r in rows:

@@ -164,7 +164,11 @@ class _Evaluator:
             if e.kind == "index":
                 return convert(ch.grids[e.name], SCALAR_TYPES["int64"], t)
             if e.kind == "size":
-                return self.const(self.sizes[e.name], t) if t.is_integral else self.const(float(self.sizes[e.name]), t)
+                return (
+                    self.const(self.sizes[e.name], t)
+                    if t.is_integral
+                    else self.const(float(self.sizes[e.name]), t)
+                )
             src = self.cdef.scalars[e.name].dtype
             return convert(self.const(self.scalars[e.name], src), src, t)
         if isinstance(e, A.DimSize):
@@ -222,9 +226,14 @@ class _Evaluator:
             r = convert(self.value(e.rhs, ch, active), rt, t)
             if _is_u64(t):
                 l, r = _u64_key(l), _u64_key(r)
-            return {"==": torch.eq, "!=": torch.ne, "<": torch.lt, "<=": torch.le, ">": torch.gt, ">=": torch.ge}[op](
-                l, r
-            )
+            return {
+                "==": torch.eq,
+                "!=": torch.ne,
+                "<": torch.lt,
+                "<=": torch.le,
+                ">": torch.gt,
+                ">=": torch.ge,
+            }[op](l, r)
         t = e.dtype
         l = convert(self.value(e.lhs, ch, active), e.lhs.dtype, t)
         r = convert(self.value(e.rhs, ch, active), e.rhs.dtype, t)

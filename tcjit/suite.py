@@ -124,8 +124,13 @@ class SuiteKernel:
         bfloat16); the body is unchanged, so its literals follow the new type."""
         import torch
 
-        name = {None: None, torch.float32: None, torch.float64: "double", torch.float16: "half",
-                torch.bfloat16: "bfloat16"}[dtype]
+        name = {
+            None: None,
+            torch.float32: None,
+            torch.float64: "double",
+            torch.float16: "half",
+            torch.bfloat16: "bfloat16",
+        }[dtype]
         if name is None:
             return self.source
         head, brace, body = self.source.partition("{")
@@ -316,10 +321,14 @@ def _valid(s: Sizes) -> tuple[int, int]:
 
 def _kr_flops(s: Sizes) -> int:
     m = s["M"]
-    return 2 * m * (
-        s["N0"] * s["N1"] * s["D2"] * s["N2"]
-        + s["N0"] * s["D1"] * s["D2"] * s["N1"]
-        + s["D0"] * s["D1"] * s["D2"] * s["N0"]
+    return (
+        2
+        * m
+        * (
+            s["N0"] * s["N1"] * s["D2"] * s["N2"]
+            + s["N0"] * s["D1"] * s["D2"] * s["N1"]
+            + s["D0"] * s["D1"] * s["D2"] * s["N0"]
+        )
     )
 
 

@@ -48,14 +48,16 @@ def test_define_several_entries_returns_a_namespace():
 
 
 def test_unknown_entry_and_empty_source():
-    with pytest.raises(TCNameError, match="unknown entry point 'nope'.*scale, fixed"):
+    with pytest.raises(TCNameError, match=r"unknown entry point 'nope'.*scale, fixed"):
         tcjit.define(TWO, "nope")
     with pytest.raises(TCNameError, match="defines no entry point"):
         tcjit.define("# nothing here\n")
 
 
 def test_backward_entry_is_validated_at_define_time():
-    src = MATMUL + """
+    src = (
+        MATMUL
+        + """
 def matmul_grad(float(M,K) A, float(K,N) B, float(M,N) d_C) -> (d_A, d_B) {
     d_A(m, k) +=! d_C(m, r_n) * B(k, r_n)
     d_B(k, n) +=! d_C(r_m, n) * A(r_m, k)
@@ -64,6 +66,7 @@ def wrong(float(M,K) A) -> (d_A) {
     d_A(m, k) = A(m, k)
 }
 """
+    )
     k = tcjit.define(src, "matmul", backward="matmul_grad")
     assert "def matmul_grad" in k.canonical_source
     with pytest.raises(TCNameError, match="backward entry 'missing'"):
@@ -89,9 +92,13 @@ def test_call_checks_point_into_the_source():
     k = tcjit.define(MATMUL)
     a = torch.randn(3, 5)
     _raises_at(TCCallError, 2, 5, ["takes 2 inputs", "got 1"], k, a)
-    _raises_at(TCCallError, 2, 26, ["input 'B'", "torch.float32", "torch.float64"], k, a, torch.randn(5, 2).double())
+    _raises_at(
+        TCCallError, 2, 26, ["input 'B'", "torch.float32", "torch.float64"], k, a, torch.randn(5, 2).double()
+    )
     _raises_at(TCCallError, 2, 26, ["input 'B'", "2 dimensions", "got 1"], k, a, torch.randn(5))
-    _raises_at(TCCallError, 2, 32, ["sizes contradict", "K is 5", "dimension 1 of 'A'", "4"], k, a, torch.randn(4, 2))
+    _raises_at(
+        TCCallError, 2, 32, ["sizes contradict", "K is 5", "dimension 1 of 'A'", "4"], k, a, torch.randn(4, 2)
+    )
     _raises_at(TCCallError, 2, 26, ["must be a torch.Tensor", "list"], k, a, [[1.0]])
     T = tcjit.define(TWO)
     _raises_at(TCCallError, 5, 20, ["dimension 1 of input 'X' must be 4", "got 3"], T.fixed, torch.ones(2, 3))
@@ -105,7 +112,9 @@ def conv(float(N) I, float(K) W) -> (O) {
     O(i) +=! I(i + r_k) * W(r_k)
 }""")
     torch.testing.assert_close(conv(torch.ones(5), torch.ones(3)), torch.full((3,), 3.0))
-    err = _raises_at(TCRangeError, 3, 5, ["empty range", "N - K + 1", "N=2", "K=3"], conv, torch.ones(2), torch.ones(3))
+    err = _raises_at(
+        TCRangeError, 3, 5, ["empty range", "N - K + 1", "N=2", "K=3"], conv, torch.ones(2), torch.ones(3)
+    )
     assert "N - K + 1 > 0" in str(err)
 
 
@@ -130,10 +139,26 @@ def test_outputs_argument():
     assert res is out
     torch.testing.assert_close(out, torch.full((3,), 14.0))
     k = tcjit.define(MATMUL)
-    _raises_at(TCCallError, 2, 44, ["output 'C'", "shape (3, 2)", "(2, 3)"], k, torch.ones(3, 5), torch.ones(5, 2),
-               outputs=(torch.empty(2, 3),))
-    _raises_at(TCCallError, 2, 44, ["output 'C'", "dtype torch.float32"], k, torch.ones(3, 5), torch.ones(5, 2),
-               outputs=(torch.empty(3, 2, dtype=torch.float64),))
+    _raises_at(
+        TCCallError,
+        2,
+        44,
+        ["output 'C'", "shape (3, 2)", "(2, 3)"],
+        k,
+        torch.ones(3, 5),
+        torch.ones(5, 2),
+        outputs=(torch.empty(2, 3),),
+    )
+    _raises_at(
+        TCCallError,
+        2,
+        44,
+        ["output 'C'", "dtype torch.float32"],
+        k,
+        torch.ones(3, 5),
+        torch.ones(5, 2),
+        outputs=(torch.empty(3, 2, dtype=torch.float64),),
+    )
 
 
 def test_bad_targets_options_and_gradients():

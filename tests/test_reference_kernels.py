@@ -12,9 +12,9 @@ import warnings
 
 import pytest
 import torch
-from tcjit.polyhedral.lang.check import check_source
 
 from tcjit import reference, suite
+from tcjit.polyhedral.lang.check import check_source
 
 SMALL = [
     pytest.param(k.name, i, id=f"{k.name}-{i}")

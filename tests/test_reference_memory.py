@@ -31,8 +31,12 @@ print(json.dumps({"growth_mib": (peak - base) / 1024, "seconds": elapsed, "err":
 
 
 def _run(points: int, max_points: int) -> dict:
-    out = subprocess.run([sys.executable, "-c", SCRIPT, str(points), str(max_points)],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(points), str(max_points)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -13,9 +13,9 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
-from tcjit.polyhedral.lang.check import check_source
 
 from tcjit import TCBoundsError, TCCallError, TCError, TCRangeError, TCWarning, reference
+from tcjit.polyhedral.lang.check import check_source
 
 F32 = {"rtol": 1e-5, "atol": 1e-5}
 F64 = {"rtol": 1e-12, "atol": 1e-12}

@@ -9,7 +9,6 @@ these.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
 
 from ..errors import Span
 from .types import ScalarType
@@ -156,7 +155,7 @@ class DimSize:
     dtype: ScalarType | None = _type()
 
 
-Expr = Union[IntLit, FloatLit, Ident, Access, Call, Cast, Unary, Binary, Select, DimSize]
+Expr = IntLit | FloatLit | Ident | Access | Call | Cast | Unary | Binary | Select | DimSize
 
 
 # ------------------------------------------------------------------------------------------- clauses
@@ -195,7 +194,7 @@ class ConditionClause:
     span: Span = _span()
 
 
-Clause = Union[RangeClause, ExistsClause, LetClause, ConditionClause]
+Clause = RangeClause | ExistsClause | LetClause | ConditionClause
 
 
 # ---------------------------------------------------------------------------------------- statements

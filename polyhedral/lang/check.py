@@ -14,9 +14,9 @@ from ..errors import (
     TCBoundsError,
     TCError,
     TCNameError,
-    TCSyntaxError,
     TCRangeError,
     TCSemanticError,
+    TCSyntaxError,
     TCTypeError,
     TCWarning,
 )
@@ -27,7 +27,17 @@ from .checked import CheckedDef, CheckedProgram, CheckedStatement, ScalarArg, Te
 from .parser import MAX_DEPTH, parse
 from .ranges import Affine, Constraint, IndexRange, affine_form, extreme, solve_ranges
 from .sizes import SizeExpr, SizeExprTooComplex, const, sym
-from .types import BOOL, FLOAT32, INT32, INT64, SCALAR_TYPES, ScalarType, common_type, is_narrowing, lookup_type
+from .types import (
+    BOOL,
+    FLOAT32,
+    INT32,
+    INT64,
+    SCALAR_TYPES,
+    ScalarType,
+    common_type,
+    is_narrowing,
+    lookup_type,
+)
 
 __all__ = ["check", "check_source"]
 
@@ -62,7 +72,9 @@ def _check(program: A.Program) -> CheckedProgram:
                 span=d.name_span,
             )
         if d.name in BUILTINS:
-            raise TCNameError(f"'{d.name}' redefines a builtin function", source=program.source, span=d.name_span)
+            raise TCNameError(
+                f"'{d.name}' redefines a builtin function", source=program.source, span=d.name_span
+            )
         seen[d.name] = d
     return CheckedProgram(program, tuple(_DefChecker(d, program.source).run() for d in program.defs))
 
@@ -169,7 +181,9 @@ class _DefChecker:
     def statement(self, s: A.Statement, k: int) -> CheckedStatement:
         name = s.tensor
         if name in self.scalars or (name in self.tensors and self.tensors[name].role == "input"):
-            raise self.err(TCSemanticError, f"cannot write to input '{name}': inputs are immutable", s.lhs_span)
+            raise self.err(
+                TCSemanticError, f"cannot write to input '{name}': inputs are immutable", s.lhs_span
+            )
         if name in self.size_spans:
             raise self.err(TCSemanticError, f"cannot write to size '{name}'", s.lhs_span)
         self._fresh_name(name, s.lhs_span, "tensor")
@@ -227,7 +241,9 @@ class _DefChecker:
             for node in A.walk(e):
                 if isinstance(node, A.Access) and not self._is_bound(node.tensor):
                     if not any(st.tensor == node.tensor for st in self.d.body):
-                        raise self.err(TCNameError, f"undefined tensor or function '{node.tensor}'", node.span)
+                        raise self.err(
+                            TCNameError, f"undefined tensor or function '{node.tensor}'", node.span
+                        )
 
         # ---- index variables: the left-hand side's, then any name used in a subscript.
         index_names: list[str] = list(lhs_vars)
@@ -243,7 +259,11 @@ class _DefChecker:
 
         for e in lhs_exprs:
             for node in A.walk(e):
-                if isinstance(node, A.Ident) and self._is_free(node.name, lets) and node.name not in index_names:
+                if (
+                    isinstance(node, A.Ident)
+                    and self._is_free(node.name, lets)
+                    and node.name not in index_names
+                ):
                     index_names.append(node.name)
             collect(e, True)
         collect(rhs, False)
@@ -254,7 +274,11 @@ class _DefChecker:
                 index_names.append(var)
         for ce in cond_exprs:
             for node in A.walk(ce):
-                if isinstance(node, A.Ident) and self._is_free(node.name, lets) and node.name not in index_names:
+                if (
+                    isinstance(node, A.Ident)
+                    and self._is_free(node.name, lets)
+                    and node.name not in index_names
+                ):
                     index_names.append(node.name)
         for nm in index_names:
             if nm not in lhs_vars:
@@ -273,7 +297,10 @@ class _DefChecker:
 
         # ---- reads of the tensor being written.
         for node in A.walk(rhs):
-            if isinstance(node, (A.Access, A.Ident)) and getattr(node, "tensor", getattr(node, "name", None)) == name:
+            if (
+                isinstance(node, (A.Access, A.Ident))
+                and getattr(node, "tensor", getattr(node, "name", None)) == name
+            ):
                 if name not in self.defined:
                     raise self.err(
                         TCSemanticError, f"'{name}' is read before any statement defines it", node.span
@@ -316,7 +343,9 @@ class _DefChecker:
         if declared_type is not None:
             dtype = declared_type
             if rhs_ty.weak == "float" and not dtype.is_float:
-                raise self.err(TCTypeError, f"narrowing assignment of a float value to {dtype} '{name}'", s.span)
+                raise self.err(
+                    TCTypeError, f"narrowing assignment of a float value to {dtype} '{name}'", s.span
+                )
             if rhs_ty.weak is None and is_narrowing(rhs_ty.t, dtype):
                 article = "an" if rhs_ty.t.name[0] in "aeiou" else "a"
                 raise self.err(
@@ -373,7 +402,9 @@ class _DefChecker:
                     continue
                 low = extreme(aff, ranges, upper=False)
                 if low.is_const and low.const < 0:
-                    raise self.err(TCRangeError, f"subscript of '{name}' can be negative (down to {low})", e.span)
+                    raise self.err(
+                        TCRangeError, f"subscript of '{name}' can be negative (down to {low})", e.span
+                    )
                 top = extreme(aff, ranges, upper=True) + 1
                 over = top.minus_const(self.tensors[name].shape[dim])
                 if over is not None and over > 0:
@@ -408,6 +439,7 @@ class _DefChecker:
         Whether it does for the sizes of a particular call is proved when the call binds them
         (polyhedral.lang.bounds); this catches at definition time what can never run.
         """
+
         def refuse(tensor: str, subscripts, verb: str) -> None:
             for k, sub in enumerate(subscripts):
                 aff = self._affine(sub, index_set)
@@ -425,7 +457,9 @@ class _DefChecker:
                     TCBoundsError,
                     f"subscript {k} of '{tensor}' {verb} outside the tensor for all sizes: it {what}",
                     sub.span,
-                    hint="ranges: " + ", ".join(str(ranges[v]) for v in sorted(aff.vars)) if aff.vars else None,
+                    hint="ranges: " + ", ".join(str(ranges[v]) for v in sorted(aff.vars))
+                    if aff.vars
+                    else None,
                 )
 
         if st.lhs:
@@ -440,7 +474,12 @@ class _DefChecker:
         return SCALAR_TYPES[r.type_name] if r is not None and r.type_name else None
 
     def _is_bound(self, name: str) -> bool:
-        return name in self.tensors or name in self.scalars or name in self.size_spans or name in self.declared_outputs
+        return (
+            name in self.tensors
+            or name in self.scalars
+            or name in self.size_spans
+            or name in self.declared_outputs
+        )
 
     def _is_free(self, name: str, lets: dict[str, A.Expr]) -> bool:
         return not (self._is_bound(name) or name in lets)
@@ -566,7 +605,9 @@ class _DefChecker:
         except SizeExprTooComplex:
             raise self.err(TCTypeError, f"{what} is too complex a size expression", e.span) from None
         if a is None:
-            raise self.err(TCTypeError, f"{what} must be a size expression (sizes, integers, + - * /)", e.span)
+            raise self.err(
+                TCTypeError, f"{what} must be a size expression (sizes, integers, + - * /)", e.span
+            )
         return a.rest
 
     def _dim_size_check(self, node: A.DimSize) -> TensorInfo:
@@ -575,7 +616,8 @@ class _DefChecker:
             raise self.err(TCNameError, f"'{node.tensor}.{node.dim}' refers to no defined tensor", node.span)
         if not 0 <= node.dim < t.rank:
             raise self.err(
-                TCTypeError, f"'{node.tensor}' has {t.rank} dimensions; '{node.tensor}.{node.dim}' does not exist",
+                TCTypeError,
+                f"'{node.tensor}' has {t.rank} dimensions; '{node.tensor}.{node.dim}' does not exist",
                 node.span,
             )
         return t
@@ -583,7 +625,9 @@ class _DefChecker:
     def _check_affine_condition(self, e: A.Expr, index_set: set[str], span: Span) -> None:
         for node in A.walk(e):
             if isinstance(node, A.Access):
-                raise self.err(TCTypeError, "tensor access where none is allowed (a where condition)", node.span)
+                raise self.err(
+                    TCTypeError, "tensor access where none is allowed (a where condition)", node.span
+                )
         parts = [e]
         while parts:
             p = parts.pop()
@@ -591,7 +635,9 @@ class _DefChecker:
                 parts += [p.lhs, p.rhs]
             elif isinstance(p, A.Binary) and p.op in ("<", "<=", ">", ">=", "=="):
                 if self._affine(p.lhs, index_set) is None or self._affine(p.rhs, index_set) is None:
-                    raise self.err(TCTypeError, "a where condition must compare affine index expressions", p.span)
+                    raise self.err(
+                        TCTypeError, "a where condition must compare affine index expressions", p.span
+                    )
             else:
                 raise self.err(
                     TCTypeError,
@@ -804,7 +850,9 @@ class _Typer:
             return replace(e, lhs=l, rhs=r, dtype=BOOL), _Ty(BOOL)
         ty = self.combine(lty, rty)
         if e.op == "%" and ty.t.is_float:
-            raise self.err(TCTypeError, f"'%' needs integer operands, got {ty.t}", e.span, hint="use fmod(a, b)")
+            raise self.err(
+                TCTypeError, f"'%' needs integer operands, got {ty.t}", e.span, hint="use fmod(a, b)"
+            )
         operand = self.default(ty)
         if e.op in ("==", "!=", "<", "<=", ">", ">="):
             l, r = self.coerce(l, lty, operand), self.coerce(r, rty, operand)

@@ -134,6 +134,7 @@ class CheckedDef:
 
     def signature(self) -> str:
         """A one-line summary: ``matmul(float32(M, K) A, float32(K, N) B) -> float32(M, N) C``."""
+
         def one(name: str) -> str:
             if name in self.scalars:
                 return f"{self.scalars[name].dtype} {name}"

@@ -186,10 +186,12 @@ class _Parser:
         body = []
         while not self.at("}"):
             if self.tok.kind == "eof":
-                raise self.error("expected '}' to close the body of " f"'{name.text}' but found end of input")
+                raise self.error(f"expected '}}' to close the body of '{name.text}' but found end of input")
             body.append(self.statement())
         end = self.expect("}")
-        return A.Def(name.text, tuple(params), tuple(returns), tuple(body), start.span.to(end.span), name.span)
+        return A.Def(
+            name.text, tuple(params), tuple(returns), tuple(body), start.span.to(end.span), name.span
+        )
 
     def type_name(self, what: str) -> Token:
         t = self.ident(what)
@@ -286,7 +288,9 @@ class _Parser:
             e = self.primary()
             if not isinstance(e, A.Access):
                 raise TCSyntaxError(
-                    "expected a tensor access after 'exists'", source=self.source, span=getattr(e, "span", t.span)
+                    "expected a tensor access after 'exists'",
+                    source=self.source,
+                    span=getattr(e, "span", t.span),
                 )
             return A.ExistsClause(e, t.span.to(e.span))
         if t.kind == "ident" and self.peek().kind == "ident" and self.peek().text == "in":
@@ -315,7 +319,9 @@ class _Parser:
         d = 1 + max((self.tree_depth.get(id(k), 1) for k in kids), default=0)
         if d > MAX_DEPTH:
             raise TCSyntaxError(
-                f"expression more than {MAX_DEPTH} levels deep", source=self.source, span=e.span,
+                f"expression more than {MAX_DEPTH} levels deep",
+                source=self.source,
+                span=e.span,
                 hint="split it with let-bindings (where x = ...) or temporaries",
             )
         self.tree_depth[id(e)] = d
@@ -377,7 +383,9 @@ class _Parser:
                 self.advance()
                 k = self.tok
                 if k.kind != "int":
-                    raise self.error(f"expected a dimension number after '{t.text}.' but found {k.describe()}")
+                    raise self.error(
+                        f"expected a dimension number after '{t.text}.' but found {k.describe()}"
+                    )
                 self.advance()
                 return A.DimSize(t.text, int(k.text), t.span.to(k.span))
             if not self.at("("):

@@ -12,7 +12,21 @@ from . import ast as A
 __all__ = ["def_to_tc", "expr_to_tc", "to_tc"]
 
 # Binding strength of binary operators (higher binds tighter), mirroring the parser.
-_PREC = {"||": 1, "&&": 2, "==": 3, "!=": 3, "<": 3, "<=": 3, ">": 3, ">=": 3, "+": 4, "-": 4, "*": 5, "/": 5, "%": 5}
+_PREC = {
+    "||": 1,
+    "&&": 2,
+    "==": 3,
+    "!=": 3,
+    "<": 3,
+    "<=": 3,
+    ">": 3,
+    ">=": 3,
+    "+": 4,
+    "-": 4,
+    "*": 5,
+    "/": 5,
+    "%": 5,
+}
 _UNARY = 6
 _ATOM = 7
 

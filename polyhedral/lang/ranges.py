@@ -140,9 +140,7 @@ def extreme(a: Affine, ranges: Mapping[str, IndexRange], upper: bool) -> SizeExp
     return out
 
 
-def _solve_one(
-    var: str, c: Constraint, ranges: Mapping[str, IndexRange]
-) -> tuple[SizeExpr, SizeExpr]:
+def _solve_one(var: str, c: Constraint, ranges: Mapping[str, IndexRange]) -> tuple[SizeExpr, SizeExpr]:
     """The interval of ``var`` that keeps ``0 <= subscript <= bound - 1`` for every other variable."""
     a = c.subscript.coeff(var)
     others = Affine.of({v: k for v, k in c.subscript.coeffs if v != var}, c.subscript.rest)

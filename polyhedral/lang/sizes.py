@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Union
 
 __all__ = ["MAX_TERMS", "SizeExpr", "SizeExprTooComplex", "const", "smax", "smin", "sym"]
 
@@ -58,7 +57,7 @@ class _Prod:
         return (3, tuple(f.key() for f in self.factors))
 
 
-_Atom = Union[_Sym, _FloorDiv, _MinMax, _Prod]
+_Atom = _Sym | _FloorDiv | _MinMax | _Prod
 
 
 def _atom_factors(a: _Atom) -> tuple[_Atom, ...]:
