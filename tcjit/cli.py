@@ -26,13 +26,7 @@ def _load_entry(path: str, entry: str | None):
 
     with open(path, encoding="utf-8") as f:
         program = check_source(f.read())
-    if entry is None:
-        if len(program.defs) != 1:
-            raise SystemExit(f"tcjit: {path} defines {', '.join(program.names)}; choose one with --entry")
-        entry = program.defs[0].name
-    cdef = program.get(entry)
-    if cdef is None:
-        raise SystemExit(f"tcjit: {path} defines no entry '{entry}' (it defines {', '.join(program.names)})")
+    cdef = program.entry(entry)
     return program, cdef
 
 

@@ -168,8 +168,8 @@ def define(source: str, name: str | None = None, *, backward: str | None = "auto
     program = check_source(source)
     if not program.defs:
         raise TCNameError("the source defines no entry point ('def name(...) -> (...) { ... }')")
-    if name is not None and program.get(name) is None:
-        raise TCNameError(f"unknown entry point '{name}'; the source defines {', '.join(program.names)}")
+    if name is not None:
+        program.entry(name)  # raises for an unknown name
     if backward not in (None, "auto"):
         if not isinstance(backward, str):
             raise TCCallError(f"backward must be 'auto', None or an entry name, got {backward!r}")

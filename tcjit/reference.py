@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from .binding import bind, torch_dtype
-from .polyhedral.errors import TCBoundsError, TCCallError, TCNameError
+from .polyhedral.errors import TCBoundsError, TCCallError
 from .polyhedral.lang import ast as A
 from .polyhedral.lang.builtins import LANGUAGE_FUNCTIONS
 from .polyhedral.lang.check import check_source
@@ -572,14 +572,6 @@ def evaluate(
     tensor([2., 2., 2.])
     """
     cp = check_source(program) if isinstance(program, str) else program
-    if entry is None:
-        if len(cp.defs) != 1:
-            raise TCNameError(f"the source defines {', '.join(cp.names)}: name the entry to evaluate")
-        entry = cp.defs[0].name
-    cdef = cp.get(entry)
-    if cdef is None:
-        raise TCNameError(
-            f"unknown entry point '{entry}'; the source defines {', '.join(cp.names) or 'nothing'}"
-        )
+    cdef = cp.entry(entry)
     outs = evaluate_def(cdef, *inputs, outputs=outputs, max_points=max_points)
     return outs[0] if len(outs) == 1 else outs

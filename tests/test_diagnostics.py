@@ -18,7 +18,6 @@ from __future__ import annotations
 import pickle
 import re
 import warnings
-from pathlib import Path
 
 import pytest
 
@@ -38,6 +37,7 @@ from tcjit.polyhedral.errors import (
 from tcjit.polyhedral.lang.check import check_source
 from tcjit.polyhedral.lang.parser import MAX_DEPTH, MAX_NESTING, parse
 from tcjit.polyhedral.lang.sizes import const, sym
+from tcjit.suite import SUITE
 
 
 def known_bug(reason: str) -> pytest.MarkDecorator:
@@ -947,72 +947,8 @@ def test_non_string_source_is_a_syntax_error() -> None:
 
 
 # ============================================================================ programs that pass
-# The code block of KERNELS.md, verbatim.
-KERNELS = """\
-def matmul(float(M,K) A, float(K,N) B) -> (C) {
-    C(m, n) +=! A(m, r_k) * B(r_k, n)
-}
-def tmm(float(M,K) A, float(N,K) B) -> (C) {
-    C(m, n) +=! A(m, r_k) * B(n, r_k)
-}
-def tbmm(float(B,M,K) X, float(B,N,K) Y) -> (Z) {
-    Z(b, m, n) +=! X(b, m, r_k) * Y(b, n, r_k)
-}
-def fcrelu(float(B,M) I, float(N,M) W, float(N) bias) -> (O) {
-    O(b, n) +=! I(b, r_m) * W(n, r_m)
-    O(b, n)  = fmax(O(b, n) + bias(n), 0)
-}
-def mlp3(float(B,M) I, float(N,M) W1, float(N) B1, float(P,N) W2, float(P) B2,
-         float(Q,P) W3, float(Q) B3) -> (O1, O2, O3) {
-    O1(b, n) +=! I(b, r_m) * W1(n, r_m)
-    O1(b, n)  = fmax(O1(b, n) + B1(n), 0)
-    O2(b, p) +=! O1(b, r_n) * W2(p, r_n)
-    O2(b, p)  = fmax(O2(b, p) + B2(p), 0)
-    O3(b, q) +=! O2(b, r_p) * W3(q, r_p)
-    O3(b, q)  = fmax(O3(b, q) + B3(q), 0)
-}
-def gconv(float(N,G,C,H,W) I, float(G,F,C,KH,KW) W1) -> (O) {
-    O(n, g, f, h, w) +=! I(n, g, r_c, h + r_kh, w + r_kw) * W1(g, f, r_c, r_kh, r_kw)
-}
-def conv2d(float(N,C,H,W) I, float(F,C,KH,KW) W1) -> (O) {
-    O(n, f, h, w) +=! I(n, r_c, h + r_kh, w + r_kw) * W1(f, r_c, r_kh, r_kw)
-}
-def kronecker3(float(D0,N0) W0, float(D1,N1) W1, float(D2,N2) W2, float(M,N0,N1,N2) X)
-    -> (XW2, XW1, Y) {
-    XW2(m, n0, n1, d2) +=! X(m, n0, n1, r_n2) * W2(d2, r_n2)
-    XW1(m, n0, d1, d2) +=! XW2(m, n0, r_n1, d2) * W1(d1, r_n1)
-    Y(m, d0, d1, d2)   +=! XW1(m, r_n0, d1, d2) * W0(d0, r_n0)
-}
-def tensordot(float(N,C0,C1,C2) I0, float(N,C2,C3) I1) -> (O) {
-    O(n, c0, c1, c3) +=! I0(n, c0, c1, r_c2) * I1(n, r_c2, c3)
-}
-def softmax(float(N,D) I) -> (O, mx, sm) {
-    mx(n) max=! I(n, r_d)
-    sm(n) +=!   exp(I(n, r_d) - mx(n))
-    O(n, d) =   exp(I(n, d) - mx(n)) / sm(n)
-}
-def layernorm(float(N,D) I, float(D) gamma, float(D) beta) -> (O, mean, var) {
-    mean(n) +=! I(n, r_d) / D
-    var(n)  +=! (I(n, r_d) - mean(n)) * (I(n, r_d) - mean(n)) / D
-    O(n, d)  =  gamma(d) * (I(n, d) - mean(n)) * rsqrt(var(n) + 1e-5) + beta(d)
-}
-def bn_reduce(float(N,C,H,W) I) -> (mean) {
-    mean(c) +=! I(r_n, c, r_h, r_w)
-    mean(c)  =  mean(c) / float(N * H * W)
-}
-def cosine(float(M,N) A, float(M,N) B) -> (O, nA, nB, dot) {
-    nA(m)  +=! A(m, r_n) * A(m, r_n)
-    nB(m)  +=! B(m, r_n) * B(m, r_n)
-    dot(m) +=! A(m, r_n) * B(m, r_n)
-    O(m)    =  dot(m) / fmax(sqrt(nA(m) * nB(m)), 1e-8)
-}
-def maxpool2x2(float(N,C,H,W) I) -> (O) {
-    O(n, c, h, w) max=! I(n, c, 2 * h + r_kh, 2 * w + r_kw) where r_kh in 0:2, r_kw in 0:2
-}
-def abs_sum(float(M,N) A) -> (S) {
-    S +=! fabs(A(r_m, r_n))
-}
-"""
+# The 15 kernels of KERNELS.md (tcjit.suite holds them verbatim; tests/test_suite.py checks that).
+KERNELS = "\n".join(sk.source.strip() + "\n" for sk in SUITE.values())
 
 # Output shapes (as printed) of every kernel.
 KERNEL_OUTPUTS = {
@@ -1051,14 +987,6 @@ def _check(source: str):
 
 def _shape(d, name: str) -> tuple[str, ...]:
     return tuple(str(s) for s in d.tensor(name).shape)
-
-
-def test_kernels_copy_matches_kernels_md() -> None:
-    path = Path("/work/shared/KERNELS.md")
-    if not path.exists():
-        pytest.skip("KERNELS.md is not on this machine")
-    block = re.search(r"```\n(.*?)```", path.read_text(encoding="utf-8"), re.S).group(1)
-    assert block == KERNELS
 
 
 def test_all_kernels_in_one_source() -> None:

@@ -77,3 +77,16 @@ def test_source_variants() -> None:
     assert double.startswith("def bn_reduce(double(N,C,H,W) I)")
     assert "float(N * H * W)" in double  # the body, with its cast, is unchanged
     assert suite.get("matmul").source_for(torch.float32) == suite.get("matmul").source
+
+
+def test_sources_are_kernels_md_verbatim():
+    """The suite's TC texts are KERNELS.md's (from ../shared/, where CI and sessions have it)."""
+    import re
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "shared" / "KERNELS.md"
+    if not path.exists():
+        pytest.skip("../shared/KERNELS.md is not beside this checkout")
+    block = re.search(r"```\n(.*?)```", path.read_text(encoding="utf-8"), re.S).group(1)
+    defs = [c.strip() for c in re.split(r"(?m)^(?=def )", block) if c.strip()]
+    assert defs == [sk.source.strip() for sk in suite.SUITE.values()]

@@ -248,38 +248,32 @@ class _DefChecker:
         # ---- index variables: the left-hand side's, then any name used in a subscript.
         index_names: list[str] = list(lhs_vars)
 
-        def collect(e: A.Expr, in_subscript: bool) -> None:
-            for node in A.walk(e):
-                if isinstance(node, A.Access):
-                    for a in node.args:
-                        for sub in A.walk(a):
-                            if isinstance(sub, A.Ident) and self._is_free(sub.name, lets):
-                                if sub.name not in index_names:
-                                    index_names.append(sub.name)
-
-        for e in lhs_exprs:
-            for node in A.walk(e):
+        def add_free(root: A.Expr) -> None:
+            for node in A.walk(root):
                 if (
                     isinstance(node, A.Ident)
                     and self._is_free(node.name, lets)
                     and node.name not in index_names
                 ):
                     index_names.append(node.name)
-            collect(e, True)
-        collect(rhs, False)
+
+        def add_subscripts(root: A.Expr) -> None:
+            for node in A.walk(root):
+                if isinstance(node, A.Access):
+                    for a in node.args:
+                        add_free(a)
+
+        for e in lhs_exprs:
+            add_free(e)
+            add_subscripts(e)
+        add_subscripts(rhs)
         for acc in exists:
-            collect(acc, False)
+            add_subscripts(acc)
         for var in range_clauses:
             if var not in index_names:
                 index_names.append(var)
         for ce in cond_exprs:
-            for node in A.walk(ce):
-                if (
-                    isinstance(node, A.Ident)
-                    and self._is_free(node.name, lets)
-                    and node.name not in index_names
-                ):
-                    index_names.append(node.name)
+            add_free(ce)
         for nm in index_names:
             if nm not in lhs_vars:
                 self._check_index_name(nm, self._first_use(nm, rhs, s) or s.span)
@@ -555,32 +549,6 @@ class _DefChecker:
         return affine_form(
             e, index_set, lambda n: n in self.size_spans, lambda t, k: self.tensors[t].shape[k]
         )
-        if isinstance(e, A.DimSize):
-            return Affine.of({}, self.tensors[e.tensor].shape[e.dim])
-        if isinstance(e, A.Cast) and e.to in ("int32", "int64"):
-            return self._affine(e.arg, index_set)
-        if isinstance(e, A.Unary) and e.op == "-":
-            a = self._affine(e.arg, index_set)
-            return a.scale(-1) if a else None
-        if isinstance(e, A.Binary) and e.op in ("+", "-", "*", "/"):
-            l, r = self._affine(e.lhs, index_set), self._affine(e.rhs, index_set)
-            if l is None or r is None:
-                return None
-            if e.op == "+":
-                return l + r
-            if e.op == "-":
-                return l + r.scale(-1)
-            if e.op == "*":
-                if not l.coeffs and l.rest.is_const:
-                    return r.scale(l.rest.const)
-                if not r.coeffs and r.rest.is_const:
-                    return l.scale(r.rest.const)
-                if not l.coeffs and not r.coeffs:
-                    return Affine.of({}, l.rest * r.rest)
-                return None
-            if not l.coeffs and not r.coeffs and r.rest.is_const and r.rest.const > 0:
-                return Affine.of({}, l.rest.floordiv(r.rest.const))
-        return None
 
     def _size_expr(self, e: A.Expr, what: str) -> SizeExpr:
         """``e`` as a size expression (for `where i in lo:hi` bounds)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..errors import Span
+from ..errors import Span, TCNameError
 from . import ast as A
 from .ranges import IndexRange
 from .sizes import SizeExpr
@@ -160,6 +160,23 @@ class CheckedProgram:
 
     def get(self, name: str) -> CheckedDef | None:
         return next((d for d in self.defs if d.name == name), None)
+
+    def entry(self, name: str | None = None) -> CheckedDef:
+        """The definition called ``name``; with ``None``, the only one.
+
+        :raises TCNameError: no such entry, or several and no name.
+        """
+        if name is None:
+            if len(self.defs) != 1:
+                found = ", ".join(self.names) or "nothing"
+                raise TCNameError(f"the source defines {found}: name the entry point")
+            return self.defs[0]
+        d = self.get(name)
+        if d is None:
+            raise TCNameError(
+                f"unknown entry point '{name}'; the source defines {', '.join(self.names) or 'nothing'}"
+            )
+        return d
 
     @property
     def names(self) -> tuple[str, ...]:
