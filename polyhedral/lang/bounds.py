@@ -11,14 +11,15 @@ polyhedral bounds proof of the compiler and, in the reference evaluator, at ever
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from ..errors import TCBoundsError
 from . import ast as A
 from .checked import CheckedDef, CheckedStatement
-from .ranges import affine_form
+from .ranges import Affine, IndexRange, affine_form, extreme
+from .sizes import SizeExpr
 
-__all__ = ["check_bounds", "unconditional_accesses"]
+__all__ = ["check_bounds", "refuse_outside_for_all_sizes", "unconditional_accesses"]
 
 
 def unconditional_accesses(e: A.Expr) -> Iterator[A.Access]:
@@ -81,3 +82,43 @@ def check_bounds(cdef: CheckedDef, sizes: Mapping[str, int]) -> None:
     for st in cdef.statements:
         if not st.conditions:
             _check_statement(cdef, st, sizes, shapes)
+
+
+def refuse_outside_for_all_sizes(
+    st: CheckedStatement,
+    ranges: Mapping[str, IndexRange],
+    affine: Callable[[A.Expr], Affine | None],
+    dim_size: Callable[[str, int], SizeExpr],
+    error: Callable[[str, object, str | None], Exception],
+) -> None:
+    """At definition time, reject a subscript that leaves its tensor for *every* choice of sizes >= 1.
+
+    Whether it does for the sizes of a particular call is proved when the call binds them
+    (:func:`check_bounds`); this catches what can never run, before any call.
+    """
+
+    def refuse(tensor: str, subscripts, verb: str) -> None:
+        for k, sub in enumerate(subscripts):
+            aff = affine(sub)
+            if aff is None:
+                continue
+            dim = dim_size(tensor, k)
+            low, high = extreme(aff, ranges, upper=False), extreme(aff, ranges, upper=True)
+            if low.bounds()[1] < 0:
+                what = f"is negative (at most {low})"
+            elif (high - dim).bounds()[0] >= 0:
+                what = f"reaches {high}, at or beyond the size {dim} of dimension {k}"
+            else:
+                continue
+            hint = "ranges: " + ", ".join(str(ranges[v]) for v in sorted(aff.vars)) if aff.vars else None
+            raise error(
+                f"subscript {k} of '{tensor}' {verb} outside the tensor for all sizes: it {what}",
+                sub.span,
+                hint,
+            )
+
+    if st.lhs:
+        refuse(st.tensor, st.lhs, "writes")
+    for acc in unconditional_accesses(st.rhs):
+        if acc.args:
+            refuse(acc.tensor, acc.args, "reads")
