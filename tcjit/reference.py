@@ -465,6 +465,11 @@ def _run_statement(ev: _Evaluator, st: CheckedStatement, max_points: int) -> Non
         for ix, n in zip(full, target.shape):
             flat = flat * n + ix
         red = {"+=": "sum", "*=": "prod", "min=": "amin", "max=": "amax"}[st.op]
+        if nan_ignored:  # fmax(NaN, x) is x: a NaN element that gets a contribution takes it
+            hit = torch.zeros(acc.numel(), dtype=torch.bool, device=acc.device)
+            hit[flat] = True
+            flat_acc = acc.view(-1)
+            flat_acc[hit & torch.isnan(flat_acc)] = ident
         acc.view(-1).scatter_reduce_(0, flat, val, reduce=red, include_self=True)
     if _is_u64(info.dtype) and st.op in ("min=", "max="):
         acc = _u64_key(acc)

@@ -811,3 +811,18 @@ def test_mixed_integer_float_promotion_and_sigmoid() -> None:
     assert torch.equal(Half, X.float() * 0.5)
     assert torch.equal(Root, torch.sqrt(X.float()))
     torch.testing.assert_close(Gate, F.silu(A), **F32)
+
+
+def test_scatter_max_follows_fmax_on_existing_nans() -> None:
+    """A scattered ``max=`` folds fmax: NaN contributions are ignored, and an element holding NaN
+    takes the first real contribution (or keeps NaN when it gets none)."""
+    src = "def s(float(N) A, float(M) B) -> (O) { O(i + k) max= A(i) * B(k) }"
+    nan = math.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TCWarning)
+        out = torch.tensor([nan, nan, nan, 5.0])
+        reference.evaluate(src, "s", torch.tensor([1.0, 2.0]), torch.tensor([1.0, nan, 3.0]), outputs=(out,))
+        assert out.tolist() == [1.0, 2.0, 3.0, 6.0]
+        out = torch.tensor([nan, 7.0])
+        reference.evaluate(src, "s", torch.tensor([nan]), torch.tensor([nan, 1.0]), outputs=(out,))
+        assert math.isnan(out[0]) and out[1] == 7.0
