@@ -22,6 +22,7 @@ __all__ = [
     "TCError",
     "TCInternalError",
     "TCNameError",
+    "TCOptionsError",
     "TCRangeError",
     "TCSemanticError",
     "TCSyntaxError",
@@ -146,6 +147,10 @@ class TCBoundsError(TCError):
 
 class TCCallError(TCError):
     """A call does not fit the definition: count, dtype, rank, sizes, device, outputs."""
+
+
+class TCOptionsError(TCError):
+    """Mapping options are invalid: a value out of range, or a combination a target cannot run."""
 
 
 class TCInternalError(TCError):
