@@ -1,5 +1,9 @@
 """tcjit.cache: the on-disk kernel store and the tuned-options database (SQLite).
 
-Not written yet. May import tcjit.polyhedral (errors), tcjit.mapping (the options type) and the
-standard library.
+May import tcjit.polyhedral (errors), tcjit.mapping (the options type) and the standard library.
+The options database is not written yet.
 """
+
+from .store import FORMAT_VERSION, Entry, KernelStore
+
+__all__ = ["FORMAT_VERSION", "Entry", "KernelStore"]

@@ -1,0 +1,225 @@
+"""The on-disk format of one kernel-store entry: a directory of files and a manifest that vouches for them.
+
+An entry for key ``k`` lives at ``root/v{FORMAT_VERSION}/ab/abcd…`` where ``abcd…`` is sha256(k) in
+hex. Its ``manifest.json`` holds the full key text, the format version, the creation time (integer
+seconds), the user metadata and the size and sha256 of every file. The directory's mtime is the
+entry's last access (set explicitly: file-system atime is unreliable), which eviction orders by.
+
+:func:`verify_entry` trusts nothing: a manifest that does not parse, names another key or another
+version, or lists a file that is missing, is a symbolic link or differs in size or checksum makes the
+entry corrupt. Checksums are verified on every call: kernel files are small and the runtime keeps what
+it loaded in memory, so a process reads each entry about once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import stat
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+
+__all__ = [
+    "FORMAT_VERSION",
+    "MANIFEST",
+    "Entry",
+    "entry_location",
+    "fsync_dir",
+    "make_entry",
+    "prepare_put",
+    "record_access",
+    "verify_entry",
+    "write_entry",
+]
+
+FORMAT_VERSION: int = 1
+"""Layout and manifest version. Bump it when either changes: entries of other versions are misses."""
+
+MANIFEST = "manifest.json"
+"""The manifest's file name in every entry; no stored file may take it."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A valid entry of the store, as :meth:`KernelStore.get` or :meth:`KernelStore.put` returns it.
+
+    Another process may evict the entry after it was returned: open its files promptly and treat a
+    missing file as a miss.
+
+    :ivar key: the full cache-key text.
+    :ivar directory: the entry's directory.
+    :ivar files: file name -> path, for every file stored with the entry (read-only mapping).
+    :ivar metadata: the user metadata, as read back from JSON (tuples come back as lists).
+    """
+
+    key: str
+    directory: Path
+    files: Mapping[str, Path]
+    metadata: Mapping[str, object]
+
+    def path(self, name: str) -> Path:
+        """The path of the file stored under ``name``; ``KeyError`` if the entry has no such file."""
+        try:
+            return self.files[name]
+        except KeyError:
+            raise KeyError(f"entry has no file {name!r} (it has {sorted(self.files)})") from None
+
+
+def entry_location(root: Path, key: str) -> Path:
+    """Where the entry for ``key`` lives under ``root`` (any ``str`` key, even with lone surrogates)."""
+    if not isinstance(key, str):
+        raise TypeError(f"a cache key is text, got {type(key).__name__}")
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+    return root / f"v{FORMAT_VERSION}" / digest[:2] / digest
+
+
+def make_entry(key: str, directory: Path, names: Iterable[str], metadata: dict[str, object]) -> Entry:
+    """The :class:`Entry` for files ``names`` in ``directory``, with read-only mappings."""
+    files = MappingProxyType({name: directory / name for name in sorted(names)})
+    return Entry(key, directory, files, MappingProxyType(metadata))
+
+
+# ------------------------------------------------------------------------------------- writing
+def prepare_put(
+    files: Mapping[str, bytes], metadata: Mapping[str, object] | None
+) -> tuple[dict[str, bytes], dict[str, object]]:
+    """Check what a put stores; return the file contents as bytes and the metadata as JSON reads it.
+
+    :raises ValueError: a file name is empty, reserved (``manifest.json``, a leading ``.``), not a
+        plain name or longer than 255 bytes.
+    :raises TypeError: a content is not bytes-like, or the metadata is not JSON with string keys.
+    """
+    blobs = {}
+    for name, data in files.items():
+        problem = _name_problem(name)
+        if problem:
+            raise ValueError(problem)
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"content of {name!r} must be bytes, got {type(data).__name__}")
+        blobs[name] = bytes(data)
+    try:
+        text = json.dumps(dict(metadata or {}), sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"kernel cache metadata must be JSON with string keys: {err}") from None
+    return blobs, json.loads(text)
+
+
+def write_entry(directory: Path, key: str, blobs: dict[str, bytes], metadata: dict[str, object]) -> int:
+    """Write and fsync the files, then the manifest, into the empty ``directory``; return its bytes."""
+    records = {}
+    for name, data in blobs.items():
+        _write_file(directory / name, data)
+        records[name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    manifest = {
+        "format": FORMAT_VERSION,
+        "key": key,
+        "created": int(time.time()),
+        "files": records,
+        "metadata": metadata,
+    }
+    text = json.dumps(manifest, sort_keys=True, allow_nan=False).encode("ascii")
+    _write_file(directory / MANIFEST, text)
+    record_access(directory)
+    fsync_dir(directory)
+    return len(text) + sum(len(data) for data in blobs.values())
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with open(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def fsync_dir(path: Path) -> None:
+    """Make the names in directory ``path`` durable (after creating or renaming into it)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def record_access(directory: Path) -> None:
+    """Set the entry's last access to now; silently nothing if it vanished or cannot be changed."""
+    now = time.time_ns()
+    with contextlib.suppress(OSError):
+        os.utime(directory, ns=(now, now), follow_symlinks=False)
+
+
+# ------------------------------------------------------------------------------------- reading
+def verify_entry(directory: Path, key: str) -> Entry | str | None:
+    """The entry at ``directory`` if valid for ``key``; why not if corrupt or foreign; ``None`` if absent.
+
+    Never raises on what it finds on disk.
+    """
+    try:
+        if not stat.S_ISDIR(os.lstat(directory).st_mode):
+            return "not a directory"
+        raw = _read(directory / MANIFEST)
+    except (FileNotFoundError, NotADirectoryError):
+        return "no manifest" if os.path.lexists(directory) else None
+    except OSError as err:
+        return f"unreadable manifest: {err.strerror}"
+    try:
+        manifest = json.loads(raw)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return "manifest is not JSON"
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_VERSION:
+        return "manifest of another format"
+    if manifest.get("key") != key:
+        return "foreign entry: its manifest names another key"
+    records, metadata = manifest.get("files"), manifest.get("metadata")
+    if not isinstance(records, dict) or not isinstance(metadata, dict):
+        return "malformed manifest"
+    for name, record in records.items():
+        problem = _name_problem(name) or _file_problem(directory / name, record)
+        if problem:
+            return problem
+    return make_entry(key, directory, records, metadata)
+
+
+def _file_problem(path: Path, record: object) -> str | None:
+    """Why the file at ``path`` does not match its manifest ``record``, or ``None``."""
+    if not isinstance(record, dict) or not isinstance(record.get("size"), int):
+        return f"malformed manifest record for {path.name}"
+    try:
+        data = _read(path)
+    except OSError as err:
+        return f"{path.name}: {err.strerror}"
+    if len(data) != record["size"]:
+        return f"{path.name} has {len(data)} bytes, the manifest says {record['size']}"
+    if hashlib.sha256(data).hexdigest() != record.get("sha256"):
+        return f"{path.name} does not match its checksum"
+    return None
+
+
+def _read(path: Path) -> bytes:
+    """The content of a regular file, without following a symbolic link."""
+    # O_NONBLOCK: a FIFO planted in an entry must fail the check, not hang the reader.
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        return f.read()
+
+
+def _name_problem(name: object) -> str | None:
+    """Why ``name`` cannot name a file of an entry, or ``None`` if it can."""
+    if not isinstance(name, str) or not name:
+        return f"file name must be a non-empty string, got {name!r}"
+    if name.startswith(".") or "/" in name or "\0" in name or name == MANIFEST:
+        return f"file name {name!r} is reserved or not a plain name"
+    try:
+        if len(os.fsencode(name)) > 255:
+            return f"file name {name[:20]!r}... is longer than 255 bytes"
+    except UnicodeEncodeError:
+        return f"file name {name!r} cannot be encoded for the file system"
+    return None
