@@ -41,6 +41,19 @@ def cmd_show(args) -> int:
         print(parse(program.source).get(cdef.name))
     elif args.stage == "canonical":
         print(def_to_tc(cdef.ast), end="")
+    elif args.stage in ("scop", "schedule"):
+        from .polyhedral.schedule import schedule, tile
+        from .polyhedral.scop import build_scop, compute_dependences
+
+        if cdef.sizes and not sizes and args.fix_sizes:
+            raise SystemExit("tcjit: --fix-sizes needs --sizes")
+        scop = build_scop(cdef, sizes if args.fix_sizes else None)
+        if args.stage == "scop":
+            print(scop.describe())
+        else:
+            sched = schedule(scop, compute_dependences(scop), fusion=args.fusion)
+            tiles = tuple(int(t) for t in args.tile.split(",")) if args.tile else ()
+            print(tile(sched, tiles).get_root())
     elif args.stage == "checked":
         print(cdef.signature())
         for name in cdef.temporaries:
@@ -138,7 +151,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("file")
     p.add_argument("--entry")
     p.add_argument("--sizes", help="concrete sizes, e.g. M=64,N=32")
-    p.add_argument("--stage", choices=("ast", "checked", "canonical"), default="checked")
+    p.add_argument("--stage", choices=("ast", "checked", "canonical", "scop", "schedule"), default="checked")
+    p.add_argument("--fusion", choices=("Max", "Preserve3Coincident", "Min"), default="Preserve3Coincident")
+    p.add_argument("--tile", help="tile sizes of the outermost bands, e.g. 32,32 (0: untiled member)")
+    p.add_argument(
+        "--fix-sizes", action="store_true", help="specialise the Scop to --sizes before scheduling"
+    )
     p.set_defaults(func=cmd_show)
     p = sub.add_parser("run", help="run an entry on random inputs")
     p.add_argument("file")
