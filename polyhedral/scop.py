@@ -236,7 +236,7 @@ def build_scop(cdef: CheckedDef, sizes: Mapping[str, int] | None = None) -> Scop
         if st.init and st.is_reduction:
             if st.plain_lhs:
                 lhs_dims = set(st.lhs_vars)
-                lhs_only = [c for c, e in zip(conds, st.conditions) if _vars(e) <= lhs_dims]
+                lhs_only = [b.condition(c, lhs_dims) for c in st.lhs_conditions]
                 tup = add(f"{name}_init", st, "init", st.lhs_vars, ranges[: len(st.lhs_vars)] + lhs_only)
                 access(f"{name}_init", tup, lhs_dims, st.tensor, st.lhs, True, st.source)
             else:  # the elements an affine left-hand side reaches, computed below with isl
@@ -282,10 +282,6 @@ def build_scop(cdef: CheckedDef, sizes: Mapping[str, int] | None = None) -> Scop
         reductions=tuple(reductions),
         program_order=order_map,
     )
-
-
-def _vars(e: A.Expr) -> set[str]:
-    return {n.name for n in A.walk(e) if isinstance(n, A.Ident) and n.kind == "index"}
 
 
 def _tagged(domain: isl.UnionSet, tagged: isl.UnionMap) -> isl.UnionSet:

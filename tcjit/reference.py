@@ -380,7 +380,6 @@ def _run_statement(ev: _Evaluator, st: CheckedStatement, max_points: int) -> Non
         idx = [ev.index(e, ch, active) for e in st.lhs]
         return ev.checked(idx, target.shape, st.source, active, "writes")
 
-    lhs_only = [c for c in st.conditions if _vars_of(c) <= set(st.lhs_vars)]
     extents = [max(0, b - a) for a, b in bounds]
 
     if st.init and st.is_reduction:
@@ -388,7 +387,9 @@ def _run_statement(ev: _Evaluator, st: CheckedStatement, max_points: int) -> Non
         # that is its variables' box (under the conditions on them alone), so an element whose
         # reduction is empty still gets the identity; an affine one denotes what it reaches.
         ident = ev.const(_identity(st.op, info.dtype), info.dtype)
-        init_dims, init_conditions = (n_lhs, lhs_only) if st.plain_lhs else (len(names), st.conditions)
+        init_dims, init_conditions = (
+            (n_lhs, st.lhs_conditions) if st.plain_lhs else (len(names), st.conditions)
+        )
         for box in _boxes(extents[:init_dims], max_points):
             ch = chunk(box)
             active = mask(ch, init_conditions)
@@ -471,7 +472,7 @@ def _run_statement(ev: _Evaluator, st: CheckedStatement, max_points: int) -> Non
             flat_acc = acc.view(-1)
             flat_acc[hit & torch.isnan(flat_acc)] = ident
         acc.view(-1).scatter_reduce_(0, flat, val, reduce=red, include_self=True)
-    if _is_u64(info.dtype) and st.op in ("min=", "max="):
+    if u64_order:
         acc = _u64_key(acc)
     target.copy_(_from_acc(acc, info.dtype))
 
@@ -505,10 +506,6 @@ def _from_acc(acc: torch.Tensor, t: ScalarType) -> torch.Tensor:
     if _is_u64(t):
         return acc
     return _wrap(acc, t).to(_repr_dtype(t))
-
-
-def _vars_of(e: A.Expr) -> set[str]:
-    return {n.name for n in A.walk(e) if isinstance(n, A.Ident) and n.kind == "index"}
 
 
 # ------------------------------------------------------------------------------------------------ API

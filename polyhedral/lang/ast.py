@@ -36,6 +36,7 @@ __all__ = [
     "Select",
     "Statement",
     "Unary",
+    "index_vars",
     "walk",
 ]
 
@@ -294,6 +295,11 @@ def children(e: Expr) -> tuple[Expr, ...]:
     if isinstance(e, Select):
         return (e.cond, e.then, e.other)
     return ()
+
+
+def index_vars(e: Expr) -> set[str]:
+    """The index variables a checked expression mentions."""
+    return {n.name for n in walk(e) if isinstance(n, Ident) and n.kind == "index"}
 
 
 def walk(e: Expr):

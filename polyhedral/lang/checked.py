@@ -86,6 +86,12 @@ class CheckedStatement:
         names = [e.name for e in self.lhs if isinstance(e, A.Ident)]
         return len(names) == len(self.lhs) and len(set(names)) == len(names)
 
+    @property
+    def lhs_conditions(self) -> tuple[A.Expr, ...]:
+        """The domain conditions on left-hand side variables alone (they bound a ``!`` initialisation)."""
+        lhs = set(self.lhs_vars)
+        return tuple(c for c in self.conditions if A.index_vars(c) <= lhs)
+
     def range_of(self, var: str) -> IndexRange:
         return next(r for r in self.ranges if r.var == var)
 
