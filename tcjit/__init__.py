@@ -32,6 +32,7 @@ from .polyhedral.errors import (
 
 if TYPE_CHECKING:
     from .kernel import Definitions, Kernel
+    from .mapping.options import MappingOptions
 
 __version__ = "0.1.0"
 
@@ -49,7 +50,9 @@ __all__ = [
     "TCSyntaxError",
     "TCTypeError",
     "TCWarning",
+    "MappingOptions",
     "__version__",
+    "compile",
     "define",
 ]
 
@@ -75,12 +78,31 @@ def define(source: str, name: str | None = None, *, backward: str | None = "auto
     return _define(source, name, backward=backward, options=options)
 
 
+def compile(kernel, *example_inputs, options=None, target: str | None = None):
+    """Compile ``kernel`` ahead of time for the layout of ``example_inputs``; return the specialisation.
+
+    Example inputs may be tensors on the ``meta`` device (shapes, dtypes and strides, no data);
+    they then stand for CPU tensors. Later calls of ``kernel`` with that layout use the result, as
+    does a later process (through the on-disk cache). The returned object is callable on inputs of
+    exactly that layout.
+
+    :raises TCError: as a call would, before any code runs.
+    """
+    from .kernel import compile as _compile
+
+    return _compile(kernel, *example_inputs, options=options, target=target)
+
+
 def __getattr__(attr: str):
     # Heavier parts load on first use, keeping `import tcjit` cheap.
     if attr in ("Kernel", "Definitions"):
         from . import kernel
 
         return getattr(kernel, attr)
+    if attr == "MappingOptions":
+        from .mapping.options import MappingOptions
+
+        return MappingOptions
     if attr == "reference":
         import importlib
 

@@ -9,7 +9,7 @@ from .polyhedral.lang.check import check_source
 from .polyhedral.lang.checked import CheckedDef, CheckedProgram
 from .polyhedral.lang.printer import def_to_tc
 
-__all__ = ["Definitions", "Kernel", "define"]
+__all__ = ["Definitions", "Kernel", "compile", "default_options", "define"]
 
 _TARGETS = ("cpu", "cuda", "cuda-emulated")
 
@@ -17,8 +17,8 @@ _TARGETS = ("cpu", "cuda", "cuda-emulated")
 class Kernel:
     """One entry point of a TC source, callable on torch tensors.
 
-    Until the compiler lands, a call computes its outputs with the reference evaluator
-    (:mod:`tcjit.reference`): exact semantics, modest speed, no gradients.
+    Calls run compiled code: C with OpenMP for CPU tensors, one specialisation per input layout
+    (see :meth:`__call__`).
 
     :ivar name: the entry's name.
     :ivar definition: the checked definition (types, shapes, ranges).
@@ -31,6 +31,7 @@ class Kernel:
         self.name = name
         self.backward = backward
         self.options = options
+        self._specializations: dict = {}
 
     # ----------------------------------------------------------------------------------- describing
     @property
@@ -86,31 +87,99 @@ class Kernel:
     def __call__(self, *inputs, outputs: Sequence | None = None, options=None, target: str | None = None):
         """Run the kernel on ``inputs`` (torch tensors; rank-0 arguments may be Python numbers).
 
+        The first call with a new layout (shapes, dtypes, strides) compiles a specialisation, or
+        loads it from the on-disk cache; later calls with that layout cost a dictionary lookup.
+
         :arg outputs: tensors to write the results into (accumulations without ``!`` start from
-            their contents); returned instead of new tensors.
-        :arg options: mapping options for this call.
+            their contents); returned instead of new tensors. They may not share memory with each
+            other or with an input.
+        :arg options: :class:`~tcjit.MappingOptions` for this call; ``None``: those given to
+            :func:`~tcjit.define`, else :func:`default_options`.
         :arg target: ``None`` follows the inputs' device; ``"cpu"``, ``"cuda"`` or
             ``"cuda-emulated"`` (the CUDA mapping run on CPU tensors).
         :returns: a tensor, or a tuple of tensors when the entry has several outputs.
-
-        Today every call is computed by :func:`tcjit.reference.evaluate`: the compiled CPU and
-        CUDA backends replace it, with the same results.
         """
-        import torch
+        if outputs is not None and not isinstance(outputs, (list, tuple)):
+            outputs = (outputs,)
+        key = (options, target, _layouts(inputs), None if outputs is None else _layouts(outputs))
+        spec = self._specializations.get(key)
+        if spec is None:
+            spec = self._specialize(inputs, outputs, options, target)
+            self._specializations[key] = spec
+        elif _grad_requested(inputs):
+            self._refuse_grad()
+        outs = spec.run(inputs, outputs)
+        return outs[0] if len(outs) == 1 else outs
 
-        from . import reference
+    def _refuse_grad(self):
+        raise TCCallError(
+            f"{self.name}: an input requires grad, but tcjit does not differentiate kernels yet",
+            hint="call it under torch.no_grad() or pass detached inputs",
+        )
+
+    def _specialize(self, inputs, outputs, options, target, *, allow_meta: bool = False):
+        from .binding import bind
+        from .compiler import specialize
 
         if target is not None and target not in _TARGETS:
             raise TCCallError(f"unknown target {target!r}; expected one of {', '.join(_TARGETS)}")
-        if options is not None or self.options is not None:
-            raise TCCallError("mapping options need the compiler, which this version does not have yet")
-        if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in inputs):
-            raise TCCallError(
-                f"{self.name}: an input requires grad, but tcjit does not differentiate kernels yet",
-                hint="call it under torch.no_grad() or pass detached inputs",
-            )
-        outs = reference.evaluate_def(self.definition, *inputs, outputs=outputs)
-        return outs[0] if len(outs) == 1 else outs
+        if _grad_requested(inputs):
+            self._refuse_grad()
+        b = bind(self.definition, inputs, outputs)
+        if not allow_meta:
+            for name, t in b.tensors.items():
+                if t.device.type == "meta":
+                    raise TCCallError(
+                        f"input '{name}' is a meta tensor: it has a shape but no data to compute with",
+                        source=self.definition.source,
+                        span=self.definition.param(name).span,
+                        where=self.name,
+                        hint="tcjit.compile() accepts meta tensors; calls need real ones",
+                    )
+        target = target or ("cuda" if b.device.type == "cuda" else "cpu")
+        chosen = self._resolve_options(options, b.sizes, target)
+        return specialize(self, b, inputs, outputs, chosen, target)
+
+    def _resolve_options(self, options, sizes, target: str):
+        from .mapping.options import MappingOptions
+
+        chosen = options if options is not None else self.options
+        if chosen is None:
+            chosen = default_options(self.definition, sizes, target)
+        if not isinstance(chosen, MappingOptions):
+            raise TCCallError(f"options must be tcjit.MappingOptions, got {type(chosen).__name__}")
+        return chosen.validate(target)
+
+
+def _layouts(args, meta_as: str | None = None) -> tuple:
+    import torch
+
+    out = []
+    for x in args:
+        if isinstance(x, torch.Tensor):
+            device = torch.device(meta_as) if meta_as and x.device.type == "meta" else x.device
+            out.append((x.dtype, x.shape, x.stride(), device))
+        else:
+            out.append(type(x))
+    return tuple(out)
+
+
+def _grad_requested(inputs) -> bool:
+    import torch
+
+    return torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in inputs)
+
+
+def default_options(cdef: CheckedDef, sizes, target: str):
+    """The options a call without ``options=`` uses when none were tuned for it.
+
+    For now one preset for every kernel: 32-wide tiles of the outermost band, the outermost parallel
+    tile loop on OpenMP threads and the innermost unit-stride loop on SIMD lanes (issue 5 replaces
+    this with choices from the kernel's structure and sizes).
+    """
+    from .mapping.options import MappingOptions
+
+    return MappingOptions("naive").vectorize(True)
 
 
 class Definitions:
@@ -180,3 +249,12 @@ def define(source: str, name: str | None = None, *, backward: str | None = "auto
     if name is not None or len(program.defs) == 1:
         return Kernel(program, name or program.defs[0].name, backward=backward, options=options)
     return Definitions({d.name: Kernel(program, d.name, options=options) for d in program.defs})
+
+
+def compile(kernel: Kernel, *example_inputs, options=None, target: str | None = None):
+    """See :func:`tcjit.compile`."""
+    if not isinstance(kernel, Kernel):
+        raise TCCallError(f"tcjit.compile takes a Kernel (from tcjit.define), got {type(kernel).__name__}")
+    spec = kernel._specialize(example_inputs, None, options, target, allow_meta=True)
+    kernel._specializations[(options, target, _layouts(example_inputs, meta_as="cpu"), None)] = spec
+    return spec

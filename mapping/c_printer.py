@@ -1,0 +1,536 @@
+"""The C printer: a CPU kernel's C source from its kernel IR and the checked TC statements.
+
+The code reads like hand-written C: one function per kernel, loops named ``c0, c1, ...`` as isl
+built them, and at every statement instance a block that binds the TC index variables and performs
+the TC statement, preceded by its TC line as a comment::
+
+    /* S1: O(b, n) = fmax(O(b, n) + bias(n), 0) */
+    { const int64_t i_b = 4 * c0 + c3; const int64_t i_n = 4 * c1 + c4;
+      t_O[i_b * 9 + i_n] = fmaxf(t_O[i_b * 9 + i_n] + t_bias[i_n], 0.0f); }
+
+Names from TC get a prefix (``t_`` tensors, ``i_`` index variables, ``s_`` scalar arguments) so
+that no TC name can collide with C. Tensors are flat pointers indexed with the constant strides the
+kernel is specialised to (inputs keep the strides they were passed with; nothing is copied).
+
+Value semantics are the language's (docs/language.md), implemented by :mod:`.c_prelude`: integer
+arithmetic wraps (the kernel is compiled with ``-fwrapv`` and every narrow result is cast back),
+integer division by zero gives 0, conversions follow :func:`tcjit.reference.convert`, half types are
+stored as ``uint16_t`` and computed in ``float``. Subscripts that are not affine (gathers) are
+checked at run time: the first one outside its tensor records its check number and value in the
+kernel's error slots and is redirected to element 0, and the runtime raises ``TCBoundsError``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ..polyhedral.errors import TCInternalError
+from ..polyhedral.lang import ast as A
+from ..polyhedral.lang.builtins import LANGUAGE_FUNCTIONS
+from ..polyhedral.lang.checked import CheckedDef, CheckedStatement
+from ..polyhedral.lang.types import SCALAR_TYPES, ScalarType, common_type
+from ..polyhedral.scop import ScopStatement
+from . import ir
+from .c_prelude import PRELUDE, builtin_callee, int_suffix
+
+__all__ = ["BoundsCheck", "CParam", "c_storage_type", "print_kernel"]
+
+INT64 = SCALAR_TYPES["int64"]
+
+_STORAGE = {
+    "bool": "bool",
+    "uint8": "uint8_t",
+    "uint16": "uint16_t",
+    "uint32": "uint32_t",
+    "uint64": "uint64_t",
+    "int8": "int8_t",
+    "int16": "int16_t",
+    "int32": "int32_t",
+    "int64": "int64_t",
+    "float16": "uint16_t",
+    "bfloat16": "uint16_t",
+    "float32": "float",
+    "float64": "double",
+}
+
+
+def c_storage_type(t: ScalarType) -> str:
+    """The C type an element of a tensor of type ``t`` is stored as."""
+    return _STORAGE[t.name]
+
+
+def _ctype(t: ScalarType) -> str:
+    """The C type values of type ``t`` are computed in."""
+    return "float" if t.is_half else _STORAGE[t.name]
+
+
+@dataclass(frozen=True)
+class CParam:
+    """One parameter of the kernel function after ``nthreads`` and ``errors``.
+
+    :ivar name: the TC name. :ivar kind: ``"tensor"`` or ``"scalar"``.
+    :ivar ctype: its C type (``float *``, ``int32_t``...).
+    """
+
+    name: str
+    kind: str
+    ctype: str
+
+
+@dataclass(frozen=True)
+class BoundsCheck:
+    """A subscript checked at run time: number ``index + 1`` in the error slot means it failed."""
+
+    tensor: str
+    dim: int
+    size: int
+    span: tuple[int, int, int, int]  # start, end, line, column of the access in the TC source
+    verb: str
+
+
+# ------------------------------------------------------------------------------------ expressions
+def _float_literal(value: float, t: ScalarType) -> str:
+    if math.isnan(value):
+        return "(0.0 / 0.0)" if _ctype(t) == "double" else "(0.0f / 0.0f)"
+    if math.isinf(value):
+        inf = "HUGE_VAL" if _ctype(t) == "double" else "HUGE_VALF"
+        return inf if value > 0 else f"(-{inf})"
+    text = float(value).hex()
+    return text if _ctype(t) == "double" else f"{text}f"
+
+
+def _int_literal(value: int, t: ScalarType) -> str:
+    if t.kind == "bool":
+        return "true" if value else "false"
+    if t.name == "uint64":
+        return f"UINT64_C({value % (1 << 64)})"
+    if t.name == "int64":
+        if value == -(1 << 63):
+            return "INT64_MIN"
+        return f"INT64_C({value})"
+    if t.kind == "uint":
+        value %= 1 << t.bits
+        return f"(({_ctype(t)}){value}u)"
+    return f"(({_ctype(t)}){value})" if value < 0 else f"(({_ctype(t)}){value})"
+
+
+def convert(code: str, src: ScalarType, dst: ScalarType) -> str:
+    """C for converting a value of type ``src`` to ``dst`` (:func:`tcjit.reference.convert`)."""
+    if src == dst:
+        return code
+    if dst.kind == "bool":
+        return f"(({code}) != 0)"
+    if dst.is_float:
+        if src.is_integral:
+            wide = f"(double)({code})"
+        else:
+            wide = f"(double)({code})" if src.name == "float64" or dst.name == "float64" else f"({code})"
+        if dst.name == "float16":
+            return f"tc_h2f(tc_d2h({wide}))" if wide.startswith("(double)") else f"tc_h2f(tc_f2h({code}))"
+        if dst.name == "bfloat16":
+            return f"tc_bf2f(tc_d2bf({wide}))" if wide.startswith("(double)") else f"tc_bf2f(tc_f2bf({code}))"
+        if dst.name == "float64":
+            return f"(double)({code})"
+        return f"(float)({wide})"
+    if src.is_float:
+        wide = f"(double)({code})"
+        if dst.name == "uint64":
+            return f"tc_f64_to_u64({wide})"
+        return f"(({_ctype(dst)})tc_f64_to_i64({wide}))"
+    return f"(({_ctype(dst)})({code}))"
+
+
+class _Exprs:
+    """Prints typed TC expressions of one statement."""
+
+    def __init__(self, printer: _Printer, st: CheckedStatement):
+        self.p = printer
+        self.st = st
+        self.cdef = printer.cdef
+
+    def value(self, e: A.Expr) -> str:
+        t = e.dtype
+        if isinstance(e, A.IntLit):
+            return _int_literal(e.value, t) if t.is_integral else _float_literal(float(e.value), t)
+        if isinstance(e, A.FloatLit):
+            return _float_literal(e.value, t)
+        if isinstance(e, A.Ident):
+            if e.kind == "index":
+                return convert(f"i_{e.name}", INT64, t)
+            if e.kind == "size":
+                n = self.p.sizes[e.name]
+                return _int_literal(n, t) if t.is_integral else _float_literal(float(n), t)
+            src = self.cdef.scalars[e.name].dtype
+            return convert(f"s_{e.name}", src, t)
+        if isinstance(e, A.DimSize):
+            n = self.cdef.tensor(e.tensor).shape[e.dim].evaluate(self.p.sizes)
+            return _int_literal(n, t) if t.is_integral else _float_literal(float(n), t)
+        if isinstance(e, A.Access):
+            return self.p.load(e.tensor, self.p.address(e.tensor, e.args, self, e), t)
+        if isinstance(e, A.Cast):
+            return convert(self.value(e.arg), e.arg.dtype, t)
+        if isinstance(e, A.Unary):
+            x = self.value(e.arg)
+            if e.op == "!":
+                return f"(!({x}))"
+            x = convert(x, e.arg.dtype, t)
+            if t.is_float:
+                return f"(-({x}))"
+            return f"(({_ctype(t)})(0 - ({x})))"
+        if isinstance(e, A.Binary):
+            return self.binary(e)
+        if isinstance(e, A.Select):
+            c = self.value(e.cond)
+            a = convert(self.value(e.then), e.then.dtype, t)
+            b = convert(self.value(e.other), e.other.dtype, t)
+            return f"(({c}) ? ({a}) : ({b}))"
+        if isinstance(e, A.Call):
+            args = [convert(self.value(a), a.dtype, t) for a in e.args]
+            if e.func in LANGUAGE_FUNCTIONS:
+                return _minmax(e.func, args[0], args[1], t)
+            return f"{builtin_callee(e.func, _ctype(t))}({', '.join(args)})"
+        raise TCInternalError(f"cannot print {e!r}")
+
+    def binary(self, e: A.Binary) -> str:
+        op = e.op
+        if op in ("&&", "||"):
+            return f"(({self.value(e.lhs)}) {op} ({self.value(e.rhs)}))"
+        if op in ("==", "!=", "<", "<=", ">", ">="):
+            lt, rt = e.lhs.dtype, e.rhs.dtype
+            t = lt if lt == rt else common_type(lt, rt)
+            l = convert(self.value(e.lhs), lt, t)
+            r = convert(self.value(e.rhs), rt, t)
+            return f"(({l}) {op} ({r}))"
+        t = e.dtype
+        l = convert(self.value(e.lhs), e.lhs.dtype, t)
+        r = convert(self.value(e.rhs), e.rhs.dtype, t)
+        if op in ("+", "-", "*"):
+            return f"(({l}) {op} ({r}))" if t.is_float else f"(({_ctype(t)})(({l}) {op} ({r})))"
+        if t.is_float:
+            return f"(({l}) / ({r}))"
+        if t.kind == "bool":  # division of booleans: by false is 0, by true is the value
+            return f"(({l}) && ({r}))" if op == "/" else "false"
+        fn = "tc_div_" if op == "/" else "tc_mod_"
+        return f"{fn}{int_suffix(t.name)}({l}, {r})"
+
+    def index(self, e: A.Expr) -> str:
+        """A subscript as int64 with index semantics (``/`` and ``%`` floor)."""
+        if isinstance(e, A.IntLit):
+            return f"INT64_C({e.value})"
+        if isinstance(e, A.Ident) and e.kind == "index":
+            return f"i_{e.name}"
+        if isinstance(e, A.Unary) and e.op == "-":
+            return f"(-({self.index(e.arg)}))"
+        if isinstance(e, A.Binary) and e.op in ("+", "-", "*", "/", "%") and e.dtype.is_integral:
+            l, r = self.index(e.lhs), self.index(e.rhs)
+            if e.op in ("+", "-", "*"):
+                return f"(({l}) {e.op} ({r}))"
+            fn = "tc_floordiv_i64" if e.op == "/" else "tc_floormod_i64"
+            return f"{fn}({l}, {r})"
+        if isinstance(e, A.Ident) and e.kind == "size":
+            return f"INT64_C({self.p.sizes[e.name]})"
+        if isinstance(e, A.DimSize):
+            return f"INT64_C({self.cdef.tensor(e.tensor).shape[e.dim].evaluate(self.p.sizes)})"
+        v = self.value(e)
+        if e.dtype.name == "uint64":
+            return f"((int64_t)({v}))"
+        return f"((int64_t)({v}))"
+
+
+def _minmax(op: str, a: str, b: str, t: ScalarType) -> str:
+    if t.is_float:
+        fn = ("fmin" if op == "min" else "fmax") + ("" if _ctype(t) == "double" else "f")
+        return f"{fn}({a}, {b})"
+    if t.kind == "bool":
+        return f"(({a}) && ({b}))" if op == "min" else f"(({a}) || ({b}))"
+    return f"tc_{op}_{int_suffix(t.name)}({a}, {b})"
+
+
+def _identity(op: str, t: ScalarType) -> str:
+    if op == "+=":
+        return _int_literal(0, t) if t.is_integral else _float_literal(0.0, t)
+    if op == "*=":
+        return _int_literal(1, t) if t.is_integral else _float_literal(1.0, t)
+    if t.is_float:
+        return _float_literal(math.inf if op == "min=" else -math.inf, t)
+    return _int_literal(t.max_value if op == "min=" else t.min_value, t)
+
+
+def _combine(op: str, acc: str, v: str, t: ScalarType) -> str:
+    if op in ("+=", "*="):
+        sym = op[0]
+        if t.is_float:
+            return f"{acc} {sym} {v}"
+        if t.kind == "bool":
+            return f"({acc}) {'||' if sym == '+' else '&&'} ({v})"
+        return f"({_ctype(t)})({acc} {sym} {v})"
+    return _minmax("min" if op == "min=" else "max", acc, v, t)
+
+
+# ------------------------------------------------------------------------------------------ printer
+class _Printer:
+    def __init__(
+        self,
+        cdef: CheckedDef,
+        statements: Mapping[str, ScopStatement],
+        sizes: Mapping[str, int],
+        strides: Mapping[str, tuple[int, ...]],
+        checked: frozenset[int],
+    ):
+        self.cdef = cdef
+        self.statements = statements
+        self.sizes = sizes
+        self.strides = strides
+        self.checked = checked  # id() of subscript nodes that need a run-time bounds check
+        self.checks: list[BoundsCheck] = []
+        self.lines: list[str] = []
+        self.source_lines = cdef.source.splitlines()
+
+    # --------------------------------------------------------------------------------- memory
+    def address(self, tensor: str, args: Sequence[A.Expr], ex: _Exprs, node) -> str:
+        info = self.cdef.tensor(tensor)
+        if not args:
+            return "0"
+        terms = []
+        for k, (arg, stride) in enumerate(zip(args, self.strides[tensor])):
+            sub = ex.index(arg)
+            if id(arg) in self.checked:
+                n = info.shape[k].evaluate(self.sizes)
+                self.checks.append(
+                    BoundsCheck(
+                        tensor, k, n, (node.span.start, node.span.end, node.span.line, node.span.col), "reads"
+                    )
+                )
+                sub = f"tc_checked({sub}, INT64_C({n}), {len(self.checks)}, tc_errors)"
+            if stride == 0:
+                continue
+            terms.append(sub if stride == 1 else f"({sub}) * INT64_C({stride})")
+        return " + ".join(terms) or "0"
+
+    def load(self, tensor: str, addr: str, want: ScalarType) -> str:
+        t = self.cdef.tensor(tensor).dtype
+        raw = f"t_{tensor}[{addr}]"
+        if t.name == "float16":
+            raw = f"tc_h2f({raw})"
+        elif t.name == "bfloat16":
+            raw = f"tc_bf2f({raw})"
+        return convert(raw, t, want)
+
+    def store(self, tensor: str, addr: str, value: str) -> str:
+        t = self.cdef.tensor(tensor).dtype
+        if t.name == "float16":
+            value = f"tc_f2h({value})"
+        elif t.name == "bfloat16":
+            value = f"tc_f2bf({value})"
+        return f"t_{tensor}[{addr}] = {value};"
+
+    # ------------------------------------------------------------------------------ statements
+    def comment(self, sname: str) -> str:
+        st = self.statements[sname].source
+        line = st.source.span.line
+        text = self.source_lines[line - 1].strip() if 0 < line <= len(self.source_lines) else ""
+        text = text.replace("*/", "* /")
+        what = " (initialisation)" if sname.endswith("_init") else ""
+        return f"/* {sname}{what}, line {line}: {text} */"
+
+    def bindings(self, sname: str, args: Sequence[ir.Expr], only: set[str] | None = None) -> str:
+        dims = self.statements[sname].dims
+        parts = []
+        for d, a in zip(dims, args):
+            if only is None or d in only:
+                parts.append(f"const int64_t i_{d} = {expr(a)};")
+        return " ".join(parts)
+
+    def lhs_address(self, sname: str, ex: _Exprs) -> str:
+        scop_st = self.statements[sname]
+        st = scop_st.source
+        if scop_st.kind == "init" and not st.plain_lhs:
+            idents = tuple(A.Ident(d, kind="index", dtype=INT64) for d in scop_st.dims)
+            return self.address(st.tensor, idents, ex, st.source)
+        return self.address(st.tensor, st.lhs, ex, st.source)
+
+    def body(self, sname: str) -> str:
+        """The C statement performing one instance of ``sname`` (index variables bound)."""
+        scop_st = self.statements[sname]
+        st = scop_st.source
+        ex = _Exprs(self, st)
+        t = self.cdef.tensor(st.tensor).dtype
+        addr = self.lhs_address(sname, ex)
+        if scop_st.kind == "init":
+            return self.store(st.tensor, addr, _identity(st.op, t))
+        value = convert(ex.value(st.rhs), st.value_type, t)
+        if scop_st.kind == "assign":
+            return self.store(st.tensor, addr, value)
+        old = self.load(st.tensor, addr, t.compute)
+        return self.store(st.tensor, addr, _combine(st.op, old, f"({value})", t.compute))
+
+    def run(self, node: ir.Run, indent: str) -> None:
+        self.lines.append(f"{indent}{self.comment(node.statement)}")
+        self.lines.append(f"{indent}{{ {self.bindings(node.statement, node.args)}")
+        self.lines.append(f"{indent}  {self.body(node.statement)} }}")
+
+    def reduction_loop(self, loop: ir.For, indent: str, *, vector: bool) -> bool:
+        """A vector reduction: accumulate in a register across ``loop``; False if it does not apply."""
+        run = loop.body
+        if not isinstance(run, ir.Run):
+            return False
+        scop_st = self.statements[run.statement]
+        st = scop_st.source
+        if scop_st.kind != "update" or not st.plain_lhs:
+            return False
+        bound = dict(zip(scop_st.dims, run.args))
+        if any(loop.var in ir.free_vars(bound[v]) for v in st.lhs_vars):
+            return False
+        t = self.cdef.tensor(st.tensor).dtype
+        ct = _ctype(t)
+        ex = _Exprs(self, st)
+        addr = self.address(st.tensor, st.lhs, ex, st.source)
+        rest = set(scop_st.dims) - set(st.lhs_vars)
+        value = convert(ex.value(st.rhs), st.value_type, t)
+        pragma = None
+        if vector and t.is_float and st.op in ("+=", "*="):
+            pragma = f"#pragma omp simd reduction({st.op[0]}:tc_acc)"
+        self.lines.append(f"{indent}{self.comment(run.statement)} /* accumulated in a register */")
+        self.lines.append(f"{indent}{{ {self.bindings(run.statement, run.args, set(st.lhs_vars))}")
+        self.lines.append(f"{indent}  {ct} tc_acc = {self.load(st.tensor, addr, t.compute)};")
+        if pragma:
+            self.lines.append(f"{indent}  {pragma}")
+        self.lines.append(f"{indent}  {self.loop_header(loop)} {{")
+        self.lines.append(f"{indent}    {self.bindings(run.statement, run.args, rest)}")
+        self.lines.append(f"{indent}    tc_acc = {_combine(st.op, 'tc_acc', f'({value})', t.compute)};")
+        self.lines.append(f"{indent}  }}")
+        self.lines.append(f"{indent}  {self.store(st.tensor, addr, 'tc_acc')} }}")
+        return True
+
+    # ----------------------------------------------------------------------------------- loops
+    @staticmethod
+    def loop_header(loop: ir.For) -> str:
+        v = loop.var
+        c = loop.cond
+        cond = expr(c)[1:-1] if isinstance(c, ir.Op) and c.op in ("<", "<=", ">", ">=", "==") else expr(c)
+        return f"for (int64_t {v} = {expr(loop.init)}; {cond}; {v} += {loop.step})"
+
+    @staticmethod
+    def canonical(loop: ir.For) -> bool:
+        c = loop.cond
+        return (
+            isinstance(c, ir.Op)
+            and c.op in ("<", "<=")
+            and c.args[0] == ir.Var(loop.var)
+            and loop.var not in ir.free_vars(c.args[1])
+        )
+
+    def node(self, n: ir.Node | None, indent: str) -> None:
+        if n is None:
+            return
+        if isinstance(n, ir.Block):
+            for c in n.children:
+                self.node(c, indent)
+        elif isinstance(n, ir.Run):
+            self.run(n, indent)
+        elif isinstance(n, ir.Mark):
+            self.node(n.body, indent)
+        elif isinstance(n, ir.If):
+            self.lines.append(f"{indent}if ({expr(n.cond)}) {{")
+            self.node(n.then, indent + "  ")
+            if n.other is not None:
+                self.lines.append(f"{indent}}} else {{")
+                self.node(n.other, indent + "  ")
+            self.lines.append(f"{indent}}}")
+        elif isinstance(n, ir.For):
+            self.loop(n, indent)
+        else:
+            raise TCInternalError(f"cannot print {n!r}")
+
+    def loop(self, n: ir.For, indent: str) -> None:
+        if n.degenerate:
+            self.lines.append(f"{indent}{{ const int64_t {n.var} = {expr(n.init)};")
+            self.node(n.body, indent + "  ")
+            self.lines.append(f"{indent}}}")
+            return
+        kinds = set(n.kind.split("+")) if self.canonical(n) else {"serial"}
+        if kinds & {"simd_reduction", "reduction"} and "parallel" not in kinds:
+            if self.reduction_loop(n, indent, vector="simd_reduction" in kinds):
+                return
+        if "parallel" in kinds:
+            simd = " simd" if "simd" in kinds else ""
+            self.lines.append(
+                f"{indent}#pragma omp parallel for{simd} num_threads(nthreads) if(nthreads > 1) schedule(static)"
+            )
+        elif "simd" in kinds:
+            self.lines.append(f"{indent}#pragma omp simd")
+        self.lines.append(f"{indent}{self.loop_header(n)} {{")
+        self.node(n.body, indent + "  ")
+        self.lines.append(f"{indent}}}")
+
+
+def expr(e: ir.Expr) -> str:
+    """C for an IR expression (int64 arithmetic)."""
+    if isinstance(e, ir.Int):
+        return str(e.value) if -(1 << 31) < e.value < (1 << 31) else f"INT64_C({e.value})"
+    if isinstance(e, ir.Var):
+        return e.name
+    a = [expr(x) for x in e.args]
+    op = e.op
+    if op == "neg":
+        return f"(-{a[0]})"
+    if op in ("min", "max"):
+        return f"tc_{op}_i64({a[0]}, {a[1]})"
+    if op == "floordiv":
+        return f"tc_floordiv_i64({a[0]}, {a[1]})"
+    if op == "div":
+        return f"({a[0]} / {a[1]})"
+    if op == "mod":
+        return f"({a[0]} % {a[1]})"
+    if op == "select":
+        return f"({a[0]} ? {a[1]} : {a[2]})"
+    return f"({a[0]} {op} {a[1]})"
+
+
+def print_kernel(
+    cdef: CheckedDef,
+    body: ir.Node,
+    statements: Mapping[str, ScopStatement],
+    *,
+    symbol: str,
+    params: Sequence[CParam],
+    sizes: Mapping[str, int],
+    strides: Mapping[str, tuple[int, ...]],
+    checked: frozenset[int] = frozenset(),
+    header: str = "",
+) -> tuple[str, tuple[BoundsCheck, ...]]:
+    """The C source of one kernel and the run-time bounds checks it makes.
+
+    The function is ``void symbol(int nthreads, int64_t *tc_errors, <params>)``; ``tc_errors``
+    points at two int64 slots (check number, offending subscript), zero on entry.
+    """
+    p = _Printer(cdef, statements, sizes, strides, checked)
+    p.node(body, "  ")
+    decl = ", ".join(["int nthreads", "int64_t *restrict tc_errors", *(f"{q.ctype} {_cname(q)}" for q in params)])
+    text = [
+        "/* Generated by tcjit. */",
+        header.rstrip(),
+        PRELUDE,
+        "static inline int64_t tc_checked(int64_t i, int64_t n, int64_t check, int64_t *errors) {",
+        "  if (__builtin_expect(i < 0 || i >= n, 0)) {",
+        "    __atomic_store_n(&errors[1], i, __ATOMIC_RELAXED);",
+        "    __atomic_store_n(&errors[0], check, __ATOMIC_RELAXED);",
+        "    return 0;",
+        "  }",
+        "  return i;",
+        "}",
+        "",
+        f"void {symbol}({decl})",
+        "{",
+        "  (void)nthreads; (void)tc_errors;",
+        *p.lines,
+        "}",
+        "",
+    ]
+    return "\n".join(text), tuple(p.checks)
+
+
+def _cname(q: CParam) -> str:
+    return f"t_{q.name}" if q.kind == "tensor" else f"s_{q.name}"

@@ -1,0 +1,338 @@
+"""CPU mapping: which loops of a tiled schedule run on OpenMP threads, which on SIMD lanes, which unroll.
+
+:func:`map_cpu` is a pure function from a specialised, tiled schedule tree to a new tree carrying
+marks the C printer turns into pragmas:
+
+* **Vector loop.** In the innermost band of every branch the member whose accesses walk memory
+  best (unit-stride steps score 2, invariant accesses 1, anything else 0, over every access of every
+  statement in the band, with the actual tensor strides) is moved innermost; permuting the members
+  of a permutable band is always legal. If that loop carries no dependence it is marked ``simd``
+  (``#pragma omp simd``). If it is the reduction loop of the band's only statement, an update whose
+  element does not move along it, it is marked ``simd_reduction``: the printer accumulates in a
+  register and lets OpenMP reassociate the sum (TC's reductions are unordered).
+  With ``vectorize`` off there is no ``simd`` mark, and a reduction loop is marked ``reduction``
+  (accumulated in a register, in order).
+* **Parallel loop.** In the outermost band of every branch, the outermost member that carries no
+  dependence becomes an ``omp parallel for`` loop (``parallel``). Kernels with fewer than
+  :data:`MIN_PARALLEL_WORK` statement instances stay on one thread: starting a parallel region costs
+  more than they do.
+* **Unrolling.** TC's rule: innermost members whose total number of instances (that member times
+  everything inside it) is at most ``unroll`` are fully unrolled by isl.
+* **Register tiles.** ``register_tile`` tiles the innermost band once more and fully unrolls the new
+  point loops (unroll-and-jam); the compiler's SLP vectoriser packs the copies.
+
+Every "carries no dependence" is proved with isl on the concrete sizes (:func:`carries_dependence`),
+not read off the scheduler's coincidence flags, so a mark can never introduce a race.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import islpy as isl
+
+from ..polyhedral.lang import ast as A
+from ..polyhedral.lang.ranges import affine_form
+from ..polyhedral.schedule import bands
+from ..polyhedral.scop import Dependences, Scop
+
+__all__ = ["MIN_PARALLEL_WORK", "CpuPlan", "carries_dependence", "loop_mark", "map_cpu"]
+
+#: Below this many statement instances a kernel runs on one thread.
+MIN_PARALLEL_WORK = 1 << 15
+
+
+@dataclass(frozen=True)
+class CpuPlan:
+    """The mapped schedule and what was decided, for ``tcjit show`` and tests."""
+
+    schedule: isl.Schedule
+    decisions: tuple[str, ...]
+
+
+# ------------------------------------------------------------------------------------------ queries
+def _member_map(node: isl.ScheduleNode, members: Sequence[int]) -> isl.UnionMap:
+    """Statement instances -> (prefix schedule, the given members of band ``node``)."""
+    result = node.get_prefix_schedule_union_map()
+    mupa = node.band_get_partial_schedule()
+    for j in members:
+        upa = mupa.get_union_pw_aff(j)
+        result = result.flat_range_product(isl.UnionMap.from_union_pw_aff(upa))
+    return result
+
+
+def _zero_then_nonzero(ctx: isl.Context, n: int) -> isl.Set:
+    names = [f"x{k}" for k in range(n)]
+    cons = [f"{v} = 0" for v in names[:-1]] + [f"{names[-1]} != 0"]
+    return isl.Set.read_from_str(ctx, f"{{ [{', '.join(names)}] : {' and '.join(cons)} }}")
+
+
+def carries_dependence(node: isl.ScheduleNode, member: int, deps: isl.UnionMap) -> bool:
+    """Whether member ``member`` of band ``node`` carries a dependence among the instances below it.
+
+    ``deps`` must be specialised to the concrete sizes. A member that carries none can run its
+    iterations in any order, or at once: a parallel or vector loop.
+    """
+    domain = node.get_domain()
+    live = deps.intersect_domain(domain).intersect_range(domain)
+    if live.is_empty():
+        return False
+    sched = _member_map(node, range(member + 1))
+    deltas = live.apply_domain(sched).apply_range(sched).deltas()
+    lst = deltas.get_set_list()
+    for i in range(lst.n_set()):
+        d = lst.get_at(i)
+        n = d.dim(isl.dim_type.set)
+        if not d.intersect(_zero_then_nonzero(node.get_ctx(), n)).is_empty():
+            return True
+    return False
+
+
+def _spread(node: isl.ScheduleNode, member: int) -> int | None:
+    """Most values member ``member`` takes for fixed outer loops (None if unbounded)."""
+    outer = _member_map(node, range(member))
+    mupa = node.band_get_partial_schedule()
+    this = isl.UnionMap.from_union_pw_aff(mupa.get_union_pw_aff(member))
+    rel = outer.reverse().apply_range(this)  # outer values -> member values
+    pairs = rel.reverse().apply_range(rel)  # member values sharing outer values
+    if pairs.is_empty():
+        return 1
+    d = isl.Set.from_union_set(pairs.deltas())
+    top = d.dim_max_val(0)
+    return int(top.to_python()) + 1 if top.is_int() else None
+
+
+def _statements_of(node: isl.ScheduleNode) -> list[str]:
+    lst = node.get_domain().get_set_list()
+    return sorted({lst.get_at(i).get_tuple_name() for i in range(lst.n_set())})
+
+
+def _member_dim(node: isl.ScheduleNode, member: int, stmt: str, ndims: int) -> int | None:
+    """The statement dimension band member ``member`` walks for ``stmt`` (None if not exactly one)."""
+    upa = node.band_get_partial_schedule().get_union_pw_aff(member)
+    lst = upa.get_pw_aff_list()
+    for i in range(lst.n_pw_aff()):
+        pa = lst.get_at(i)
+        if pa.get_domain_space().get_tuple_name(isl.dim_type.set) != stmt:
+            continue
+        used = [k for k in range(ndims) if pa.involves_dims(isl.dim_type.in_, k, 1)]
+        return used[0] if len(used) == 1 else None
+    return None
+
+
+# -------------------------------------------------------------------------------------------- mapping
+class _Mapper:
+    def __init__(
+        self,
+        scop: Scop,
+        deps: Dependences,
+        sizes: Mapping[str, int],
+        strides: Mapping[str, tuple[int, ...]],
+    ):
+        self.scop = scop
+        self.sizes = sizes
+        self.strides = strides
+        self.decisions: list[str] = []
+        ctx = scop.ctx
+        if scop.params:
+            fixed = isl.Set.read_from_str(
+                ctx,
+                f"[{', '.join(scop.params)}] -> {{ : "
+                + " and ".join(f"{p} = {sizes[p]}" for p in scop.params)
+                + " }",
+            )
+            self.deps = deps.all.intersect_params(fixed)
+        else:
+            self.deps = deps.all
+
+    # --------------------------------------------------------------------------------- scoring
+    def _access_steps(self, stmt: str, var: str) -> list[int | None]:
+        """Address step of every access of ``stmt`` (write counted once) when ``var`` grows by 1."""
+        st = self.scop.statement(stmt)
+        cdef = self.scop.cdef
+        dims = set(st.dims)
+        steps: list[int | None] = []
+        accesses: list[tuple[str, tuple[A.Expr, ...]]] = []
+        if st.kind == "init" and not st.source.plain_lhs:
+            accesses.append((st.source.tensor, tuple(A.Ident(d, kind="index") for d in st.dims)))
+        else:
+            accesses.append((st.source.tensor, st.source.lhs))
+        if st.kind != "init":
+            accesses += [(n.tensor, n.args) for n in A.walk(st.source.rhs) if isinstance(n, A.Access)]
+        for tensor, args in accesses:
+            strides = self.strides.get(tensor, ())
+            step = 0
+            for k, arg in enumerate(args):
+                aff = affine_form(
+                    arg, dims, lambda n: n in cdef.sizes, lambda t, j: cdef.tensor(t).shape[j]
+                )
+                if aff is None:
+                    step = None
+                    break
+                step += aff.coeff(var) * (strides[k] if k < len(strides) else 0)
+            steps.append(step)
+        return steps
+
+    def _score(self, node: isl.ScheduleNode, member: int) -> int:
+        score = 0
+        for stmt in _statements_of(node):
+            st = self.scop.statement(stmt)
+            k = _member_dim(node, member, stmt, len(st.dims))
+            if k is None:
+                continue
+            for step in self._access_steps(stmt, st.dims[k]):
+                score += 0 if step is None else 1 if step == 0 else 2 if abs(step) == 1 else 0
+        return score
+
+    # --------------------------------------------------------------------------------- editing
+    @staticmethod
+    def _permute(node: isl.ScheduleNode, order: Sequence[int]) -> isl.ScheduleNode:
+        mupa = node.band_get_partial_schedule()
+        coincident = [node.band_member_get_coincident(j) for j in range(node.band_n_member())]
+        um = None
+        for j in order:
+            part = isl.UnionMap.from_union_pw_aff(mupa.get_union_pw_aff(j))
+            um = part if um is None else um.flat_range_product(part)
+        new = isl.MultiUnionPwAff.from_union_map(um)
+        node = node.delete().insert_partial_schedule(new).band_set_permutable(1)
+        for pos, j in enumerate(order):
+            node = node.band_member_set_coincident(pos, coincident[j])
+        return node
+
+    def _innermost(self, sched: isl.Schedule, options) -> isl.Schedule:
+        """Permute, register-tile, unroll and mark the innermost band of every branch."""
+        done = 0
+        while True:
+            todo = [b for b in bands(sched) if not _has_band_below(b)]
+            if done >= len(todo):
+                return sched
+            node = todo[done]
+            done += 1
+            n = node.band_n_member()
+            if n > 1 and node.band_get_permutable():
+                scores = [self._score(node, j) for j in range(n)]
+                best = max(range(n), key=lambda j: (scores[j], j == n - 1, j))
+                if best != n - 1:
+                    order = [j for j in range(n) if j != best] + [best]
+                    node = self._permute(node, order)
+                    self.decisions.append(f"innermost band: member {best} moved innermost (scores {scores})")
+            if options.register_tile and node.band_get_permutable():
+                sizes = list(options.register_tile)[-n:]
+                sizes = [1] * (n - len(sizes)) + sizes
+                mv = isl.MultiVal.zero(node.band_get_space())
+                for j, v in enumerate(sizes):
+                    mv = mv.set_val(j, isl.Val.int_from_si(node.get_ctx(), v))
+                node = node.band_tile(mv).child(0)
+                for j in range(n):
+                    node = node.band_member_set_ast_loop_type(j, isl.ast_loop_type.unroll)
+                self.decisions.append(f"register tile {tuple(sizes)}: point loops unrolled")
+                sched = node.get_schedule()
+                continue
+            node = self._unroll(node, options.unroll)
+            last = n - 1
+            if n > 1:
+                node = node.band_split(n - 1).child(0)
+            kind = self._vector_kind(node, 0)
+            if kind and not options.vectorize:
+                kind = "reduction" if kind == "simd_reduction" else None
+            if kind:
+                node = node.insert_mark(loop_mark(kind, node))
+                self.decisions.append(f"{kind}: innermost member {last} of a band over {_statements_of(node)}")
+            sched = node.get_schedule()
+
+    def _unroll(self, node: isl.ScheduleNode, factor: int) -> isl.ScheduleNode:
+        if factor <= 1:
+            return node
+        total = 1
+        for j in reversed(range(node.band_n_member())):
+            spread = _spread(node, j)
+            if spread is None:
+                break
+            total *= spread
+            if total > factor:
+                break
+            node = node.band_member_set_ast_loop_type(j, isl.ast_loop_type.unroll)
+            self.decisions.append(f"unroll: member {j} ({spread} values)")
+        return node
+
+    def _vector_kind(self, node: isl.ScheduleNode, member: int) -> str | None:
+        if not carries_dependence(node, member, self.deps):
+            return "simd"
+        stmts = _statements_of(node)
+        if len(stmts) != 1:
+            return None
+        st = self.scop.statement(stmts[0])
+        if st.kind != "update" or not st.source.plain_lhs:
+            return None
+        k = _member_dim(node, member, st.name, len(st.dims))
+        if k is None or st.dims[k] not in st.source.reduction_vars:
+            return None
+        return "simd_reduction"
+
+    def _parallel(self, sched: isl.Schedule, work: int) -> isl.Schedule:
+        if work < MIN_PARALLEL_WORK:
+            self.decisions.append(f"parallel: none ({work} instances < {MIN_PARALLEL_WORK})")
+            return sched
+        done = 0
+        while True:
+            todo = bands(sched, outermost=True)
+            if done >= len(todo):
+                return sched
+            node = todo[done]
+            done += 1
+            n = node.band_n_member()
+            p = next((j for j in range(n) if not carries_dependence(node, j, self.deps)), None)
+            if p is None:
+                self.decisions.append(f"parallel: no parallel member in the band over {_statements_of(node)}")
+                continue
+            if p > 0:
+                node = node.band_split(p).child(0)
+            if node.band_n_member() > 1:
+                node = node.band_split(1)
+            node = node.insert_mark(loop_mark("parallel", node))
+            self.decisions.append(f"parallel: member {p} of the outermost band over {_statements_of(node)}")
+            sched = node.get_schedule()
+
+
+def loop_mark(kind: str, band: isl.ScheduleNode) -> isl.Id:
+    """The mark for the loop of a one-member ``band``: ``kind@depth``.
+
+    isl names the loop of schedule dimension ``d`` ``c{d}``; the depth lets the IR builder apply the
+    mark to that loop only. A band with one iteration produces no loop, and its mark then marks
+    nothing (never the next loop down, which may carry dependences).
+    """
+    return isl.Id(f"{kind}@{band.get_schedule_depth()}", context=band.get_ctx())
+
+
+def _has_band_below(node: isl.ScheduleNode) -> bool:
+    def visit(n: isl.ScheduleNode) -> bool:
+        for i in range(n.n_children()):
+            c = n.child(i)
+            if c.get_type() == isl.schedule_node_type.band or visit(c):
+                return True
+        return False
+
+    return visit(node)
+
+
+def map_cpu(
+    scop: Scop,
+    deps: Dependences,
+    sched: isl.Schedule,
+    options,
+    sizes: Mapping[str, int],
+    strides: Mapping[str, tuple[int, ...]],
+    work: int,
+) -> CpuPlan:
+    """Mark the loops of ``sched`` (specialised and tiled) for the CPU.
+
+    :arg options: the :class:`~tcjit.mapping.options.OptionValues` of the call.
+    :arg strides: element strides of every tensor (inputs as passed, outputs as allocated).
+    :arg work: the number of statement instances (decides whether threads pay off).
+    """
+    m = _Mapper(scop, deps, sizes, strides)
+    sched = m._innermost(sched, options)
+    if options.parallelize:
+        sched = m._parallel(sched, work)
+    return CpuPlan(sched, tuple(m.decisions))

@@ -1,0 +1,244 @@
+"""Kernel IR: the loop program isl's AST generator builds, as plain immutable Python values.
+
+The printers (C for CPU kernels, CUDA later) never touch isl: :func:`from_isl_ast` walks an
+``isl.AstNode`` once and returns these values. Loop iterators and statement arguments are integer
+expressions over the iterators; statement instances are :class:`Run` nodes naming the Scop statement
+(``S0``, ``S0_init``) and giving an expression for each of its dimensions.
+
+Expressions (all int64):
+
+* :class:`Int`, :class:`Var`;
+* :class:`Op` with ``op`` one of ``+ - * neg min max floordiv div mod < <= > >= == && || select``:
+  ``floordiv`` rounds down (isl's ``fdiv_q``), ``div`` is a division known to be exact or to have a
+  non-negative dividend and divisor (``pdiv_q``/``div``), ``mod`` a remainder with a non-negative
+  dividend (``pdiv_r``/``zdiv_r``), ``select`` is ``a ? b : c``.
+
+Statements: :class:`For` (``kind``: ``"serial"``, or ``"parallel"``, ``"simd"``,
+``"simd_reduction"``, ``"reduction"`` joined by ``+``, from marks ``kind@depth`` the CPU mapping
+puts above one-member bands: a mark applies to the loop ``c{depth}`` right below it and to no other),
+:class:`If`, :class:`Block`, :class:`Run` and :class:`Mark` (a mark that no loop absorbed: its band
+had a single iteration).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+import islpy as isl
+
+from ..polyhedral.errors import TCInternalError
+
+__all__ = [
+    "Block",
+    "Expr",
+    "For",
+    "If",
+    "Int",
+    "Mark",
+    "Node",
+    "Op",
+    "Run",
+    "Var",
+    "free_vars",
+    "from_isl_ast",
+    "loops",
+    "substitute",
+]
+
+
+# ---------------------------------------------------------------------------------------- expressions
+@dataclass(frozen=True)
+class Int:
+    value: int
+
+
+@dataclass(frozen=True)
+class Var:
+    name: str
+
+
+@dataclass(frozen=True)
+class Op:
+    op: str
+    args: tuple[Expr, ...]
+
+
+Expr = Union[Int, Var, Op]
+
+
+# ----------------------------------------------------------------------------------------- statements
+@dataclass(frozen=True)
+class For:
+    """``for (var = init; cond; var += step) body``; ``kind`` says how the target runs it."""
+
+    var: str
+    init: Expr
+    cond: Expr
+    step: int
+    body: Node
+    kind: str = "serial"
+    degenerate: bool = False  # exactly one iteration: ``var = init`` then body
+
+
+@dataclass(frozen=True)
+class If:
+    cond: Expr
+    then: Node
+    other: Node | None
+
+
+@dataclass(frozen=True)
+class Block:
+    children: tuple[Node, ...]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One instance of Scop statement ``statement``; ``args[i]`` is the value of its dimension ``i``."""
+
+    statement: str
+    args: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class Mark:
+    name: str
+    body: Node
+
+
+Node = Union[For, If, Block, Run, Mark]
+
+
+# ------------------------------------------------------------------------------------ from the isl AST
+_OPS = {
+    "add": "+",
+    "sub": "-",
+    "mul": "*",
+    "minus": "neg",
+    "min": "min",
+    "max": "max",
+    "fdiv_q": "floordiv",
+    "pdiv_q": "div",
+    "div": "div",
+    "pdiv_r": "mod",
+    "zdiv_r": "mod",
+    "lt": "<",
+    "le": "<=",
+    "gt": ">",
+    "ge": ">=",
+    "eq": "==",
+    "and_": "&&",
+    "and_then": "&&",
+    "or_": "||",
+    "or_else": "||",
+    "select": "select",
+    "cond": "select",
+}
+_LOOP_MARKS = ("parallel", "simd", "simd_reduction", "reduction")
+_OP_NAMES = {getattr(isl.ast_expr_op_type, name): op for name, op in _OPS.items()}
+
+
+def _expr(e: isl.AstExpr, params: dict[str, int]) -> Expr:
+    t = e.get_type()
+    if t == isl.ast_expr_type.int:
+        return Int(int(e.get_val().to_python()))
+    if t == isl.ast_expr_type.id:
+        name = e.get_id().get_name()
+        return Int(params[name]) if name in params else Var(name)
+    op = _OP_NAMES.get(e.get_op_type())
+    if op is None:
+        raise TCInternalError(f"unexpected isl AST operation {e.get_op_type()} in {e.to_C_str()}")
+    args = tuple(_expr(e.get_op_arg(i), params) for i in range(e.get_op_n_arg()))
+    if op in ("min", "max") and len(args) > 2:  # n-ary in isl: fold
+        folded = args[0]
+        for a in args[1:]:
+            folded = Op(op, (folded, a))
+        return folded
+    return Op(op, args)
+
+
+def from_isl_ast(node: isl.AstNode, params: dict[str, int] | None = None) -> Node:
+    """The IR of isl AST ``node``; identifiers named in ``params`` become their integer values."""
+    params = params or {}
+    t = node.get_type()
+    if t == isl.ast_node_type.block:
+        lst = node.block_get_children()
+        return Block(tuple(from_isl_ast(lst.get_at(i), params) for i in range(lst.n_ast_node())))
+    if t == isl.ast_node_type.for_:
+        var = node.for_get_iterator().get_id().get_name()
+        inc = _expr(node.for_get_inc(), params)
+        if not isinstance(inc, Int) or inc.value <= 0:
+            raise TCInternalError(f"loop {var} has a non-constant or non-positive step")
+        body = from_isl_ast(node.for_get_body(), params)
+        init = _expr(node.for_get_init(), params)
+        if node.for_is_degenerate():
+            return For(var, init, Op("==", (Var(var), init)), inc.value, body, degenerate=True)
+        return For(var, init, _expr(node.for_get_cond(), params), inc.value, body)
+    if t == isl.ast_node_type.if_:
+        other = from_isl_ast(node.if_get_else_node(), params) if node.if_has_else_node() else None
+        return If(_expr(node.if_get_cond(), params), from_isl_ast(node.if_get_then_node(), params), other)
+    if t == isl.ast_node_type.mark:
+        name = node.mark_get_id().get_name()
+        body = from_isl_ast(node.mark_get_node(), params)
+        name, _, depth = name.partition("@")
+        if (
+            isinstance(body, For)
+            and name in _LOOP_MARKS
+            and not body.degenerate
+            and body.var == f"c{depth}"
+        ):
+            kind = name if body.kind == "serial" else "+".join(sorted({body.kind, name}))
+            return For(body.var, body.init, body.cond, body.step, body.body, kind=kind)
+        return Mark(name, body)
+    if t == isl.ast_node_type.user:
+        call = node.user_get_expr()
+        if call.get_op_type() != isl.ast_expr_op_type.call:
+            raise TCInternalError(f"unexpected user node {call.to_C_str()}")
+        stmt = call.get_op_arg(0).get_id().get_name()
+        args = tuple(_expr(call.get_op_arg(i), params) for i in range(1, call.get_op_n_arg()))
+        return Run(stmt, args)
+    raise TCInternalError(f"unexpected isl AST node type {t}")
+
+
+# ------------------------------------------------------------------------------------------ queries
+def free_vars(e: Expr) -> frozenset[str]:
+    """The variables ``e`` mentions."""
+    if isinstance(e, Var):
+        return frozenset((e.name,))
+    if isinstance(e, Op):
+        out: frozenset[str] = frozenset()
+        for a in e.args:
+            out |= free_vars(a)
+        return out
+    return frozenset()
+
+
+def substitute(e: Expr, values: dict[str, Expr]) -> Expr:
+    """``e`` with the variables in ``values`` replaced."""
+    if isinstance(e, Var):
+        return values.get(e.name, e)
+    if isinstance(e, Op):
+        return Op(e.op, tuple(substitute(a, values) for a in e.args))
+    return e
+
+
+def loops(node: Node) -> list[For]:
+    """Every loop of ``node``, in pre-order."""
+    found: list[For] = []
+
+    def visit(n: Node | None) -> None:
+        if isinstance(n, For):
+            found.append(n)
+            visit(n.body)
+        elif isinstance(n, If):
+            visit(n.then)
+            visit(n.other)
+        elif isinstance(n, Block):
+            for c in n.children:
+                visit(c)
+        elif isinstance(n, Mark):
+            visit(n.body)
+
+    visit(node)
+    return found

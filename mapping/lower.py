@@ -1,0 +1,230 @@
+"""Lowering one definition, at concrete sizes and strides, to a CPU kernel's C source.
+
+:func:`lower_cpu` runs the pipeline of DESIGN.md for the CPU target:
+
+1. the Scop (parametric, or specialised when the options fix parameters before scheduling or when
+   the ranges are not affine in the sizes) and its dependences;
+2. the isl schedule with the options' outer fusion strategy, then specialised to the sizes and
+   tiled by the options' tile sizes;
+3. proofs: the tiled schedule respects every dependence (:func:`check_legality`), and every affine
+   access stays inside its tensor (a violation is the program's fault: :class:`TCBoundsError`
+   pointing at the access, raised before anything runs); subscripts that are not affine are checked
+   when the kernel runs;
+4. the CPU mapping (:func:`~tcjit.mapping.cpu.map_cpu`), checked for legality once more;
+5. isl's AST, turned into kernel IR and printed as C.
+
+The result is plain data (:class:`CpuKernelSource`, JSON-serialisable) so a kernel found on disk
+loads without isl.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import islpy as isl
+
+from ..polyhedral.errors import TCBoundsError, TCInternalError
+from ..polyhedral.lang import ast as A
+from ..polyhedral.lang.checked import CheckedDef
+from ..polyhedral.lang.ranges import affine_form
+from ..polyhedral.schedule import check_legality, schedule, tile
+from ..polyhedral.scop import Scop, build_scop, compute_dependences
+from . import ir
+from .c_printer import BoundsCheck, CParam, c_storage_type, print_kernel
+from .cpu import map_cpu
+
+__all__ = ["CpuKernelSource", "contiguous_strides", "lower_cpu"]
+
+
+@dataclass(frozen=True)
+class CpuKernelSource:
+    """A CPU kernel ready to compile.
+
+    :ivar source: the C text. :ivar symbol: the kernel function's name.
+    :ivar params: the parameters after ``nthreads`` and ``tc_errors``, in order.
+    :ivar zero_init: outputs and temporaries the runtime must zero before the call (tcjit allocates
+        them): elements the kernel may read before writing, or never writes.
+    :ivar checks: the run-time bounds checks, by number - 1.
+    :ivar stages: readable intermediate forms (``schedule``, ``tree``, ``decisions``).
+    """
+
+    source: str
+    symbol: str
+    params: tuple[CParam, ...]
+    zero_init: tuple[str, ...]
+    checks: tuple[BoundsCheck, ...]
+    stages: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    def to_json(self) -> dict:
+        return {
+            "symbol": self.symbol,
+            "params": [[p.name, p.kind, p.ctype] for p in self.params],
+            "zero_init": list(self.zero_init),
+            "checks": [[c.tensor, c.dim, c.size, list(c.span), c.verb] for c in self.checks],
+        }
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Element strides of a contiguous tensor of ``shape``."""
+    out, step = [], 1
+    for n in reversed(shape):
+        out.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(out))
+
+
+def _fixed(scop: Scop, sizes: Mapping[str, int]) -> isl.Set:
+    if not scop.params:
+        return isl.Set.universe(isl.Space.params_alloc(scop.ctx, 0))
+    cons = " and ".join(f"{p} = {sizes[p]}" for p in scop.params)
+    return isl.Set.read_from_str(scop.ctx, f"[{', '.join(scop.params)}] -> {{ : {cons} }}")
+
+
+def _build_scop(cdef: CheckedDef, sizes: Mapping[str, int], fix: bool) -> Scop:
+    if fix:
+        return build_scop(cdef, sizes)
+    for st in cdef.statements:
+        for r in st.ranges:
+            if "*" in r.lo.to_isl() or "*" in r.hi.to_isl():
+                return build_scop(cdef, sizes)  # not affine in the sizes: isl needs numbers
+    return build_scop(cdef)
+
+
+def _box(ctx: isl.Context, tensor: str, shape: tuple[int, ...], params: tuple[str, ...]) -> isl.Set:
+    names = [f"a{k}" for k in range(len(shape))]
+    cons = " and ".join(f"0 <= {a} < {n}" for a, n in zip(names, shape)) or "0 = 0"
+    head = f"[{', '.join(params)}] -> " if params else ""
+    return isl.Set.read_from_str(ctx, f"{head}{{ {tensor}[{', '.join(names)}] : {cons} }}")
+
+
+def _prove_bounds(
+    scop: Scop, fixed: isl.Set, shapes: Mapping[str, tuple[int, ...]], sizes: Mapping[str, int]
+) -> frozenset[int]:
+    """Raise TCBoundsError for an affine access that leaves its tensor; return gather subscripts."""
+    cdef = scop.cdef
+    checked: set[int] = set()
+    for acc in scop.accesses:
+        shape = shapes[acc.tensor]
+        if not acc.exact:
+            dims = set(scop.statement(acc.statement).dims)
+            for arg in acc.node.args:
+                if affine_form(arg, dims, lambda n: n in cdef.sizes, lambda t, k: cdef.tensor(t).shape[k]) is None:
+                    checked.add(id(arg))
+        rel = (scop.writes if acc.write else scop.reads).intersect_params(fixed)
+        tag = isl.UnionSet.read_from_str(
+            scop.ctx,
+            f"{{ [{acc.statement}[{', '.join(scop.statement(acc.statement).dims)}] -> {acc.ref}[]] }}",
+        )
+        reached = rel.intersect_domain(tag).range()
+        if reached.is_empty():
+            continue
+        box = isl.UnionSet.from_set(_box(scop.ctx, acc.tensor, shape, scop.params).intersect_params(fixed))
+        outside = reached.subtract(box)
+        if outside.is_empty():
+            continue
+        point = outside.sample_point()
+        coords = [int(point.get_coordinate_val(isl.dim_type.set, k).to_python()) for k in range(len(shape))]
+        k = next(k for k, (c, n) in enumerate(zip(coords, shape)) if not 0 <= c < n)
+        node = acc.node
+        verb = "writes" if acc.write else "reads"
+        span = node.span if not isinstance(node, A.Statement) else node.lhs_span
+        raise TCBoundsError(
+            f"subscript {k} of '{acc.tensor}' {verb} element {coords[k]}, outside [0, {shape[k]}) "
+            f"(dimension {k} has size {shape[k]}; sizes {', '.join(f'{a}={b}' for a, b in sizes.items())})",
+            source=cdef.source,
+            span=span,
+            where=cdef.name,
+        )
+    return frozenset(checked)
+
+
+def _zero_init(scop: Scop, fixed: isl.Set, shapes: Mapping[str, tuple[int, ...]]) -> tuple[str, ...]:
+    """Outputs and temporaries with an element read before any write, or never written."""
+    cdef = scop.cdef
+    reads = scop.untagged_reads.intersect_params(fixed)
+    writes = scop.untagged_writes.intersect_params(fixed)
+    order = scop.program_order.intersect_params(fixed)
+    unsourced = (
+        isl.UnionAccessInfo.from_sink(reads)
+        .set_must_source(writes)
+        .set_schedule_map(order)
+        .compute_flow()
+        .get_may_no_source()
+        .range()
+    )
+    out = []
+    for name in (*cdef.outputs, *cdef.temporaries):
+        box = isl.UnionSet.from_set(_box(scop.ctx, name, shapes[name], scop.params).intersect_params(fixed))
+        written = writes.range().intersect(box)
+        if not box.is_subset(written) or not unsourced.intersect(box).is_empty():
+            out.append(name)
+    return tuple(out)
+
+
+def lower_cpu(
+    cdef: CheckedDef,
+    sizes: Mapping[str, int],
+    strides: Mapping[str, tuple[int, ...]],
+    options,
+    *,
+    symbol: str | None = None,
+) -> CpuKernelSource:
+    """The C source of ``cdef`` at ``sizes`` for tensors with element ``strides`` (every tensor).
+
+    :arg options: :class:`~tcjit.mapping.option_values.OptionValues` (already validated for "cpu").
+    """
+    shapes = {t.name: tuple(s.evaluate(sizes) for s in t.shape) for t in cdef.tensor_infos}
+    scop = _build_scop(cdef, sizes, options.fix_parameters_before_scheduling)
+    deps = compute_dependences(scop)
+    sched = schedule(scop, deps, fusion=options.outer_schedule_fusion_strategy)
+    fixed = _fixed(scop, sizes)
+    sched = sched.intersect_domain(sched.get_domain().intersect_params(fixed))
+    sched = tile(sched, options.tile)
+    legal_sizes = {p: sizes[p] for p in scop.params} or None
+    check_legality(sched, deps, sizes=legal_sizes)
+    checked = _prove_bounds(scop, fixed, shapes, sizes)
+    zero = _zero_init(scop, fixed, shapes)
+    work = sum(
+        math.prod(max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes)) for r in st.ranges) for st in cdef.statements
+    )
+    plan = map_cpu(scop, deps, sched, options, sizes, strides, work)
+    check_legality(plan.schedule, deps, sizes=legal_sizes)
+
+    build = isl.AstBuild.from_context(fixed)
+    ast = build.node_from_schedule(plan.schedule)
+    body = ir.from_isl_ast(ast, params={p: sizes[p] for p in scop.params})
+
+    params: list[CParam] = []
+    for name in cdef.params:
+        if name in cdef.scalars:
+            t = cdef.scalars[name].dtype
+            params.append(CParam(name, "scalar", "float" if t.is_half else c_storage_type(t)))
+        else:
+            params.append(CParam(name, "tensor", f"const {c_storage_type(cdef.tensor(name).dtype)} *restrict"))
+    for name in (*cdef.outputs, *cdef.temporaries):
+        params.append(CParam(name, "tensor", f"{c_storage_type(cdef.tensor(name).dtype)} *restrict"))
+    symbol = symbol or f"tc_{cdef.name}"
+    header = "/*\n" + _comment_safe(cdef.signature()) + "\n * options: " + _comment_safe(repr(options)) + "\n */"
+    text, checks = print_kernel(
+        cdef,
+        body,
+        {s.name: s for s in scop.statements},
+        symbol=symbol,
+        params=params,
+        sizes=sizes,
+        strides=strides,
+        checked=checked,
+        header=header,
+    )
+    stages = {
+        "schedule": str(sched),
+        "tree": str(plan.schedule.get_root()),
+        "decisions": "\n".join(plan.decisions),
+    }
+    return CpuKernelSource(text, symbol, tuple(params), zero, checks, stages)
+
+
+def _comment_safe(text: str) -> str:
+    return " * " + text.replace("*/", "* /").replace("\n", "\n * ")

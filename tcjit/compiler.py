@@ -1,0 +1,313 @@
+"""From a kernel and one call's arguments to a loaded, runnable specialisation, through two caches.
+
+A :class:`Specialization` is one definition compiled for one set of input shapes, dtypes and strides,
+one target and one set of options. :func:`specialize` finds or builds it:
+
+1. the in-process cache lives on the :class:`~tcjit.Kernel` (a dict lookup per call);
+2. the on-disk :class:`~tcjit.cache.KernelStore` under ``TCJIT_CACHE_DIR`` (default: the user's cache
+   directory; the empty string disables it), keyed by :func:`cache_key` as DESIGN.md says. A hit
+   loads the stored shared object without importing isl or running the compiler;
+3. otherwise the compiler runs (:func:`tcjit.mapping.lower.lower_cpu`, then the C compiler) and
+   the result is stored. A store that cannot be written costs a warning, never the call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+import threading
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from .binding import Binding, _scalar_value, torch_dtype
+from .polyhedral.errors import TCBoundsError, TCCallError, TCError, TCWarning
+from .polyhedral.lang.checked import CheckedDef
+
+__all__ = ["Specialization", "cache_key", "kernel_store", "specialize"]
+
+_STORE_LOCK = threading.Lock()
+_STORES: dict[str, object] = {}
+_BUILD_LOCK = threading.Lock()
+
+
+def kernel_store():
+    """The process's :class:`~tcjit.cache.KernelStore` (``None`` when disabled by TCJIT_CACHE_DIR="")."""
+    root = os.environ.get("TCJIT_CACHE_DIR")
+    if root is None:
+        import platformdirs
+
+        root = os.path.join(platformdirs.user_cache_dir("tcjit"), "kernels")
+    if root == "":
+        return None
+    with _STORE_LOCK:
+        store = _STORES.get(root)
+        if store is None:
+            from .cache import KernelStore
+
+            try:
+                max_bytes = int(os.environ.get("TCJIT_CACHE_MAX_BYTES", 2 << 30))
+                store = KernelStore(root, max_bytes=max_bytes)
+            except (TCError, ValueError) as e:
+                warnings.warn(f"tcjit: kernel cache disabled: {e}", TCWarning, stacklevel=3)
+                store = False
+            _STORES[root] = store
+        return store or None
+
+
+def _layout(t: torch.Tensor) -> list:
+    return [str(t.dtype).removeprefix("torch."), list(t.shape), list(t.stride())]
+
+
+def cache_key(
+    canonical_source: str,
+    entry: str,
+    inputs: Sequence[object],
+    outputs: Sequence[torch.Tensor] | None,
+    target: str,
+    options_json: str,
+) -> str:
+    """The text every cache of compiled kernels is keyed by (see DESIGN.md, "Cache key")."""
+    from . import __version__
+    from .cache import FORMAT_VERSION
+    from .cpu_runtime import toolchain_identity
+
+    key = {
+        "source": canonical_source,
+        "entry": entry,
+        "inputs": [_layout(x) if isinstance(x, torch.Tensor) else type(x).__name__ for x in inputs],
+        "outputs": None if outputs is None else [_layout(t) for t in outputs],
+        "target": target,
+        "toolchain": toolchain_identity(),
+        "options": json.loads(options_json),
+        "tcjit": __version__,
+        "format": FORMAT_VERSION,
+    }
+    return json.dumps(key, sort_keys=True, separators=(",", ":"))
+
+
+def _contiguous(shape: Sequence[int]) -> tuple[int, ...]:
+    out, step = [], 1
+    for n in reversed(shape):
+        out.append(step)
+        step *= max(int(n), 1)
+    return tuple(reversed(out))
+
+
+@dataclass(frozen=True)
+class _Meta:
+    """What a loaded kernel needs besides the code: JSON-round-trippable."""
+
+    symbol: str
+    params: tuple[tuple[str, str, str], ...]
+    zero_init: tuple[str, ...]
+    checks: tuple[tuple, ...]
+
+    @staticmethod
+    def from_json(d: Mapping) -> _Meta:
+        return _Meta(
+            d["symbol"],
+            tuple(tuple(p) for p in d["params"]),
+            tuple(d["zero_init"]),
+            tuple(tuple(c) for c in d["checks"]),
+        )
+
+
+class Specialization:
+    """One definition compiled for fixed shapes, dtypes, strides, target and options.
+
+    Calling it runs the kernel: ``spec(*inputs, outputs=None)``; the inputs must have the layout it
+    was compiled for (a mismatch raises :class:`TCCallError`).
+
+    :ivar source: the generated C. :ivar stages: readable intermediate forms when this process
+        compiled it (empty after a disk hit). :ivar from_disk: whether it came from the kernel store.
+    """
+
+    def __init__(
+        self,
+        cdef: CheckedDef,
+        binding: Binding,
+        meta: _Meta,
+        blob: bytes,
+        source: str,
+        *,
+        layouts: tuple,
+        stages: Mapping[str, str] | None = None,
+        from_disk: bool = False,
+    ):
+        from .cpu_runtime import CpuKernel, load
+
+        self.cdef = cdef
+        self.meta = meta
+        self.source = source
+        self.stages = dict(stages or {})
+        self.from_disk = from_disk
+        self.layouts = layouts
+        self._kernel = CpuKernel(load(blob, name=cdef.name), meta.symbol, meta.params)
+        self._fn = self._kernel.fn
+        dtypes = {name: torch_dtype(cdef.tensor(name).dtype) for name in (*cdef.outputs, *cdef.temporaries)}
+        self._outputs = tuple(
+            (binding.output_shapes[n], dtypes[n], n in meta.zero_init) for n in cdef.outputs
+        )
+        self._temporaries = tuple(
+            (binding.output_shapes[n], dtypes[n], n in meta.zero_init) for n in cdef.temporaries
+        )
+        index = {name: i for i, name in enumerate(cdef.params)}
+        n_out = len(cdef.outputs)
+        plan = []
+        for name, kind, _ in meta.params:
+            if name in index:
+                plan.append(("s" if kind == "scalar" else "i", index[name]))
+            elif name in cdef.outputs:
+                plan.append(("o", cdef.outputs.index(name)))
+            else:
+                plan.append(("t", n_out + cdef.temporaries.index(name)))
+        self._plan = tuple(plan)
+        self._scalar_types = {i: cdef.scalars[name].dtype for name, i in index.items() if name in cdef.scalars}
+
+    def __call__(self, *inputs, outputs: Sequence[torch.Tensor] | None = None):
+        layouts = tuple(_call_layout(x) for x in inputs)
+        if layouts != self.layouts[0] or _out_layouts(outputs) != self.layouts[1]:
+            raise TCCallError(
+                f"{self.cdef.name}: these arguments do not have the shapes, dtypes and strides this "
+                "specialisation was compiled for",
+                hint="call the Kernel itself: it compiles one specialisation per layout",
+            )
+        outs = self.run(inputs, outputs)
+        return outs[0] if len(outs) == 1 else outs
+
+    def run(self, inputs: Sequence[object], outputs: Sequence[torch.Tensor] | None) -> tuple[torch.Tensor, ...]:
+        """Run on ``inputs`` whose layout matched; ``outputs`` already checked. Always a tuple."""
+        if outputs is None:
+            outs = [
+                torch.zeros(shape, dtype=dt) if zero else torch.empty(shape, dtype=dt)
+                for shape, dt, zero in self._outputs
+            ]
+        else:
+            outs = list(outputs)
+            _check_aliasing(self.cdef, inputs, outs)
+        temps = [
+            torch.zeros(shape, dtype=dt) if zero else torch.empty(shape, dtype=dt)
+            for shape, dt, zero in self._temporaries
+        ]
+        args = []
+        for kind, i in self._plan:
+            if kind == "i":
+                args.append(inputs[i].data_ptr())
+            elif kind == "o":
+                args.append(outs[i].data_ptr())
+            elif kind == "t":
+                args.append(temps[i - len(outs)].data_ptr())
+            else:
+                name = self.cdef.params[i]
+                args.append(_scalar_value(self.cdef, name, inputs[i], self._scalar_types[i]))
+        errors = (ctypes.c_int64 * 2)() if self.meta.checks else None
+        self._fn(torch.get_num_threads(), errors, *args)
+        if errors is not None and errors[0]:
+            self._raise_bounds(int(errors[0]), int(errors[1]))
+        return tuple(outs)
+
+    def _raise_bounds(self, number: int, value: int) -> None:
+        from .polyhedral.errors import Span
+
+        tensor, dim, size, span, verb = self.meta.checks[number - 1]
+        raise TCBoundsError(
+            f"subscript {dim} of '{tensor}' {verb} element {value}, outside [0, {size}) "
+            f"(dimension {dim} has size {size})",
+            source=self.cdef.source,
+            span=Span(*span),
+            where=self.cdef.name,
+        )
+
+
+def _call_layout(x) -> tuple:
+    if isinstance(x, torch.Tensor):  # meta tensors stand for CPU ones (tcjit.compile)
+        return (x.dtype, tuple(x.shape), x.stride(), "cpu" if x.device.type == "meta" else x.device.type)
+    return (type(x),)
+
+
+def _out_layouts(outputs) -> tuple | None:
+    if outputs is None:
+        return None
+    return tuple(_call_layout(t) for t in outputs)
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    if t.numel() == 0:
+        return (0, 0)
+    last = sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+    start = t.data_ptr()
+    return (start, start + (last + 1) * t.element_size())
+
+
+def _check_aliasing(cdef: CheckedDef, inputs: Sequence[object], outputs: Sequence[torch.Tensor]) -> None:
+    """outputs= tensors must not overlap each other or any input, nor themselves."""
+    for name, t in zip(cdef.outputs, outputs):
+        if t.numel() > 1 and torch._debug_has_internal_overlap(t) != 0:
+            raise TCCallError(
+                f"output '{name}' has elements that share memory (an expanded or overlapping view)",
+                hint="pass a tensor with distinct elements, e.g. a fresh torch.empty(...)",
+            )
+    spans = [(n, _span(t)) for n, t in zip(cdef.outputs, outputs)]
+    others = spans + [(p, _span(x)) for p, x in zip(cdef.params, inputs) if isinstance(x, torch.Tensor)]
+    for i, (name, (a0, a1)) in enumerate(spans):
+        for other, (b0, b1) in others[i + 1 :]:
+            if a0 < b1 and b0 < a1:
+                raise TCCallError(
+                    f"output '{name}' shares memory with '{other}': kernels need outputs that alias nothing",
+                    hint="pass a separate output tensor, or copy the input first",
+                )
+
+
+def specialize(kernel, binding: Binding, inputs, outputs, options, target: str) -> Specialization:
+    """Find or build the specialisation of ``kernel`` for this call (checked by ``bind``)."""
+    cdef = kernel.definition
+    if target != "cpu":
+        raise TCCallError(
+            f"target {target!r} is not available yet: this version of tcjit compiles for CPU tensors only",
+            hint="move the tensors to the CPU, or run under tcjit.reference.evaluate",
+        )
+    options_json = options.to_json()
+    key = cache_key(kernel.canonical_source, cdef.name, inputs, outputs, target, options_json)
+    layouts = (tuple(_call_layout(x) for x in inputs), _out_layouts(outputs))
+    store = kernel_store()
+    if store is not None:
+        entry = store.get(key)
+        if entry is not None:
+            try:
+                blob = entry.path("kernel.so").read_bytes()
+                if hashlib.sha256(blob).hexdigest() == entry.metadata.get("so_sha256"):
+                    source = entry.path("kernel.c").read_text(encoding="utf-8")
+                    meta = _Meta.from_json(entry.metadata["kernel"])
+                    return Specialization(
+                        cdef, binding, meta, blob, source, layouts=layouts, from_disk=True
+                    )
+            except (OSError, KeyError, ValueError, TypeError, AttributeError):
+                pass  # evicted or unusable under us: rebuild
+    with _BUILD_LOCK:  # isl contexts are per compilation, but one compiler at a time keeps memory flat
+        from .cpu_runtime import compile_c
+        from .mapping.lower import lower_cpu
+
+        strides = {}
+        for name, t in binding.tensors.items():
+            strides[name] = tuple(t.stride())
+        given = dict(zip(cdef.outputs, outputs)) if outputs is not None else {}
+        for name in (*cdef.outputs, *cdef.temporaries):
+            strides[name] = tuple(given[name].stride()) if name in given else _contiguous(binding.output_shapes[name])
+        lowered = lower_cpu(cdef, binding.sizes, strides, options.values)
+        blob = compile_c(lowered.source, name=cdef.name)
+    meta = _Meta.from_json(lowered.to_json())
+    if store is not None:
+        try:
+            store.put(
+                key,
+                {"kernel.so": blob, "kernel.c": lowered.source.encode("utf-8")},
+                {"kernel": lowered.to_json(), "so_sha256": hashlib.sha256(blob).hexdigest()},
+            )
+        except TCError as e:
+            warnings.warn(f"tcjit: could not store the compiled kernel: {e}", TCWarning, stacklevel=3)
+    return Specialization(cdef, binding, meta, blob, lowered.source, layouts=layouts, stages=lowered.stages)

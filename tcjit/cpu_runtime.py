@@ -1,0 +1,179 @@
+"""The CPU runtime: compile generated C with the system C compiler, load it, call it on torch tensors.
+
+* :func:`compile_c` runs ``$CC`` (default ``cc``) with :data:`CFLAGS` and returns the shared
+  object's bytes. The compiler is found on ``PATH``; its identity (resolved path, size, mtime) and
+  the host's instruction-set features are part of every cache key (:func:`toolchain_identity`),
+  computed without running anything, so a process that loads kernels from disk never starts the
+  compiler.
+* :func:`load` loads shared-object bytes with ``dlopen`` from a private file it removes at once,
+  so the bytes that were checked are the bytes that run.
+* :class:`CpuKernel` calls the kernel function through ctypes, passing tensor data pointers
+  directly: inputs are never copied, whatever their strides (the kernel is specialised to them).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Sequence
+
+from .polyhedral.errors import TCInternalError
+
+__all__ = ["CFLAGS", "CpuKernel", "compile_c", "load", "toolchain_identity"]
+
+#: Flags every CPU kernel is compiled with. ``-fwrapv``: integer arithmetic wraps, as the language
+#: says; ``-fno-math-errno`` lets libm calls vectorise; no ``-ffast-math`` (NaN and signed zeros
+#: keep their meaning).
+CFLAGS = (
+    "-O3",
+    "-march=native",
+    "-fopenmp",
+    "-fwrapv",
+    "-ffp-contract=fast",
+    "-fno-math-errno",
+    "-fPIC",
+    "-shared",
+    "-std=gnu11",
+)
+
+#: Seconds a compilation may take before it is treated as a compiler failure.
+COMPILE_TIMEOUT = 300
+
+
+def _compiler() -> str:
+    cc = os.environ.get("CC", "cc")
+    path = shutil.which(cc)
+    if path is None:
+        raise TCInternalError(
+            f"no C compiler: '{cc}' is not on PATH",
+            hint="install gcc (or set CC to a C compiler with OpenMP support)",
+        )
+    return path
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_features() -> str:
+    """The host's CPU model and instruction-set flags (what -march=native targets), hashed."""
+    text = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith(("flags", "model name", "Features", "CPU part")):
+                    text += line
+                if line.strip() == "":
+                    break
+    except OSError:
+        text = platform.processor()
+    return f"{platform.machine()}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+
+def toolchain_identity() -> str:
+    """Compiler identity, flags and host features, for cache keys; runs nothing."""
+    path = _compiler()
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    return f"cc={real}:{st.st_size}:{st.st_mtime_ns} flags={' '.join(CFLAGS)} cpu={_cpu_features()}"
+
+
+def compile_c(source: str, *, name: str = "kernel") -> bytes:
+    """Compile C ``source`` to a shared object; its bytes.
+
+    :raises TCInternalError: the compiler rejected the code (a tcjit bug: the message has its log).
+    """
+    cc = _compiler()
+    with tempfile.TemporaryDirectory(prefix="tcjit-cc-") as tmp:
+        src = os.path.join(tmp, f"{name}.c")
+        out = os.path.join(tmp, f"{name}.so")
+        with open(src, "w", encoding="utf-8") as f:
+            f.write(source)
+        try:
+            proc = subprocess.run(
+                [cc, *CFLAGS, "-o", out, src, "-lm"],
+                capture_output=True,
+                text=True,
+                timeout=COMPILE_TIMEOUT,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise TCInternalError(f"the C compiler took more than {COMPILE_TIMEOUT} s on {name}") from None
+        if proc.returncode != 0:
+            raise TCInternalError(
+                f"the C compiler rejected the generated kernel {name} (a tcjit bug):\n{proc.stderr[-4000:]}"
+            )
+        with open(out, "rb") as f:
+            return f.read()
+
+
+def load(blob: bytes, *, name: str = "kernel") -> ctypes.CDLL:
+    """``dlopen`` shared-object bytes.
+
+    The bytes go to a fresh file in a private (0700) directory of this process, under a name never
+    used before (the dynamic loader returns an already loaded library for a known name), and the
+    file is removed once loaded: the bytes that were checked are the bytes that run.
+    """
+    global _LOADED
+    with _LOAD_LOCK:
+        _LOADED += 1
+        number = _LOADED
+    directory = _private_dir()
+    path = os.path.join(directory, f"{name}-{os.getpid()}-{number}-{hashlib.sha256(blob).hexdigest()[:12]}.so")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+        return ctypes.CDLL(path)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+_LOADED = 0
+_LOAD_LOCK = threading.Lock()
+
+
+@functools.lru_cache(maxsize=1)
+def _private_dir() -> str:
+    directory = tempfile.mkdtemp(prefix="tcjit-so-")
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    return directory
+
+
+_SCALAR_CTYPES = {
+    "bool": ctypes.c_bool,
+    "uint8_t": ctypes.c_uint8,
+    "uint16_t": ctypes.c_uint16,
+    "uint32_t": ctypes.c_uint32,
+    "uint64_t": ctypes.c_uint64,
+    "int8_t": ctypes.c_int8,
+    "int16_t": ctypes.c_int16,
+    "int32_t": ctypes.c_int32,
+    "int64_t": ctypes.c_int64,
+    "float": ctypes.c_float,
+    "double": ctypes.c_double,
+}
+
+
+class CpuKernel:
+    """A loaded kernel function: ``fn(nthreads, errors, *params)``.
+
+    :arg params: ``(name, kind, ctype)`` per parameter after ``nthreads`` and ``errors``.
+    """
+
+    def __init__(self, lib: ctypes.CDLL, symbol: str, params: Sequence[tuple[str, str, str]]):
+        self.lib = lib  # keeps the library loaded
+        fn = getattr(lib, symbol)
+        argtypes = [ctypes.c_int, ctypes.c_void_p]
+        for _, kind, ctype in params:
+            argtypes.append(ctypes.c_void_p if kind == "tensor" else _SCALAR_CTYPES[ctype])
+        fn.argtypes = argtypes
+        fn.restype = None
+        self.fn = fn
