@@ -278,8 +278,10 @@ class _Printer:
         sizes: Mapping[str, int],
         strides: Mapping[str, tuple[int, ...]],
         checked: frozenset[int],
+        wide: Mapping[str, ScalarType],
     ):
         self.cdef = cdef
+        self.wide = wide
         self.statements = statements
         self.sizes = sizes
         self.strides = strides
@@ -294,7 +296,8 @@ class _Printer:
         if not args:
             return "0"
         terms = []
-        for k, (arg, stride) in enumerate(zip(args, self.strides[tensor])):
+        strides = _contiguous(info, self.sizes) if tensor in self.wide else self.strides[tensor]
+        for k, (arg, stride) in enumerate(zip(args, strides)):
             sub = ex.index(arg)
             if id(arg) in self.checked:
                 n = info.shape[k].evaluate(self.sizes)
@@ -309,7 +312,13 @@ class _Printer:
             terms.append(sub if stride == 1 else f"({sub}) * INT64_C({stride})")
         return " + ".join(terms) or "0"
 
+    def element_type(self, tensor: str) -> ScalarType:
+        """The type a tensor's elements have inside the kernel (wider for long sums)."""
+        return self.wide.get(tensor) or self.cdef.tensor(tensor).dtype
+
     def load(self, tensor: str, addr: str, want: ScalarType) -> str:
+        if tensor in self.wide:
+            return convert(f"w_{tensor}[{addr}]", self.wide[tensor], want)
         t = self.cdef.tensor(tensor).dtype
         raw = f"t_{tensor}[{addr}]"
         if t.name == "float16":
@@ -319,6 +328,9 @@ class _Printer:
         return convert(raw, t, want)
 
     def store(self, tensor: str, addr: str, value: str) -> str:
+        """Store ``value``, already of the tensor's :meth:`element_type`."""
+        if tensor in self.wide:
+            return f"w_{tensor}[{addr}] = {value};"
         t = self.cdef.tensor(tensor).dtype
         if t.name == "float16":
             value = f"tc_f2h({value})"
@@ -357,14 +369,15 @@ class _Printer:
         st = scop_st.source
         ex = _Exprs(self, st)
         t = self.cdef.tensor(st.tensor).dtype
+        et = self.element_type(st.tensor).compute
         addr = self.lhs_address(sname, ex)
         if scop_st.kind == "init":
-            return self.store(st.tensor, addr, _identity(st.op, t))
-        value = convert(ex.value(st.rhs), st.value_type, t)
+            return self.store(st.tensor, addr, _identity(st.op, et))
+        value = convert(convert(ex.value(st.rhs), st.value_type, t), t, et)
         if scop_st.kind == "assign":
             return self.store(st.tensor, addr, value)
-        old = self.load(st.tensor, addr, t.compute)
-        return self.store(st.tensor, addr, _combine(st.op, old, f"({value})", t.compute))
+        old = self.load(st.tensor, addr, et)
+        return self.store(st.tensor, addr, _combine(st.op, old, f"({value})", et))
 
     def run(self, node: ir.Run, indent: str) -> None:
         self.lines.append(f"{indent}{self.comment(node.statement)}")
@@ -384,22 +397,23 @@ class _Printer:
         if any(loop.var in ir.free_vars(bound[v]) for v in st.lhs_vars):
             return False
         t = self.cdef.tensor(st.tensor).dtype
-        ct = _ctype(t)
+        et = self.element_type(st.tensor).compute
+        ct = _ctype(et)
         ex = _Exprs(self, st)
         addr = self.address(st.tensor, st.lhs, ex, st.source)
         rest = set(scop_st.dims) - set(st.lhs_vars)
-        value = convert(ex.value(st.rhs), st.value_type, t)
+        value = convert(convert(ex.value(st.rhs), st.value_type, t), t, et)
         pragma = None
-        if vector and t.is_float and st.op in ("+=", "*="):
+        if vector and et.is_float and st.op in ("+=", "*="):
             pragma = f"#pragma omp simd reduction({st.op[0]}:tc_acc)"
         self.lines.append(f"{indent}{self.comment(run.statement)} /* accumulated in a register */")
         self.lines.append(f"{indent}{{ {self.bindings(run.statement, run.args, set(st.lhs_vars))}")
-        self.lines.append(f"{indent}  {ct} tc_acc = {self.load(st.tensor, addr, t.compute)};")
+        self.lines.append(f"{indent}  {ct} tc_acc = {self.load(st.tensor, addr, et)};")
         if pragma:
             self.lines.append(f"{indent}  {pragma}")
         self.lines.append(f"{indent}  {self.loop_header(loop)} {{")
         self.lines.append(f"{indent}    {self.bindings(run.statement, run.args, rest)}")
-        self.lines.append(f"{indent}    tc_acc = {_combine(st.op, 'tc_acc', f'({value})', t.compute)};")
+        self.lines.append(f"{indent}    tc_acc = {_combine(st.op, 'tc_acc', f'({value})', et)};")
         self.lines.append(f"{indent}  }}")
         self.lines.append(f"{indent}  {self.store(st.tensor, addr, 'tc_acc')} }}")
         return True
@@ -499,6 +513,8 @@ def print_kernel(
     sizes: Mapping[str, int],
     strides: Mapping[str, tuple[int, ...]],
     checked: frozenset[int] = frozenset(),
+    wide: Mapping[str, ScalarType] | None = None,
+    copy_in: frozenset[str] = frozenset(),
     header: str = "",
 ) -> tuple[str, tuple[BoundsCheck, ...]]:
     """The C source of one kernel and the run-time bounds checks it makes.
@@ -506,13 +522,17 @@ def print_kernel(
     The function is ``void symbol(int nthreads, int64_t *tc_errors, <params>)``; ``tc_errors``
     points at two int64 slots (check number, offending subscript), zero on entry.
     """
-    p = _Printer(cdef, statements, sizes, strides, checked)
+    wide = dict(wide or {})
+    p = _Printer(cdef, statements, sizes, strides, checked, wide)
     p.node(body, "  ")
+    prologue, epilogue = _wide_buffers(p, wide, copy_in)
     decl = ", ".join(["int nthreads", "int64_t *restrict tc_errors", *(f"{q.ctype} {_cname(q)}" for q in params)])
     text = [
         "/* Generated by tcjit. */",
         header.rstrip(),
         PRELUDE,
+        "#include <stdlib.h>",
+        "",
         "static inline int64_t tc_checked(int64_t i, int64_t n, int64_t check, int64_t *errors) {",
         "  if (__builtin_expect(i < 0 || i >= n, 0)) {",
         "    __atomic_store_n(&errors[1], i, __ATOMIC_RELAXED);",
@@ -525,11 +545,58 @@ def print_kernel(
         f"void {symbol}({decl})",
         "{",
         "  (void)nthreads; (void)tc_errors;",
+        *prologue,
         *p.lines,
+        *epilogue,
         "}",
         "",
     ]
     return "\n".join(text), tuple(p.checks)
+
+
+def _contiguous(info, sizes: Mapping[str, int]) -> tuple[int, ...]:
+    out, step = [], 1
+    for n in reversed([s.evaluate(sizes) for s in info.shape]):
+        out.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(out))
+
+
+def _wide_buffers(p: _Printer, wide: Mapping[str, ScalarType], copy_in: frozenset[str]):
+    """C that allocates each widened tensor's buffer (copying the tensor in when it is read before
+    written) and, at the end, rounds it back into the tensor and frees it."""
+    prologue: list[str] = []
+    epilogue: list[str] = []
+    for name, wt in wide.items():
+        info = p.cdef.tensor(name)
+        shape = [s.evaluate(p.sizes) for s in info.shape]
+        count = math.prod(shape)
+        ct = _ctype(wt)
+        loops, subs = [], []
+        for k, n in enumerate(shape):
+            loops.append(f"for (int64_t e{k} = 0; e{k} < {n}; e{k} += 1)")
+            subs.append(f"e{k}")
+        dense = " + ".join(f"e{k} * INT64_C({st})" for k, st in enumerate(_contiguous(info, p.sizes))) or "0"
+        actual = " + ".join(f"e{k} * INT64_C({st})" for k, st in enumerate(p.strides[name])) or "0"
+        nest = " ".join(loops)
+        prologue.append(f"  /* '{name}' is accumulated in {wt} (a long sum), stored as {info.dtype} at the end */")
+        prologue.append(f"  {ct} *restrict w_{name} = ({ct} *)malloc(sizeof({ct}) * {max(count, 1)});")
+        prologue.append(f"  if (!w_{name}) {{ tc_errors[0] = -1; return; }}")
+        if name in copy_in:
+            raw = f"t_{name}[{actual}]"
+            if info.dtype.name == "float16":
+                raw = f"tc_h2f({raw})"
+            elif info.dtype.name == "bfloat16":
+                raw = f"tc_bf2f({raw})"
+            prologue.append(f"  {nest} w_{name}[{dense}] = ({ct})({raw});")
+        value = convert(f"w_{name}[{dense}]", wt, info.dtype)
+        if info.dtype.name == "float16":
+            value = f"tc_f2h(w_{name}[{dense}])" if ct == "float" else f"tc_d2h(w_{name}[{dense}])"
+        elif info.dtype.name == "bfloat16":
+            value = f"tc_f2bf(w_{name}[{dense}])" if ct == "float" else f"tc_d2bf(w_{name}[{dense}])"
+        epilogue.append(f"  {nest} t_{name}[{actual}] = {value};")
+        epilogue.append(f"  free(w_{name});")
+    return prologue, epilogue
 
 
 def _cname(q: CParam) -> str:

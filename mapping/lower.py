@@ -29,13 +29,14 @@ from ..polyhedral.errors import TCBoundsError, TCInternalError
 from ..polyhedral.lang import ast as A
 from ..polyhedral.lang.checked import CheckedDef
 from ..polyhedral.lang.ranges import affine_form
+from ..polyhedral.lang.types import SCALAR_TYPES, ScalarType
 from ..polyhedral.schedule import check_legality, schedule, tile
 from ..polyhedral.scop import Scop, build_scop, compute_dependences
 from . import ir
 from .c_printer import BoundsCheck, CParam, c_storage_type, print_kernel
 from .cpu import map_cpu
 
-__all__ = ["CpuKernelSource", "contiguous_strides", "lower_cpu"]
+__all__ = ["LONG_SUM", "CpuKernelSource", "contiguous_strides", "lower_cpu", "wide_accumulators"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,8 @@ class CpuKernelSource:
     :ivar zero_init: outputs and temporaries the runtime must zero before the call (tcjit allocates
         them): elements the kernel may read before writing, or never writes.
     :ivar checks: the run-time bounds checks, by number - 1.
+    :ivar wide: tensors the kernel accumulates in a wider type (:func:`wide_accumulators`); it
+        allocates their buffers and reports a failed allocation as error -1.
     :ivar stages: readable intermediate forms (``schedule``, ``tree``, ``decisions``).
     """
 
@@ -55,6 +58,7 @@ class CpuKernelSource:
     params: tuple[CParam, ...]
     zero_init: tuple[str, ...]
     checks: tuple[BoundsCheck, ...]
+    wide: tuple[str, ...] = ()
     stages: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def to_json(self) -> dict:
@@ -63,6 +67,7 @@ class CpuKernelSource:
             "params": [[p.name, p.kind, p.ctype] for p in self.params],
             "zero_init": list(self.zero_init),
             "checks": [[c.tensor, c.dim, c.size, list(c.span), c.verb] for c in self.checks],
+            "wide": list(self.wide),
         }
 
 
@@ -163,6 +168,35 @@ def _zero_init(scop: Scop, fixed: isl.Set, shapes: Mapping[str, tuple[int, ...]]
     return tuple(out)
 
 
+#: Sums of at least this many terms per element accumulate float32 in float64.
+LONG_SUM = 1 << 14
+
+
+def wide_accumulators(cdef: CheckedDef, sizes: Mapping[str, int]) -> dict[str, ScalarType]:
+    """Tensors whose sums the kernel accumulates in a wider type than they are stored in.
+
+    float16 and bfloat16 targets of ``+=``/``*=`` accumulate in float32, float32 targets of sums
+    with :data:`LONG_SUM` terms or more per element in float64: adding millions of float32 terms
+    one by one loses every digit (the oracle, like torch, keeps them). The tensor lives in the
+    wide buffer for the whole kernel and is rounded to its type once, at the end.
+    """
+    terms: dict[str, int] = {}
+    for st in cdef.statements:
+        if st.op in ("+=", "*=") and cdef.tensor(st.tensor).dtype.is_float:
+            n = math.prod(
+                max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes)) for r in st.ranges[len(st.lhs_vars) :]
+            ) if st.plain_lhs else math.prod(max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes)) for r in st.ranges)
+            terms[st.tensor] = terms.get(st.tensor, 0) + n
+    wide = {}
+    for name, n in terms.items():
+        t = cdef.tensor(name).dtype
+        if t.is_half:
+            wide[name] = SCALAR_TYPES["float32"] if n < LONG_SUM else SCALAR_TYPES["float64"]
+        elif t.name == "float32" and n >= LONG_SUM:
+            wide[name] = SCALAR_TYPES["float64"]
+    return wide
+
+
 def lower_cpu(
     cdef: CheckedDef,
     sizes: Mapping[str, int],
@@ -206,6 +240,7 @@ def lower_cpu(
     for name in (*cdef.outputs, *cdef.temporaries):
         params.append(CParam(name, "tensor", f"{c_storage_type(cdef.tensor(name).dtype)} *restrict"))
     symbol = symbol or f"tc_{cdef.name}"
+    wide = wide_accumulators(cdef, sizes)
     header = "/*\n" + _comment_safe(cdef.signature()) + "\n * options: " + _comment_safe(repr(options)) + "\n */"
     text, checks = print_kernel(
         cdef,
@@ -216,6 +251,8 @@ def lower_cpu(
         sizes=sizes,
         strides=strides,
         checked=checked,
+        wide=wide,
+        copy_in=frozenset(zero) & frozenset(wide),
         header=header,
     )
     stages = {
@@ -223,7 +260,7 @@ def lower_cpu(
         "tree": str(plan.schedule.get_root()),
         "decisions": "\n".join(plan.decisions),
     }
-    return CpuKernelSource(text, symbol, tuple(params), zero, checks, stages)
+    return CpuKernelSource(text, symbol, tuple(params), zero, checks, tuple(wide), stages)
 
 
 def _comment_safe(text: str) -> str:

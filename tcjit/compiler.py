@@ -106,6 +106,7 @@ class _Meta:
     params: tuple[tuple[str, str, str], ...]
     zero_init: tuple[str, ...]
     checks: tuple[tuple, ...]
+    wide: tuple[str, ...] = ()
 
     @staticmethod
     def from_json(d: Mapping) -> _Meta:
@@ -114,6 +115,7 @@ class _Meta:
             tuple(tuple(p) for p in d["params"]),
             tuple(d["zero_init"]),
             tuple(tuple(c) for c in d["checks"]),
+            tuple(d.get("wide", ())),
         )
 
 
@@ -205,9 +207,11 @@ class Specialization:
             else:
                 name = self.cdef.params[i]
                 args.append(_scalar_value(self.cdef, name, inputs[i], self._scalar_types[i]))
-        errors = (ctypes.c_int64 * 2)() if self.meta.checks else None
+        errors = (ctypes.c_int64 * 2)() if self.meta.checks or self.meta.wide else None
         self._fn(torch.get_num_threads(), errors, *args)
         if errors is not None and errors[0]:
+            if errors[0] < 0:
+                raise MemoryError(f"{self.cdef.name}: the kernel could not allocate its accumulation buffers")
             self._raise_bounds(int(errors[0]), int(errors[1]))
         return tuple(outs)
 

@@ -1,0 +1,203 @@
+"""The fixed cost of calling a tcjit kernel: tiny inputs, where the call is nearly all overhead.
+
+Two comparisons, each a tcjit kernel against the torch op that computes the same thing:
+
+- ``matmul 8x8``: the suite's TC matmul on 8x8 float32 inputs against ``torch.mm``;
+- ``pointwise 1 element``: ``C(i) = A(i) + B(i)`` on 1-element float32 inputs against ``torch.add``.
+
+The kernel is compiled first (``tcjit.compile`` if tcjit has it, else a warm-up call) with a fresh
+empty ``TCJIT_CACHE_DIR`` and its result checked against the torch op's. Then both run interleaved
+under ``torch.no_grad()`` (see ``bench/_harness.py``): each round times ``--calls`` back-to-back
+calls of one and then of the other, the order alternating between rounds; the figure is the median
+over ``--samples`` rounds of the time per call, in µs. The difference tcjit - torch is the overhead
+tcjit adds to a call (binding the arguments to sizes, looking the compiled kernel up, allocating the
+outputs, crossing into C); target: under 20 µs.
+
+    python bench/call_overhead.py            # writes bench/results/call_overhead.{json,md}
+    python bench/call_overhead.py --calls 200 --samples 3 --out /tmp/call_overhead   # quick check
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from _harness import (
+    RESULTS,
+    as_tuple,
+    check_outputs,
+    describe_error,
+    format_seconds,
+    fresh_cache_dir,
+    interleaved,
+    machine_info,
+    machine_markdown,
+    markdown_table,
+    write_results,
+)
+
+OVERHEAD_TARGET_S = 20e-6
+DEFAULT_CALLS = 20_000
+DEFAULT_SAMPLES = 15
+
+ADD_TC = """
+def add(float(N) A, float(N) B) -> (C) {
+    C(i) = A(i) + B(i)
+}
+"""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One comparison: a TC kernel and the torch op it should cost about as much as.
+
+    :ivar name: how the results call it.
+    :ivar source: the TC text.
+    :ivar entry: the ``def`` to call.
+    :ivar shapes: the input shapes (float32, standard normal, seed 0).
+    :ivar torch_name: the torch op, as printed.
+    :ivar reduction_length: the longest reduction (for the tolerance).
+    """
+
+    name: str
+    source: str
+    entry: str
+    shapes: tuple[tuple[int, ...], ...]
+    torch_name: str
+    reduction_length: int
+
+    def torch_op(self) -> Callable[..., object]:
+        import torch
+
+        return {"torch.mm": torch.mm, "torch.add": torch.add}[self.torch_name]
+
+
+def cases() -> tuple[Case, ...]:
+    from tcjit import suite
+
+    mm = suite.get("matmul")
+    return (
+        Case("matmul 8x8", mm.source, mm.entry, ((8, 8), (8, 8)), "torch.mm", 8),
+        Case("pointwise 1 element", ADD_TC, "add", ((1,), (1,)), "torch.add", 1),
+    )
+
+
+def measure(case: Case, *, calls: int, samples: int) -> dict[str, Any]:
+    """Compile, check and time one case; its record for the JSON file."""
+    import torch
+
+    import tcjit
+    from tcjit.testing import tolerance
+
+    gen = torch.Generator().manual_seed(0)
+    inputs = tuple(torch.randn(s, generator=gen) for s in case.shapes)
+    op = case.torch_op()
+    record: dict[str, Any] = {
+        "case": case.name,
+        "shapes": [list(s) for s in case.shapes],
+        "torch": case.torch_name,
+    }
+    with torch.no_grad():
+        want = as_tuple(op(*inputs))
+        try:
+            k = tcjit.define(case.source, name=case.entry)
+            compile_ahead = getattr(tcjit, "compile", None)
+            if compile_ahead is not None:
+                compile_ahead(k, *inputs)
+            got = as_tuple(k(*inputs))
+        except Exception as e:
+            record.update(error=describe_error(e), correct=None)
+            return record
+        check = check_outputs(got, want, tolerance(torch.float32, case.reduction_length))
+        record.update(correct=check.correct, check_error=check.message or None)
+        timings = interleaved(
+            {"tcjit": lambda: k(*inputs), "torch": lambda: op(*inputs)},
+            max_rounds=samples,
+            min_rounds=samples,
+            budget_s=0.0,
+            calls_per_sample=calls,
+        )
+    t, o = timings["tcjit"].median_s, timings["torch"].median_s
+    record.update(
+        tcjit_timing=timings["tcjit"].to_json(),
+        torch_timing=timings["torch"].to_json(),
+        tcjit_us=t * 1e6,
+        torch_us=o * 1e6,
+        overhead_us=(t - o) * 1e6,
+        target_us=OVERHEAD_TARGET_S * 1e6,
+        meets_target=t - o < OVERHEAD_TARGET_S,
+    )
+    return record
+
+
+def render_markdown(doc: Mapping[str, Any]) -> str:
+    """The result document as markdown."""
+    rows = []
+    for r in doc["cases"]:
+        if "error" in r:
+            rows.append([r["case"], "error", "—", "—", "—", r["error"]])
+            continue
+        rows.append(
+            [
+                r["case"],
+                format_seconds(r["tcjit_us"] * 1e-6),
+                f"{format_seconds(r['torch_us'] * 1e-6)} ({r['torch']})",
+                f"{r['overhead_us']:.1f} µs {'✓' if r['meets_target'] else '✗'} (< {r['target_us']:.0f} µs)",
+                "yes" if r["correct"] else "no",
+                r.get("check_error") or "",
+            ]
+        )
+    s = doc["settings"]
+    return "\n".join(
+        [
+            "# Call overhead on tiny inputs",
+            "",
+            machine_markdown(doc["machine"]),
+            f"- {s['samples']} interleaved samples of {s['calls']} back-to-back calls each, "
+            f"medians of the time per call; torch.no_grad()",
+            "",
+            markdown_table(["case", "tcjit", "torch", "tcjit - torch (target)", "correct", "note"], rows),
+        ]
+    )
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--calls", type=int, default=DEFAULT_CALLS, help="back-to-back calls per sample")
+    p.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help="interleaved samples per contender")
+    p.add_argument(
+        "--out", type=Path, default=RESULTS / "call_overhead", help="writes <out>.json and <out>.md"
+    )
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    with fresh_cache_dir():
+        results = []
+        for case in cases():
+            r = measure(case, calls=args.calls, samples=args.samples)
+            results.append(r)
+            summary = r.get("error") or (
+                f"tcjit {r['tcjit_us']:.2f} µs, {r['torch']} {r['torch_us']:.2f} µs, "
+                f"overhead {r['overhead_us']:.2f} µs, correct: {r['correct']}"
+            )
+            print(f"{case.name}: {summary}", file=sys.stderr, flush=True)
+        doc = {
+            "benchmark": "call_overhead",
+            "machine": machine_info(),
+            "settings": {"calls": args.calls, "samples": args.samples, "grad_mode": "no_grad"},
+            "target_overhead_us": OVERHEAD_TARGET_S * 1e6,
+            "cases": results,
+        }
+    json_path, md_path = write_results(args.out, doc, render_markdown(doc))
+    print(f"wrote {json_path} and {md_path}", file=sys.stderr)
+    return 1 if any("error" in r or not r["correct"] for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

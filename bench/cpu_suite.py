@@ -1,0 +1,401 @@
+"""The benchmark suite on the CPU: tcjit against torch eager and torch.compile, kernel by kernel.
+
+For each kernel of :mod:`tcjit.suite` at its CPU sizes (float32, contiguous, ``make_inputs``' fixed
+seed), three contenders run in this one process:
+
+- ``tcjit``: ``tcjit.define(source, name=entry)``, compiled for the inputs' shapes by
+  ``tcjit.compile`` when tcjit has it, else by its first call. That first compile (or call) is timed
+  as the *compile latency*; the on-disk kernel cache (``TCJIT_CACHE_DIR``) is a fresh empty
+  directory, set before tcjit is imported, so no kernel comes from an earlier run. Kernels compiled
+  earlier in the same process have warmed up the compiler itself (imports, isl context):
+  ``bench/compile_latency.py`` measures cold starts in fresh processes.
+- ``eager``: ``kernel.torch_ref``, the torch code a user would otherwise write.
+- ``compile``: ``torch.compile(kernel.torch_ref)`` (Inductor), compiled once per kernel after
+  ``torch._dynamo.reset()`` and warmed up; a failure is recorded and the kernel goes on without it.
+
+Before anything is timed, each contender's outputs are compared with ``torch_ref``'s by
+``torch.testing.assert_close`` at ``tcjit.testing.tolerance(float32, reduction_length)``. A contender
+that disagrees is still timed but marked ``wrong`` in both result files; one that raises is not timed.
+
+Timing is interleaved (see ``bench/_harness.py``): one sample of each contender per round, samples of
+at least ~20 ms of back-to-back calls, the median over rounds; the number of rounds is what fits in
+``--budget`` seconds per contender (at least 3, at most ``--repeat``). Everything runs under
+``torch.no_grad()``. Ratios are of times: ``tcjit/eager`` > 1 means tcjit is slower, and the speedup
+is its inverse.
+
+    python bench/cpu_suite.py                                  # all kernels, CPU sizes
+    python bench/cpu_suite.py --kernels matmul,abs_sum --sizes small --repeat 3 --no-compile \\
+        --out /tmp/cpu_suite                                   # a quick check of the harness
+
+writes ``<out>.json`` (every sample, medians, min/max, machine facts) and ``<out>.md`` (a table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from _harness import (
+    DEFAULT_MIN_SAMPLE_S,
+    RESULTS,
+    SIZE_KINDS,
+    as_tuple,
+    check_outputs,
+    describe_error,
+    format_rate,
+    format_seconds,
+    format_sizes,
+    fresh_cache_dir,
+    interleaved,
+    machine_info,
+    machine_markdown,
+    markdown_table,
+    rate,
+    select_kernels,
+    sizes_for,
+    write_results,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+    from tcjit.suite import SuiteKernel
+
+CONTENDERS = ("tcjit", "eager", "compile")
+"""The contenders, in the order of the result tables."""
+
+DEFAULT_REPEAT = 30
+DEFAULT_BUDGET_S = 1.5
+
+
+def _contender(status: str, *, error: str | None = None, setup_s: float | None = None) -> dict[str, Any]:
+    """A contender's record before timing. ``status``: ``ok``, ``wrong``, ``error`` or ``skipped``."""
+    return {
+        "status": status,
+        "correct": None,
+        "error": error,
+        "max_abs_err": None,
+        "setup_s": setup_s,
+        "timing": None,
+        "rate": None,
+    }
+
+
+def _checked(
+    record: dict[str, Any], result: object, want: Sequence[torch.Tensor], tol: Mapping[str, float]
+) -> dict[str, Any]:
+    """``record`` with the outcome of comparing ``result`` with the reference outputs."""
+    check = check_outputs(as_tuple(result), want, tol)
+    record.update(
+        status="ok" if check.correct else "wrong",
+        correct=check.correct,
+        max_abs_err=check.max_abs_err,
+        error=None if check.correct else check.message,
+    )
+    return record
+
+
+def _prepare_tcjit(
+    sk: SuiteKernel, inputs: tuple, want: Sequence[torch.Tensor], tol: Mapping[str, float]
+) -> tuple[dict[str, Any], Callable[[], object] | None]:
+    """Define and compile the TC kernel (timed), check its outputs; its record and timed callable."""
+    import tcjit
+
+    try:
+        t0 = time.perf_counter()
+        k = tcjit.define(sk.source, name=sk.entry)
+        t1 = time.perf_counter()
+        compile_ahead = getattr(tcjit, "compile", None)
+        if compile_ahead is not None:
+            compile_ahead(k, *inputs)
+            t2 = time.perf_counter()
+            result = k(*inputs)
+            method = "tcjit.compile"
+        else:
+            result = k(*inputs)  # compiles on first call, and is the warm-up
+            t2 = time.perf_counter()
+            method = "first call"
+    except Exception as e:
+        return _contender("error", error=describe_error(e)), None
+    record = _checked(_contender("ok", setup_s=t2 - t1), result, want, tol)
+    record.update(define_s=t1 - t0, compile_method=method)
+    return record, lambda: k(*inputs)
+
+
+def _prepare_eager(
+    sk: SuiteKernel, inputs: tuple, want: Sequence[torch.Tensor], tol: Mapping[str, float]
+) -> tuple[dict[str, Any], Callable[[], object] | None]:
+    try:
+        result = sk.torch_ref(*inputs)
+    except Exception as e:
+        return _contender("error", error=describe_error(e)), None
+    return _checked(_contender("ok"), result, want, tol), lambda: sk.torch_ref(*inputs)
+
+
+def _prepare_compile(
+    sk: SuiteKernel, inputs: tuple, want: Sequence[torch.Tensor], tol: Mapping[str, float]
+) -> tuple[dict[str, Any], Callable[[], object] | None]:
+    import torch
+
+    # Every suite kernel's torch_ref is the same code object (a method of SuiteKernel): without a
+    # reset, dynamo's recompile limit would silently send later kernels to eager.
+    torch._dynamo.reset()
+    try:
+        t0 = time.perf_counter()
+        fn = torch.compile(sk.torch_ref)
+        result = fn(*inputs)
+        t1 = time.perf_counter()
+    except Exception as e:
+        return _contender("error", error=describe_error(e)), None
+    return _checked(_contender("ok", setup_s=t1 - t0), result, want, tol), lambda: fn(*inputs)
+
+
+def _ratio(num: dict[str, Any], den: dict[str, Any]) -> float | None:
+    if num["timing"] is None or den["timing"] is None:
+        return None
+    return num["timing"]["median_s"] / den["timing"]["median_s"]
+
+
+def bench_kernel(
+    sk: SuiteKernel,
+    sizes: Mapping[str, int],
+    *,
+    torch_compile: bool,
+    max_rounds: int,
+    budget_s: float,
+    min_sample_s: float,
+) -> dict[str, Any]:
+    """Check and time the contenders on one kernel; its record for the JSON file."""
+    import torch
+
+    from tcjit.testing import tolerance
+
+    with torch.no_grad():
+        inputs = sk.make_inputs(sizes)
+        want = as_tuple(sk.torch_ref(*inputs))
+        tol = tolerance(torch.float32, sk.reduction_length(sizes))
+        records: dict[str, dict[str, Any]] = {}
+        timed: dict[str, Callable[[], object]] = {}
+        for name, prepare in zip(CONTENDERS, (_prepare_tcjit, _prepare_eager, _prepare_compile)):
+            if name == "compile" and not torch_compile:
+                records[name] = _contender("skipped", error="--no-compile")
+                continue
+            records[name], fn = prepare(sk, inputs, want, tol)
+            if fn is not None:
+                timed[name] = fn
+        timings = interleaved(timed, max_rounds=max_rounds, budget_s=budget_s, min_sample_s=min_sample_s)
+    for name, timing in timings.items():
+        records[name]["timing"] = timing.to_json()
+        records[name]["rate"] = rate(sk, sizes, timing.median_s)
+    t, e, c = records["tcjit"], records["eager"], records["compile"]
+    over_eager, over_compile = _ratio(t, e), _ratio(t, c)
+    return {
+        "kernel": sk.name,
+        "sizes": dict(sizes),
+        "metric": sk.metric,
+        "flops": sk.flops(sizes),
+        "bytes": sk.bytes(sizes),
+        "reduction_length": sk.reduction_length(sizes),
+        "tolerance": tol,
+        "correctness_checked": True,
+        "all_correct": all(r["correct"] is not False for r in records.values()),
+        "tcjit_compile_s": t["setup_s"],
+        "torch_compile_s": c["setup_s"],
+        "contenders": records,
+        "tcjit_over_eager": over_eager,
+        "speedup_vs_eager": None if over_eager is None else 1 / over_eager,
+        "tcjit_over_compile": over_compile,
+        "speedup_vs_compile": None if over_compile is None else 1 / over_compile,
+    }
+
+
+def run_suite(
+    kernels: str | None,
+    sizes_kind: str,
+    *,
+    torch_compile: bool = True,
+    max_rounds: int = DEFAULT_REPEAT,
+    budget_s: float = DEFAULT_BUDGET_S,
+    min_sample_s: float = DEFAULT_MIN_SAMPLE_S,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Benchmark the named suite kernels (comma-separated; all for ``None``); the JSON document.
+
+    Call it after ``TCJIT_CACHE_DIR`` points at a fresh directory (:func:`main` does).
+    """
+    results = []
+    for sk in select_kernels(kernels):
+        sizes = sizes_for(sk, sizes_kind)
+        r = bench_kernel(
+            sk,
+            sizes,
+            torch_compile=torch_compile,
+            max_rounds=max_rounds,
+            budget_s=budget_s,
+            min_sample_s=min_sample_s,
+        )
+        results.append(r)
+        if progress:
+            print(_progress_line(r), file=sys.stderr, flush=True)
+    return {
+        "benchmark": "cpu_suite",
+        "machine": machine_info(),
+        "settings": {
+            "sizes": sizes_kind,
+            "dtype": "float32",
+            "torch_compile": torch_compile,
+            "max_rounds": max_rounds,
+            "budget_s": budget_s,
+            "min_sample_s": min_sample_s,
+            "fresh_cache_dir": True,
+            "grad_mode": "no_grad",
+        },
+        "kernels": results,
+    }
+
+
+# ========================================================================================= report
+def _time_cell(record: Mapping[str, Any]) -> str:
+    if record["status"] == "skipped":
+        return "skipped"
+    if record["timing"] is None:
+        return "error"
+    cell = format_seconds(record["timing"]["median_s"])
+    return cell + " (wrong)" if record["status"] == "wrong" else cell
+
+
+def _ratio_cell(ratio: float | None) -> str:
+    return "—" if ratio is None else f"{ratio:.3g} ({1 / ratio:.3g}×)"
+
+
+def _correct_cell(records: Mapping[str, Mapping[str, Any]]) -> str:
+    bad = [f"{n}: {r['status']}" for n, r in records.items() if r["status"] in ("wrong", "error")]
+    return "yes" if not bad else "; ".join(bad)
+
+
+def _progress_line(r: Mapping[str, Any]) -> str:
+    times = ", ".join(f"{n} {_time_cell(c)}" for n, c in r["contenders"].items())
+    return f"{r['kernel']:<11} {format_sizes(r['sizes'])}: {times}; correct: {_correct_cell(r['contenders'])}"
+
+
+def render_markdown(doc: Mapping[str, Any]) -> str:
+    """The result document as markdown: machine facts, the table, failures, a legend."""
+    header = [
+        "kernel",
+        "sizes",
+        "tcjit",
+        "eager",
+        "compile",
+        "tcjit rate",
+        "eager rate",
+        "compile rate",
+        "tcjit/eager (speedup)",
+        "tcjit/compile (speedup)",
+        "compile latency",
+        "correct",
+    ]
+    rows = []
+    notes = []
+    for r in doc["kernels"]:
+        c = r["contenders"]
+        latency = format_seconds(r["tcjit_compile_s"])
+        if c["tcjit"].get("compile_method"):
+            latency += f" ({c['tcjit']['compile_method']})"
+        rows.append(
+            [
+                r["kernel"],
+                format_sizes(r["sizes"]),
+                *(_time_cell(c[n]) for n in CONTENDERS),
+                *(format_rate(c[n]["rate"], r["metric"]) for n in CONTENDERS),
+                _ratio_cell(r["tcjit_over_eager"]),
+                _ratio_cell(r["tcjit_over_compile"]),
+                latency,
+                _correct_cell(c),
+            ]
+        )
+        for n in CONTENDERS:
+            if c[n]["status"] in ("wrong", "error"):
+                notes.append(f"- {r['kernel']} / {n} ({c[n]['status']}): {c[n]['error']}")
+    s = doc["settings"]
+    parts = [
+        "# CPU suite: tcjit vs torch eager vs torch.compile",
+        "",
+        machine_markdown(doc["machine"]),
+        f"- sizes: {s['sizes']}, {s['dtype']}, {s['grad_mode']}; interleaved rounds: up to "
+        f"{s['max_rounds']} within ~{s['budget_s']} s per contender, samples of >= "
+        f"{s['min_sample_s'] * 1e3:.0f} ms; torch.compile: {'on' if s['torch_compile'] else 'off'}",
+        "",
+        markdown_table(header, rows),
+        "",
+        "Times are medians over interleaved rounds of the time per call. Rates: GFLOP/s (2 flops per "
+        "multiply-add) or GB/s of compulsory traffic, per the kernel's metric. `tcjit/eager` and "
+        "`tcjit/compile` are ratios of times (> 1: tcjit is slower); the speedup in parentheses is "
+        "the inverse. Compile latency: tcjit's first compile (or first call) with an empty on-disk "
+        "cache, in a process that may already have compiled other kernels. `(wrong)`: outputs "
+        "differ from torch_ref beyond `tcjit.testing.tolerance`.",
+    ]
+    if notes:
+        parts += ["", "## Failures", "", *notes]
+    return "\n".join(parts)
+
+
+# ============================================================================================ CLI
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--kernels", default=None, help="comma-separated suite kernels (default: all)")
+    p.add_argument("--sizes", choices=SIZE_KINDS, default="cpu", help="cpu sizes or the first small size")
+    p.add_argument(
+        "--repeat", type=int, default=DEFAULT_REPEAT, help="at most this many interleaved rounds per kernel"
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=DEFAULT_BUDGET_S,
+        help="about this many seconds of timing per contender and kernel (at least 3 rounds)",
+    )
+    p.add_argument(
+        "--min-sample-ms",
+        type=float,
+        default=DEFAULT_MIN_SAMPLE_S * 1e3,
+        help="each timed sample lasts at least this long",
+    )
+    p.add_argument("--no-compile", action="store_true", help="leave torch.compile out (Inductor is slow)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads and OMP_NUM_THREADS")
+    p.add_argument("--out", type=Path, default=RESULTS / "cpu_suite", help="writes <out>.json and <out>.md")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.threads is not None:
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    with fresh_cache_dir():
+        import torch
+
+        if args.threads is not None:
+            torch.set_num_threads(args.threads)
+        doc = run_suite(
+            args.kernels,
+            args.sizes,
+            torch_compile=not args.no_compile,
+            max_rounds=args.repeat,
+            budget_s=args.budget,
+            min_sample_s=args.min_sample_ms / 1e3,
+        )
+    json_path, md_path = write_results(args.out, doc, render_markdown(doc))
+    print(f"wrote {json_path} and {md_path}", file=sys.stderr)
+    failed = [
+        k["kernel"]
+        for k in doc["kernels"]
+        if not k["all_correct"] or k["contenders"]["tcjit"]["status"] == "error"
+    ]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
