@@ -13,7 +13,7 @@ that no TC name can collide with C. Tensors are flat pointers indexed with the c
 kernel is specialised to (inputs keep the strides they were passed with; nothing is copied).
 
 Value semantics are the language's (docs/language.md), implemented by :mod:`.c_prelude`: integer
-arithmetic wraps (the kernel is compiled with ``-fwrapv`` and every narrow result is cast back),
+arithmetic wraps (computed in unsigned types and converted back),
 integer division by zero gives 0, conversions follow :func:`tcjit.reference.convert`, half types are
 stored as ``uint16_t`` and computed in ``float``. Subscripts that are not affine (gathers) are
 checked at run time: the first one outside its tensor records its check number and value in the
@@ -178,7 +178,9 @@ class _Exprs:
             x = convert(x, e.arg.dtype, t)
             if t.is_float:
                 return f"(-({x}))"
-            return f"(({_ctype(t)})(0 - ({x})))"
+            if t.kind == "bool":
+                return f"(({x}) != 0)"  # -true is -1: still true
+            return _wrapping("-", "0", x, t)
         if isinstance(e, A.Binary):
             return self.binary(e)
         if isinstance(e, A.Select):
@@ -207,7 +209,7 @@ class _Exprs:
         l = convert(self.value(e.lhs), e.lhs.dtype, t)
         r = convert(self.value(e.rhs), e.rhs.dtype, t)
         if op in ("+", "-", "*"):
-            return f"(({l}) {op} ({r}))" if t.is_float else f"(({_ctype(t)})(({l}) {op} ({r})))"
+            return f"(({l}) {op} ({r}))" if t.is_float else _wrapping(op, l, r, t)
         if t.is_float:
             return f"(({l}) / ({r}))"
         if t.kind == "bool":  # division of booleans: by false is 0, by true is the value
@@ -239,6 +241,18 @@ class _Exprs:
         return f"((int64_t)({v}))"
 
 
+def _wrapping(op: str, a: str, b: str, t: ScalarType) -> str:
+    """Integer ``a op b`` in type ``t``, wrapping as two's complement.
+
+    Computed in an unsigned type of at least 32 bits (unsigned arithmetic wraps in C; signed
+    overflow is undefined), then converted back (GCC converts modulo 2**bits). Kernels are not
+    compiled with ``-fwrapv``: it would stop the compiler from proving that ``p[i + 1]`` follows
+    ``p[i]``, and with it most vectorisation.
+    """
+    u = "uint64_t" if t.bits > 32 else "uint32_t"
+    return f"(({_ctype(t)})(({u})({a}) {op} ({u})({b})))"
+
+
 def _minmax(op: str, a: str, b: str, t: ScalarType) -> str:
     if t.is_float:
         fn = ("fmin" if op == "min" else "fmax") + ("" if _ctype(t) == "double" else "f")
@@ -265,7 +279,7 @@ def _combine(op: str, acc: str, v: str, t: ScalarType) -> str:
             return f"{acc} {sym} {v}"
         if t.kind == "bool":
             return f"({acc}) {'||' if sym == '+' else '&&'} ({v})"
-        return f"({_ctype(t)})({acc} {sym} {v})"
+        return _wrapping(sym, acc, v, t)
     return _minmax("min" if op == "min=" else "max", acc, v, t)
 
 
@@ -288,6 +302,12 @@ class _Printer:
         self.checked = checked  # id() of subscript nodes that need a run-time bounds check
         self.checks: list[BoundsCheck] = []
         self.lines: list[str] = []
+        self.aliases: list[str] = []  # restrict-qualified views of every pointer
+        self.signature: list[str] = []  # parameters of a parallel region's function
+        self.arguments: list[str] = []  # what the kernel passes for them
+        self.functions: list[str] = []  # parallel regions, printed before the kernel
+        self.enclosing: list[str] = []  # loop iterators in scope
+        self.symbol = "tc_kernel"
         self.source_lines = cdef.source.splitlines()
 
     # --------------------------------------------------------------------------------- memory
@@ -461,7 +481,9 @@ class _Printer:
     def loop(self, n: ir.For, indent: str) -> None:
         if n.degenerate:
             self.lines.append(f"{indent}{{ const int64_t {n.var} = {expr(n.init)};")
+            self.enclosing.append(n.var)
             self.node(n.body, indent + "  ")
+            self.enclosing.pop()
             self.lines.append(f"{indent}}}")
             return
         kinds = set(n.kind.split("+")) if self.canonical(n) else {"serial"}
@@ -476,8 +498,37 @@ class _Printer:
         elif "simd" in kinds:
             self.lines.append(f"{indent}#pragma omp simd")
         self.lines.append(f"{indent}{self.loop_header(n)} {{")
-        self.node(n.body, indent + "  ")
+        self.enclosing.append(n.var)
+        if "parallel" in kinds:
+            self.region(n, indent + "  ")
+        else:
+            self.node(n.body, indent + "  ")
+        self.enclosing.pop()
         self.lines.append(f"{indent}}}")
+
+    def region(self, n: ir.For, indent: str) -> None:
+        """The body of a parallel loop, as a function of its own called once per iteration.
+
+        OpenMP hands shared pointers to the outlined loop body without ``restrict`` (even restrict
+        locals declared in the body are lost), so the compiler would have to assume that outputs
+        alias inputs and would vectorise nothing. A function with restrict parameters keeps it.
+        """
+        name = f"{self.symbol}_region{len(self.functions)}"
+        outer = list(self.enclosing)
+        saved, self.lines = self.lines, []
+        self.node(n.body, "  ")
+        body, self.lines = self.lines, saved
+        decl = ", ".join([*(f"int64_t {v}" for v in outer), *self.signature, "int64_t *restrict tc_errors"])
+        self.functions.append("\n".join([
+            f"static void __attribute__((noinline)) {name}({decl})",
+            "{",
+            *(f"  (void){v};" for v in outer),
+            *body,
+            "}",
+            "",
+        ]))
+        args = ", ".join([*outer, *self.arguments, "tc_errors"])
+        self.lines.append(f"{indent}{name}({args});")
 
 
 def expr(e: ir.Expr) -> str:
@@ -524,6 +575,19 @@ def print_kernel(
     """
     wide = dict(wide or {})
     p = _Printer(cdef, statements, sizes, strides, checked, wide)
+    p.symbol = symbol
+    for q in params:
+        if q.kind == "tensor":
+            p.aliases.append(f"{q.ctype} t_{q.name} = p_{q.name};")
+            p.signature.append(f"{q.ctype} t_{q.name}")
+            p.arguments.append(f"p_{q.name}")
+        else:
+            p.signature.append(f"{q.ctype} s_{q.name}")
+            p.arguments.append(f"s_{q.name}")
+    for name, wt in wide.items():
+        p.aliases.append(f"{_ctype(wt)} *restrict w_{name} = wp_{name};")
+        p.signature.append(f"{_ctype(wt)} *restrict w_{name}")
+        p.arguments.append(f"wp_{name}")
     p.node(body, "  ")
     prologue, epilogue = _wide_buffers(p, wide, copy_in)
     decl = ", ".join(["int nthreads", "int64_t *restrict tc_errors", *(f"{q.ctype} {_cname(q)}" for q in params)])
@@ -542,11 +606,15 @@ def print_kernel(
         "  return i;",
         "}",
         "",
+        *p.functions,
         f"void {symbol}({decl})",
         "{",
         "  (void)nthreads; (void)tc_errors;",
         *prologue,
+        "  {",
+        *(f"  {d}" for d in p.aliases),
         *p.lines,
+        "  }",
         *epilogue,
         "}",
         "",
@@ -580,24 +648,24 @@ def _wide_buffers(p: _Printer, wide: Mapping[str, ScalarType], copy_in: frozense
         actual = " + ".join(f"e{k} * INT64_C({st})" for k, st in enumerate(p.strides[name])) or "0"
         nest = " ".join(loops)
         prologue.append(f"  /* '{name}' is accumulated in {wt} (a long sum), stored as {info.dtype} at the end */")
-        prologue.append(f"  {ct} *restrict w_{name} = ({ct} *)malloc(sizeof({ct}) * {max(count, 1)});")
-        prologue.append(f"  if (!w_{name}) {{ tc_errors[0] = -1; return; }}")
+        prologue.append(f"  {ct} *wp_{name} = ({ct} *)malloc(sizeof({ct}) * {max(count, 1)});")
+        prologue.append(f"  if (!wp_{name}) {{ tc_errors[0] = -1; return; }}")
         if name in copy_in:
-            raw = f"t_{name}[{actual}]"
+            raw = f"p_{name}[{actual}]"
             if info.dtype.name == "float16":
                 raw = f"tc_h2f({raw})"
             elif info.dtype.name == "bfloat16":
                 raw = f"tc_bf2f({raw})"
-            prologue.append(f"  {nest} w_{name}[{dense}] = ({ct})({raw});")
-        value = convert(f"w_{name}[{dense}]", wt, info.dtype)
+            prologue.append(f"  {nest} wp_{name}[{dense}] = ({ct})({raw});")
+        value = convert(f"wp_{name}[{dense}]", wt, info.dtype)
         if info.dtype.name == "float16":
-            value = f"tc_f2h(w_{name}[{dense}])" if ct == "float" else f"tc_d2h(w_{name}[{dense}])"
+            value = f"tc_f2h(wp_{name}[{dense}])" if ct == "float" else f"tc_d2h(wp_{name}[{dense}])"
         elif info.dtype.name == "bfloat16":
-            value = f"tc_f2bf(w_{name}[{dense}])" if ct == "float" else f"tc_d2bf(w_{name}[{dense}])"
-        epilogue.append(f"  {nest} t_{name}[{actual}] = {value};")
-        epilogue.append(f"  free(w_{name});")
+            value = f"tc_f2bf(wp_{name}[{dense}])" if ct == "float" else f"tc_d2bf(wp_{name}[{dense}])"
+        epilogue.append(f"  {nest} p_{name}[{actual}] = {value};")
+        epilogue.append(f"  free(wp_{name});")
     return prologue, epilogue
 
 
 def _cname(q: CParam) -> str:
-    return f"t_{q.name}" if q.kind == "tensor" else f"s_{q.name}"
+    return f"p_{q.name}" if q.kind == "tensor" else f"s_{q.name}"

@@ -34,10 +34,11 @@ import islpy as isl
 
 from ..polyhedral.lang import ast as A
 from ..polyhedral.lang.ranges import affine_form
-from ..polyhedral.schedule import bands
+from ..polyhedral.errors import TCInternalError
+from ..polyhedral.schedule import bands, check_legality
 from ..polyhedral.scop import Dependences, Scop
 
-__all__ = ["MIN_PARALLEL_WORK", "CpuPlan", "carries_dependence", "loop_mark", "map_cpu"]
+__all__ = ["MIN_PARALLEL_WORK", "CpuPlan", "carries_dependence", "hoist_initialisations", "loop_mark", "map_cpu"]
 
 #: Below this many statement instances a kernel runs on one thread.
 MIN_PARALLEL_WORK = 1 << 15
@@ -218,12 +219,18 @@ class _Mapper:
                     node = self._permute(node, order)
                     self.decisions.append(f"innermost band: member {best} moved innermost (scores {scores})")
             if options.register_tile and node.band_get_permutable():
-                sizes = list(options.register_tile)[-n:]
-                sizes = [1] * (n - len(sizes)) + sizes
+                free = [j for j in range(n) if not carries_dependence(node, j, self.deps)]
+                wanted = dict(zip(free, options.register_tile))
+                sizes = [wanted.get(j, 1) for j in range(n)]
                 mv = isl.MultiVal.zero(node.band_get_space())
                 for j, v in enumerate(sizes):
                     mv = mv.set_val(j, isl.Val.int_from_si(node.get_ctx(), v))
-                node = node.band_tile(mv).child(0)
+                node = node.band_tile(mv)
+                # register-tile loops: the parallel ones outside, the reduction loops inside them
+                order = [j for j in range(n) if j in free] + [j for j in range(n) if j not in free]
+                if order != list(range(n)):
+                    node = self._permute(node, order)
+                node = node.child(0)
                 for j in range(n):
                     node = node.band_member_set_ast_loop_type(j, isl.ast_loop_type.unroll)
                 self.decisions.append(f"register tile {tuple(sizes)}: point loops unrolled")
@@ -314,6 +321,45 @@ def _has_band_below(node: isl.ScheduleNode) -> bool:
         return False
 
     return visit(node)
+
+
+def hoist_initialisations(sched: isl.Schedule, deps: Dependences, sizes: Mapping[str, int] | None) -> isl.Schedule:
+    """Run the ``!`` initialisations that share a band with other statements before that band.
+
+    Fused into the band of their update, initialisations execute under a guard (``if (k == 0)``)
+    in the innermost loops, which stops the compiler from vectorising or keeping sums in registers.
+    Moving them before the band is legal when nothing else in the band must precede them; the
+    legality check decides, and the schedule is kept unchanged otherwise.
+    """
+    done = 0
+    while True:
+        todo = bands(sched, outermost=True)
+        if done >= len(todo):
+            return sched
+        node = todo[done]
+        done += 1
+        names = _statements_of(node)
+        inits = [n for n in names if n.endswith("_init")]
+        if not inits or len(inits) == len(names):
+            continue
+        domain = node.get_domain()
+        filt = isl.UnionSet.empty(domain.get_space())
+        for n in inits:
+            filt = filt.union(domain.extract_set(_space_named(domain, n)))
+        candidate = node.order_before(filt).get_schedule()
+        try:
+            check_legality(candidate, deps, sizes=sizes)
+        except TCInternalError:
+            continue
+        sched = candidate
+
+
+def _space_named(domain: isl.UnionSet, name: str) -> isl.Space:
+    lst = domain.get_set_list()
+    for i in range(lst.n_set()):
+        if lst.get_at(i).get_tuple_name() == name:
+            return lst.get_at(i).get_space()
+    raise TCInternalError(f"no statement {name}")
 
 
 def map_cpu(

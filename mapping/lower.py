@@ -34,7 +34,7 @@ from ..polyhedral.schedule import check_legality, schedule, tile
 from ..polyhedral.scop import Scop, build_scop, compute_dependences
 from . import ir
 from .c_printer import BoundsCheck, CParam, c_storage_type, print_kernel
-from .cpu import map_cpu
+from .cpu import hoist_initialisations, map_cpu
 
 __all__ = ["LONG_SUM", "CpuKernelSource", "contiguous_strides", "lower_cpu", "wide_accumulators"]
 
@@ -215,8 +215,9 @@ def lower_cpu(
     sched = schedule(scop, deps, fusion=options.outer_schedule_fusion_strategy)
     fixed = _fixed(scop, sizes)
     sched = sched.intersect_domain(sched.get_domain().intersect_params(fixed))
-    sched = tile(sched, options.tile)
     legal_sizes = {p: sizes[p] for p in scop.params} or None
+    sched = hoist_initialisations(sched, deps, legal_sizes)
+    sched = tile(sched, options.tile)
     check_legality(sched, deps, sizes=legal_sizes)
     checked = _prove_bounds(scop, fixed, shapes, sizes)
     zero = _zero_init(scop, fixed, shapes)

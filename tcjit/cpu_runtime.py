@@ -30,14 +30,14 @@ from .polyhedral.errors import TCInternalError
 
 __all__ = ["CFLAGS", "CpuKernel", "compile_c", "load", "toolchain_identity"]
 
-#: Flags every CPU kernel is compiled with. ``-fwrapv``: integer arithmetic wraps, as the language
-#: says; ``-fno-math-errno`` lets libm calls vectorise; no ``-ffast-math`` (NaN and signed zeros
-#: keep their meaning).
+#: Flags every CPU kernel is compiled with. ``-fno-math-errno`` lets libm calls vectorise; no
+#: ``-ffast-math`` (NaN and signed zeros keep their meaning), no ``-fwrapv`` (the printer makes
+#: integer arithmetic wrap itself; ``-fwrapv`` would block vectorisation of index arithmetic).
 CFLAGS = (
     "-O3",
     "-march=native",
+    "-mprefer-vector-width=512",
     "-fopenmp",
-    "-fwrapv",
     "-ffp-contract=fast",
     "-fno-math-errno",
     "-fPIC",
