@@ -12,6 +12,9 @@ marks the C printer turns into pragmas:
   register and lets OpenMP reassociate the sum (TC's reductions are unordered).
   With ``vectorize`` off there is no ``simd`` mark, and a reduction loop is marked ``reduction``
   (accumulated in a register, in order).
+* **Short reductions.** Reduction members with few iterations (a 2x2 pooling window, a 3x3
+  filter: :data:`SHORT_REDUCTION` together) go inside the vector loop and are fully unrolled, so
+  that the vector loop runs over the outputs.
 * **Parallel loop.** In the outermost band of every branch, the outermost member that carries no
   dependence becomes an ``omp parallel for`` loop (``parallel``). Kernels with fewer than
   :data:`MIN_PARALLEL_WORK` statement instances stay on one thread: starting a parallel region costs
@@ -40,6 +43,9 @@ from ..polyhedral.scop import Dependences, Scop
 
 __all__ = ["MIN_PARALLEL_WORK", "CpuPlan", "carries_dependence", "hoist_initialisations", "loop_mark", "map_cpu"]
 
+#: Reduction loops of at most this many iterations (together) are unrolled inside the vector loop.
+SHORT_REDUCTION = 16
+
 #: Below this many statement instances a kernel runs on one thread.
 MIN_PARALLEL_WORK = 1 << 15
 
@@ -59,7 +65,7 @@ def _member_map(node: isl.ScheduleNode, members: Sequence[int]) -> isl.UnionMap:
     mupa = node.band_get_partial_schedule()
     for j in members:
         upa = mupa.get_union_pw_aff(j)
-        result = result.flat_range_product(isl.UnionMap.from_union_pw_aff(upa))
+        result = result.flat_range_product(isl.UnionMap.from_union_pw_aff(upa).intersect_domain(node.get_domain()))
     return result
 
 
@@ -94,7 +100,7 @@ def _spread(node: isl.ScheduleNode, member: int) -> int | None:
     """Most values member ``member`` takes for fixed outer loops (None if unbounded)."""
     outer = _member_map(node, range(member))
     mupa = node.band_get_partial_schedule()
-    this = isl.UnionMap.from_union_pw_aff(mupa.get_union_pw_aff(member))
+    this = isl.UnionMap.from_union_pw_aff(mupa.get_union_pw_aff(member)).intersect_domain(node.get_domain())
     rel = outer.reverse().apply_range(this)  # outer values -> member values
     pairs = rel.reverse().apply_range(rel)  # member values sharing outer values
     if pairs.is_empty():
@@ -208,17 +214,29 @@ class _Mapper:
             todo = [b for b in bands(sched) if not _has_band_below(b)]
             if done >= len(todo):
                 return sched
-            node = todo[done]
+            node = self._sink_short(todo[done])
             done += 1
             n = node.band_n_member()
+            small: list[int] = []
             if n > 1 and node.band_get_permutable():
+                small = self._small_reductions(node)
+                rest = [j for j in range(n) if j not in small]
                 scores = [self._score(node, j) for j in range(n)]
-                best = max(range(n), key=lambda j: (scores[j], j == n - 1, j))
-                if best != n - 1:
-                    order = [j for j in range(n) if j != best] + [best]
+                best = max(rest, key=lambda j: (scores[j], j == n - 1, j))
+                order = [j for j in rest if j != best] + [best] + small
+                if order != list(range(n)):
                     node = self._permute(node, order)
-                    self.decisions.append(f"innermost band: member {best} moved innermost (scores {scores})")
-            if options.register_tile and node.band_get_permutable():
+                    self.decisions.append(
+                        f"innermost band: order {order} (vector loop {best}, scores {scores}"
+                        + (f"; short reductions {small} unrolled inside it)" if small else ")")
+                    )
+                if small:
+                    node = node.band_split(n - len(small)).child(0)
+                    for j in range(len(small)):
+                        node = node.band_member_set_ast_loop_type(j, isl.ast_loop_type.unroll)
+                    node = node.parent()
+                    n -= len(small)
+            if options.register_tile and node.band_get_permutable() and not small:
                 free = [j for j in range(n) if not carries_dependence(node, j, self.deps)]
                 wanted = dict(zip(free, options.register_tile))
                 sizes = [wanted.get(j, 1) for j in range(n)]
@@ -247,6 +265,52 @@ class _Mapper:
                 node = node.insert_mark(loop_mark(kind, node))
                 self.decisions.append(f"{kind}: innermost member {last} of a band over {_statements_of(node)}")
             sched = node.get_schedule()
+
+    def _sink_short(self, node: isl.ScheduleNode) -> isl.ScheduleNode:
+        """Unroll innermost bands of few iterations (a window the scheduler put in bands of its
+        own) and return the band above them, which then holds the vector loop."""
+        while True:
+            total = 1
+            for j in range(node.band_n_member()):
+                spread = _spread(node, j)
+                if spread is None:
+                    return node
+                total *= spread
+            if total > SHORT_REDUCTION:
+                return node
+            up = node.parent()
+            while up.get_type() != isl.schedule_node_type.band:
+                if up.n_children() != 1 or up.get_type() in (
+                    isl.schedule_node_type.domain,
+                    isl.schedule_node_type.sequence,
+                    isl.schedule_node_type.set,
+                ):
+                    return node
+                up = up.parent()
+            for j in range(node.band_n_member()):
+                node = node.band_member_set_ast_loop_type(j, isl.ast_loop_type.unroll)
+            self.decisions.append(f"unroll: a band of {total} iterations under the vector loop")
+            # back up to the band above, in the edited tree
+            depth = up.get_tree_depth()
+            while node.get_tree_depth() > depth:
+                node = node.parent()
+
+    def _small_reductions(self, node: isl.ScheduleNode) -> list[int]:
+        """Non-parallel members of few iterations (a pooling window, a 3x3 filter), to be unrolled
+        inside the vector loop: at most :data:`SHORT_REDUCTION` iterations together."""
+        n = node.band_n_member()
+        found, total = [], 1
+        for j in reversed(range(n)):
+            if node.band_member_get_coincident(j):
+                continue
+            spread = _spread(node, j)
+            if spread is None or spread > SHORT_REDUCTION or total * spread > SHORT_REDUCTION:
+                continue
+            found.append(j)
+            total *= spread
+        if len(found) == n:
+            return []
+        return sorted(found)
 
     def _unroll(self, node: isl.ScheduleNode, factor: int) -> isl.ScheduleNode:
         if factor <= 1:
@@ -289,7 +353,10 @@ class _Mapper:
             node = todo[done]
             done += 1
             n = node.band_n_member()
-            p = next((j for j in range(n) if not carries_dependence(node, j, self.deps)), None)
+            p = next(
+                (j for j in range(n) if (_spread(node, j) or 2) > 1 and not carries_dependence(node, j, self.deps)),
+                None,
+            )
             if p is None:
                 self.decisions.append(f"parallel: no parallel member in the band over {_statements_of(node)}")
                 continue
