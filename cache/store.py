@@ -202,6 +202,15 @@ class KernelStore:
             except TCError as err:  # the entry is stored; a failed eviction must not fail the put
                 _log.warning("%s", err)
 
+    def discard(self, key: str) -> bool:
+        """Remove the entry stored under ``key`` (one its user found unusable); whether one was there.
+
+        :raises TCError: the root cannot be written.
+        """
+        directory = entry_location(self.root, key)
+        with self._io_errors("discard an entry"), self._locked():
+            return self._remove(directory)
+
     def _remove_if_corrupt(self, directory: Path, key: str, reason: str) -> Entry | None:
         """Re-check a corrupt-looking entry under the lock; remove it if it still is corrupt."""
         try:

@@ -35,13 +35,20 @@ from dataclasses import dataclass
 
 import islpy as isl
 
+from ..polyhedral.errors import TCInternalError
 from ..polyhedral.lang import ast as A
 from ..polyhedral.lang.ranges import affine_form
-from ..polyhedral.errors import TCInternalError
 from ..polyhedral.schedule import bands, check_legality
 from ..polyhedral.scop import Dependences, Scop
 
-__all__ = ["MIN_PARALLEL_WORK", "CpuPlan", "carries_dependence", "hoist_initialisations", "loop_mark", "map_cpu"]
+__all__ = [
+    "MIN_PARALLEL_WORK",
+    "CpuPlan",
+    "carries_dependence",
+    "hoist_initialisations",
+    "loop_mark",
+    "map_cpu",
+]
 
 #: Reduction loops of at most this many iterations (together) are unrolled inside the vector loop.
 SHORT_REDUCTION = 16
@@ -65,7 +72,9 @@ def _member_map(node: isl.ScheduleNode, members: Sequence[int]) -> isl.UnionMap:
     mupa = node.band_get_partial_schedule()
     for j in members:
         upa = mupa.get_union_pw_aff(j)
-        result = result.flat_range_product(isl.UnionMap.from_union_pw_aff(upa).intersect_domain(node.get_domain()))
+        result = result.flat_range_product(
+            isl.UnionMap.from_union_pw_aff(upa).intersect_domain(node.get_domain())
+        )
     return result
 
 
@@ -171,9 +180,7 @@ class _Mapper:
             strides = self.strides.get(tensor, ())
             step = 0
             for k, arg in enumerate(args):
-                aff = affine_form(
-                    arg, dims, lambda n: n in cdef.sizes, lambda t, j: cdef.tensor(t).shape[j]
-                )
+                aff = affine_form(arg, dims, lambda n: n in cdef.sizes, lambda t, j: cdef.tensor(t).shape[j])
                 if aff is None:
                     step = None
                     break
@@ -263,7 +270,9 @@ class _Mapper:
                 kind = "reduction" if kind == "simd_reduction" else None
             if kind:
                 node = node.insert_mark(loop_mark(kind, node))
-                self.decisions.append(f"{kind}: innermost member {last} of a band over {_statements_of(node)}")
+                self.decisions.append(
+                    f"{kind}: innermost member {last} of a band over {_statements_of(node)}"
+                )
             sched = node.get_schedule()
 
     def _sink_short(self, node: isl.ScheduleNode) -> isl.ScheduleNode:
@@ -354,7 +363,11 @@ class _Mapper:
             done += 1
             n = node.band_n_member()
             p = next(
-                (j for j in range(n) if (_spread(node, j) or 2) > 1 and not carries_dependence(node, j, self.deps)),
+                (
+                    j
+                    for j in range(n)
+                    if (_spread(node, j) or 2) > 1 and not carries_dependence(node, j, self.deps)
+                ),
                 None,
             )
             if p is None:
@@ -390,7 +403,9 @@ def _has_band_below(node: isl.ScheduleNode) -> bool:
     return visit(node)
 
 
-def hoist_initialisations(sched: isl.Schedule, deps: Dependences, sizes: Mapping[str, int] | None) -> isl.Schedule:
+def hoist_initialisations(
+    sched: isl.Schedule, deps: Dependences, sizes: Mapping[str, int] | None
+) -> isl.Schedule:
     """Run the ``!`` initialisations that share a band with other statements before that band.
 
     Fused into the band of their update, initialisations execute under a guard (``if (k == 0)``)

@@ -64,7 +64,7 @@ class Op:
     args: tuple[Expr, ...]
 
 
-Expr = Union[Int, Var, Op]
+Expr = Union[Int, Var, Op]  # noqa: UP007 (a runtime alias: `|` needs the classes' __or__)
 
 
 # ----------------------------------------------------------------------------------------- statements
@@ -107,7 +107,7 @@ class Mark:
     body: Node
 
 
-Node = Union[For, If, Block, Run, Mark]
+Node = Union[For, If, Block, Run, Mark]  # noqa: UP007
 
 
 # ------------------------------------------------------------------------------------ from the isl AST
@@ -182,12 +182,7 @@ def from_isl_ast(node: isl.AstNode, params: dict[str, int] | None = None) -> Nod
         name = node.mark_get_id().get_name()
         body = from_isl_ast(node.mark_get_node(), params)
         name, _, depth = name.partition("@")
-        if (
-            isinstance(body, For)
-            and name in _LOOP_MARKS
-            and not body.degenerate
-            and body.var == f"c{depth}"
-        ):
+        if isinstance(body, For) and name in _LOOP_MARKS and not body.degenerate and body.var == f"c{depth}":
             kind = name if body.kind == "serial" else "+".join(sorted({body.kind, name}))
             return For(body.var, body.init, body.cond, body.step, body.body, kind=kind)
         return Mark(name, body)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import islpy as isl
 
-from ..polyhedral.errors import TCBoundsError, TCInternalError
+from ..polyhedral.errors import TCBoundsError
 from ..polyhedral.lang import ast as A
 from ..polyhedral.lang.checked import CheckedDef
 from ..polyhedral.lang.ranges import affine_form
@@ -115,7 +115,10 @@ def _prove_bounds(
         if not acc.exact:
             dims = set(scop.statement(acc.statement).dims)
             for arg in acc.node.args:
-                if affine_form(arg, dims, lambda n: n in cdef.sizes, lambda t, k: cdef.tensor(t).shape[k]) is None:
+                if (
+                    affine_form(arg, dims, lambda n: n in cdef.sizes, lambda t, k: cdef.tensor(t).shape[k])
+                    is None
+                ):
                     checked.add(id(arg))
         rel = (scop.writes if acc.write else scop.reads).intersect_params(fixed)
         tag = isl.UnionSet.read_from_str(
@@ -183,9 +186,13 @@ def wide_accumulators(cdef: CheckedDef, sizes: Mapping[str, int]) -> dict[str, S
     terms: dict[str, int] = {}
     for st in cdef.statements:
         if st.op in ("+=", "*=") and cdef.tensor(st.tensor).dtype.is_float:
-            n = math.prod(
-                max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes)) for r in st.ranges[len(st.lhs_vars) :]
-            ) if st.plain_lhs else math.prod(max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes)) for r in st.ranges)
+            n = (
+                math.prod(
+                    max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes)) for r in st.ranges[len(st.lhs_vars) :]
+                )
+                if st.plain_lhs
+                else math.prod(max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes)) for r in st.ranges)
+            )
             terms[st.tensor] = terms.get(st.tensor, 0) + n
     wide = {}
     for name, n in terms.items():
@@ -222,7 +229,8 @@ def lower_cpu(
     checked = _prove_bounds(scop, fixed, shapes, sizes)
     zero = _zero_init(scop, fixed, shapes)
     work = sum(
-        math.prod(max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes)) for r in st.ranges) for st in cdef.statements
+        math.prod(max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes)) for r in st.ranges)
+        for st in cdef.statements
     )
     plan = map_cpu(scop, deps, sched, options, sizes, strides, work)
     check_legality(plan.schedule, deps, sizes=legal_sizes)
@@ -237,12 +245,14 @@ def lower_cpu(
             t = cdef.scalars[name].dtype
             params.append(CParam(name, "scalar", "float" if t.is_half else c_storage_type(t)))
         else:
-            params.append(CParam(name, "tensor", f"const {c_storage_type(cdef.tensor(name).dtype)} *restrict"))
+            params.append(
+                CParam(name, "tensor", f"const {c_storage_type(cdef.tensor(name).dtype)} *restrict")
+            )
     for name in (*cdef.outputs, *cdef.temporaries):
         params.append(CParam(name, "tensor", f"{c_storage_type(cdef.tensor(name).dtype)} *restrict"))
     symbol = symbol or f"tc_{cdef.name}"
     wide = wide_accumulators(cdef, sizes)
-    header = "/*\n" + _comment_safe(cdef.signature()) + "\n * options: " + _comment_safe(repr(options)) + "\n */"
+    header = "/*\n" + _comment_safe(cdef.signature()) + "\n" + _comment_safe(f"options: {options!r}") + "\n */"
     text, checks = print_kernel(
         cdef,
         body,

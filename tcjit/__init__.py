@@ -39,6 +39,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Definitions",
     "Kernel",
+    "MappingOptions",
     "TCBoundsError",
     "TCCallError",
     "TCError",
@@ -50,7 +51,6 @@ __all__ = [
     "TCSyntaxError",
     "TCTypeError",
     "TCWarning",
-    "MappingOptions",
     "__version__",
     "compile",
     "define",

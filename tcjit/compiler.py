@@ -79,7 +79,7 @@ def cache_key(
     key = {
         "source": canonical_source,
         "entry": entry,
-        "inputs": [_layout(x) if isinstance(x, torch.Tensor) else type(x).__name__ for x in inputs],
+        "inputs": [_layout(x) if isinstance(x, torch.Tensor) else "scalar" for x in inputs],
         "outputs": None if outputs is None else [_layout(t) for t in outputs],
         "target": target,
         "toolchain": toolchain_identity(),
@@ -169,7 +169,9 @@ class Specialization:
             else:
                 plan.append(("t", n_out + cdef.temporaries.index(name)))
         self._plan = tuple(plan)
-        self._scalar_types = {i: cdef.scalars[name].dtype for name, i in index.items() if name in cdef.scalars}
+        self._scalar_types = {
+            i: cdef.scalars[name].dtype for name, i in index.items() if name in cdef.scalars
+        }
 
     def __call__(self, *inputs, outputs: Sequence[torch.Tensor] | None = None):
         layouts = tuple(_call_layout(x) for x in inputs)
@@ -182,7 +184,9 @@ class Specialization:
         outs = self.run(inputs, outputs)
         return outs[0] if len(outs) == 1 else outs
 
-    def run(self, inputs: Sequence[object], outputs: Sequence[torch.Tensor] | None) -> tuple[torch.Tensor, ...]:
+    def run(
+        self, inputs: Sequence[object], outputs: Sequence[torch.Tensor] | None
+    ) -> tuple[torch.Tensor, ...]:
         """Run on ``inputs`` whose layout matched; ``outputs`` already checked. Always a tuple."""
         if outputs is None:
             outs = [
@@ -226,6 +230,13 @@ class Specialization:
             span=Span(*span),
             where=self.cdef.name,
         )
+
+
+def _discard(store, key: str) -> None:
+    try:
+        store.discard(key)
+    except TCError as e:
+        warnings.warn(f"tcjit: could not remove an unusable cache entry: {e}", TCWarning, stacklevel=4)
 
 
 def _call_layout(x) -> tuple:
@@ -287,9 +298,8 @@ def specialize(kernel, binding: Binding, inputs, outputs, options, target: str) 
                 if hashlib.sha256(blob).hexdigest() == entry.metadata.get("so_sha256"):
                     source = entry.path("kernel.c").read_text(encoding="utf-8")
                     meta = _Meta.from_json(entry.metadata["kernel"])
-                    return Specialization(
-                        cdef, binding, meta, blob, source, layouts=layouts, from_disk=True
-                    )
+                    return Specialization(cdef, binding, meta, blob, source, layouts=layouts, from_disk=True)
+                _discard(store, key)  # consistent with its manifest, yet not what we stored
             except (OSError, KeyError, ValueError, TypeError, AttributeError):
                 pass  # evicted or unusable under us: rebuild
     with _BUILD_LOCK:  # isl contexts are per compilation, but one compiler at a time keeps memory flat
@@ -301,7 +311,9 @@ def specialize(kernel, binding: Binding, inputs, outputs, options, target: str) 
             strides[name] = tuple(t.stride())
         given = dict(zip(cdef.outputs, outputs)) if outputs is not None else {}
         for name in (*cdef.outputs, *cdef.temporaries):
-            strides[name] = tuple(given[name].stride()) if name in given else _contiguous(binding.output_shapes[name])
+            strides[name] = (
+                tuple(given[name].stride()) if name in given else _contiguous(binding.output_shapes[name])
+            )
         lowered = lower_cpu(cdef, binding.sizes, strides, options.values)
         blob = compile_c(lowered.source, name=cdef.name)
     meta = _Meta.from_json(lowered.to_json())

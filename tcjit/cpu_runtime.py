@@ -125,7 +125,9 @@ def load(blob: bytes, *, name: str = "kernel") -> ctypes.CDLL:
         _LOADED += 1
         number = _LOADED
     directory = _private_dir()
-    path = os.path.join(directory, f"{name}-{os.getpid()}-{number}-{hashlib.sha256(blob).hexdigest()[:12]}.so")
+    path = os.path.join(
+        directory, f"{name}-{os.getpid()}-{number}-{hashlib.sha256(blob).hexdigest()[:12]}.so"
+    )
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "wb") as f:

@@ -255,6 +255,9 @@ def compile(kernel: Kernel, *example_inputs, options=None, target: str | None = 
     """See :func:`tcjit.compile`."""
     if not isinstance(kernel, Kernel):
         raise TCCallError(f"tcjit.compile takes a Kernel (from tcjit.define), got {type(kernel).__name__}")
-    spec = kernel._specialize(example_inputs, None, options, target, allow_meta=True)
-    kernel._specializations[(options, target, _layouts(example_inputs, meta_as="cpu"), None)] = spec
+    key = (options, target, _layouts(example_inputs, meta_as="cpu"), None)
+    spec = kernel._specializations.get(key)
+    if spec is None:
+        spec = kernel._specialize(example_inputs, None, options, target, allow_meta=True)
+        kernel._specializations[key] = spec
     return spec
