@@ -413,6 +413,8 @@ class _Printer:
         bound = dict(zip(scop_st.dims, run.args))
         if any(loop.var in ir.free_vars(bound[v]) for v in st.lhs_vars):
             return False
+        if any(isinstance(a, A.Access) and a.tensor == st.tensor for a in A.walk(st.rhs)):
+            return False  # the sum reads its own target: keep every update in memory, in order
         t = self.cdef.tensor(st.tensor).dtype
         et = self.element_type(st.tensor).compute
         ct = _ctype(et)

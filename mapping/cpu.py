@@ -150,6 +150,7 @@ class _Mapper:
         self.sizes = sizes
         self.strides = strides
         self.decisions: list[str] = []
+        self.instances = {st.name: _count(scop, st.name, sizes) for st in scop.statements}
         ctx = scop.ctx
         if scop.params:
             fixed = isl.Set.read_from_str(
@@ -188,16 +189,24 @@ class _Mapper:
             steps.append(step)
         return steps
 
-    def _score(self, node: isl.ScheduleNode, member: int) -> int:
-        score = 0
-        for stmt in _statements_of(node):
+    def _score(self, node: isl.ScheduleNode, member: int) -> float:
+        """How well the accesses walk memory if ``member`` is the vector loop, each statement
+        weighted by its share of the band's instances (a bias add fused behind a contraction
+        must not decide the contraction's vector loop)."""
+        stmts = _statements_of(node)
+        weights = {s: self.instances.get(s, 1) for s in stmts}
+        total = sum(weights.values()) or 1
+        score = 0.0
+        for stmt in stmts:
             st = self.scop.statement(stmt)
             k = _member_dim(node, member, stmt, len(st.dims))
             if k is None:
                 continue
+            part = 0
             for step in self._access_steps(stmt, st.dims[k]):
-                score += 0 if step is None else 1 if step == 0 else 2 if abs(step) == 1 else 0
-        return score
+                part += 0 if step is None else 1 if step == 0 else 2 if abs(step) == 1 else 0
+            score += part * weights[stmt] / total
+        return round(score, 3)
 
     # --------------------------------------------------------------------------------- editing
     @staticmethod
@@ -337,18 +346,22 @@ class _Mapper:
         return node
 
     def _vector_kind(self, node: isl.ScheduleNode, member: int) -> str | None:
+        """``simd`` if the loop carries no dependence; ``simd_reduction`` if it walks a reduction
+        dimension of the band's update statements (the printer keeps the sum in a register only
+        where the loop holds nothing but one such update whose element does not move, and whose
+        right-hand side does not read the tensor it accumulates into: a plain loop otherwise)."""
         if not carries_dependence(node, member, self.deps):
             return "simd"
-        stmts = _statements_of(node)
-        if len(stmts) != 1:
-            return None
-        st = self.scop.statement(stmts[0])
-        if st.kind != "update" or not st.source.plain_lhs:
-            return None
-        k = _member_dim(node, member, st.name, len(st.dims))
-        if k is None or st.dims[k] not in st.source.reduction_vars:
-            return None
-        return "simd_reduction"
+        found = False
+        for name in _statements_of(node):
+            st = self.scop.statement(name)
+            k = _member_dim(node, member, name, len(st.dims))
+            if k is None:
+                continue  # constant along this member: not in the loop with the others
+            if st.kind != "update" or not st.source.plain_lhs or st.dims[k] not in st.source.reduction_vars:
+                return None
+            found = True
+        return "simd_reduction" if found else None
 
     def _parallel(self, sched: isl.Schedule, work: int) -> isl.Schedule:
         if work < MIN_PARALLEL_WORK:
@@ -380,6 +393,16 @@ class _Mapper:
             node = node.insert_mark(loop_mark("parallel", node))
             self.decisions.append(f"parallel: member {p} of the outermost band over {_statements_of(node)}")
             sched = node.get_schedule()
+
+
+def _count(scop: Scop, name: str, sizes: Mapping[str, int]) -> int:
+    """Instances of a statement, from its ranges (conditions ignored: a weight, not a count)."""
+    st = scop.statement(name)
+    ranges = st.source.ranges if st.kind != "init" else st.source.ranges[: len(st.source.lhs_vars)]
+    n = 1
+    for r in ranges:
+        n *= max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes))
+    return n
 
 
 def loop_mark(kind: str, band: isl.ScheduleNode) -> isl.Id:

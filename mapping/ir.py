@@ -182,9 +182,8 @@ def from_isl_ast(node: isl.AstNode, params: dict[str, int] | None = None) -> Nod
         name = node.mark_get_id().get_name()
         body = from_isl_ast(node.mark_get_node(), params)
         name, _, depth = name.partition("@")
-        if isinstance(body, For) and name in _LOOP_MARKS and not body.degenerate and body.var == f"c{depth}":
-            kind = name if body.kind == "serial" else "+".join(sorted({body.kind, name}))
-            return For(body.var, body.init, body.cond, body.step, body.body, kind=kind)
+        if name in _LOOP_MARKS:
+            body = _apply_mark(body, name, f"c{depth}")
         return Mark(name, body)
     if t == isl.ast_node_type.user:
         call = node.user_get_expr()
@@ -194,6 +193,18 @@ def from_isl_ast(node: isl.AstNode, params: dict[str, int] | None = None) -> Nod
         args = tuple(_expr(call.get_op_arg(i), params) for i in range(1, call.get_op_n_arg()))
         return Run(stmt, args)
     raise TCInternalError(f"unexpected isl AST node type {t}")
+
+
+def _apply_mark(body: Node, kind: str, var: str) -> Node:
+    """Give loop ``var`` (the marked band's) the mark's kind: the body itself, or the loops over
+    ``var`` directly in a block (isl splits a band over several statements into several loops
+    when some statements sit at a constant position of it)."""
+    if isinstance(body, For) and body.var == var and not body.degenerate:
+        new = kind if body.kind == "serial" else "+".join(sorted({*body.kind.split("+"), kind}))
+        return For(body.var, body.init, body.cond, body.step, body.body, kind=new)
+    if isinstance(body, Block):
+        return Block(tuple(_apply_mark(c, kind, var) if isinstance(c, For) else c for c in body.children))
+    return body
 
 
 # ------------------------------------------------------------------------------------------ queries

@@ -32,12 +32,15 @@ __all__ = ["CFLAGS", "CpuKernel", "compile_c", "load", "toolchain_identity"]
 
 #: Flags every CPU kernel is compiled with. ``-fno-math-errno`` lets libm calls vectorise; no
 #: ``-ffast-math`` (NaN and signed zeros keep their meaning), no ``-fwrapv`` (the printer makes
-#: integer arithmetic wrap itself; ``-fwrapv`` would block vectorisation of index arithmetic).
+#: integer arithmetic wrap itself; ``-fwrapv`` would block vectorisation of index arithmetic). GCC's
+#: own unroll-and-jam is off: tcjit places register tiles itself, and on tiled nests GCC's pass took
+#: 36 s to compile fcrelu and produced code a thousand times slower.
 CFLAGS = (
     "-O3",
     "-march=native",
     "-mprefer-vector-width=512",
     "-fopenmp",
+    "-fno-loop-unroll-and-jam",
     "-ffp-contract=fast",
     "-fno-math-errno",
     "-fPIC",
