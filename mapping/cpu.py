@@ -22,7 +22,9 @@ marks the C printer turns into pragmas:
 * **Unrolling.** TC's rule: innermost members whose total number of instances (that member times
   everything inside it) is at most ``unroll`` are fully unrolled by isl.
 * **Register tiles.** ``register_tile`` tiles the innermost band once more and fully unrolls the new
-  point loops (unroll-and-jam); the compiler's SLP vectoriser packs the copies.
+  point loops (unroll-and-jam); the compiler's SLP vectoriser packs the copies. Only bands that
+  carry a reduction and whose vector loop is parallel get them (a matrix product's ``k`` inside a
+  block of ``C``); a dot-product band keeps its vector reduction instead.
 
 Every "carries no dependence" is proved with isl on the concrete sizes (:func:`carries_dependence`),
 not read off the scheduler's coincidence flags, so a mark can never introduce a race.
@@ -252,9 +254,17 @@ class _Mapper:
                         node = node.band_member_set_ast_loop_type(j, isl.ast_loop_type.unroll)
                     node = node.parent()
                     n -= len(small)
-            if options.register_tile and node.band_get_permutable() and not small:
+            if (
+                options.register_tile
+                and node.band_get_permutable()
+                and not small
+                and n > 1
+                and node.band_member_get_coincident(n - 1)
+                and not all(node.band_member_get_coincident(j) for j in range(n))
+            ):
                 free = [j for j in range(n) if not carries_dependence(node, j, self.deps)]
-                wanted = dict(zip(free, options.register_tile))
+                given = list(options.register_tile)[-len(free) :]
+                wanted = dict(zip(free[len(free) - len(given) :], given))  # the innermost ones
                 sizes = [wanted.get(j, 1) for j in range(n)]
                 mv = isl.MultiVal.zero(node.band_get_space())
                 for j, v in enumerate(sizes):
@@ -363,6 +373,13 @@ class _Mapper:
             found = True
         return "simd_reduction" if found else None
 
+    def _parallel_member(self, node: isl.ScheduleNode) -> int | None:
+        """The outermost member of band ``node`` with several iterations and no carried dependence."""
+        for j in range(node.band_n_member()):
+            if (_spread(node, j) or 2) > 1:
+                return None if carries_dependence(node, j, self.deps) else j
+        return None
+
     def _parallel(self, sched: isl.Schedule, work: int) -> isl.Schedule:
         if work < MIN_PARALLEL_WORK:
             self.decisions.append(f"parallel: none ({work} instances < {MIN_PARALLEL_WORK})")
@@ -374,15 +391,15 @@ class _Mapper:
                 return sched
             node = todo[done]
             done += 1
-            n = node.band_n_member()
-            p = next(
-                (
-                    j
-                    for j in range(n)
-                    if (_spread(node, j) or 2) > 1 and not carries_dependence(node, j, self.deps)
-                ),
-                None,
-            )
+            p = self._parallel_member(node)
+            while p is None:  # every member runs once (tiles larger than the sizes): look below
+                below = node.child(0)
+                while below.get_type() == isl.schedule_node_type.mark and below.n_children() == 1:
+                    below = below.child(0)
+                if below.get_type() != isl.schedule_node_type.band:
+                    break
+                node = below
+                p = self._parallel_member(node)
             if p is None:
                 self.decisions.append(f"parallel: no parallel member in the band over {_statements_of(node)}")
                 continue

@@ -252,7 +252,9 @@ def lower_cpu(
         params.append(CParam(name, "tensor", f"{c_storage_type(cdef.tensor(name).dtype)} *restrict"))
     symbol = symbol or f"tc_{cdef.name}"
     wide = wide_accumulators(cdef, sizes)
-    header = "/*\n" + _comment_safe(cdef.signature()) + "\n" + _comment_safe(f"options: {options!r}") + "\n */"
+    header = (
+        "/*\n" + _comment_safe(cdef.signature()) + "\n" + _comment_safe(f"options: {options!r}") + "\n */"
+    )
     text, checks = print_kernel(
         cdef,
         body,

@@ -211,8 +211,9 @@ class OptionValues:
 
     :ivar parallelize: run the outermost coincident tile loop as an OpenMP ``parallel for``.
     :ivar vectorize: mark the innermost stride-1 coincident loop ``omp simd``.
-    :ivar register_tile: unroll-and-jam factors for the parallel (dependence-free) loops of the
-        innermost band, outermost first, in loop iterations (each >= 1; missing ones are 1; ``()``
+    :ivar register_tile: unroll-and-jam factors for the innermost parallel (dependence-free) loops
+        of the innermost band, outermost first, in loop iterations (each >= 1; the last size goes to
+        the innermost parallel loop, missing ones are 1; ``()``
         does nothing). The band is tiled once more by them, its reduction loops run inside the new
         tile loops and the copies are fully unrolled, so that a block of results stays in
         registers across a reduction. Example: ``(4, 32)``.

@@ -173,13 +173,14 @@ def _grad_requested(inputs) -> bool:
 def default_options(cdef: CheckedDef, sizes, target: str):
     """The options a call without ``options=`` uses when none were tuned for it.
 
-    For now one preset for every kernel: 32-wide tiles of the outermost band, the outermost parallel
-    tile loop on OpenMP threads and the innermost unit-stride loop on SIMD lanes (issue 5 replaces
-    this with choices from the kernel's structure and sizes).
+    For now one choice for every kernel (issue 5 replaces it with choices from the kernel's
+    structure and sizes): tiles of 64 x 256 x 512 on the outermost band (cache blocks), the
+    outermost parallel loop on OpenMP threads, the best unit-stride loop on SIMD lanes, and 4 x 16
+    register tiles where a band carries a reduction under a parallel vector loop (contractions).
     """
     from .mapping.options import MappingOptions
 
-    return MappingOptions("naive").vectorize(True)
+    return MappingOptions("naive").vectorize(True).tile(64, 256, 512).register_tile(4, 16)
 
 
 class Definitions:
