@@ -110,6 +110,7 @@ def _prove_bounds(
     """Raise TCBoundsError for an affine access that leaves its tensor; return gather subscripts."""
     cdef = scop.cdef
     checked: set[int] = set()
+    guarded = _guarded_accesses(cdef)
     for acc in scop.accesses:
         shape = shapes[acc.tensor]
         if not acc.exact:
@@ -132,6 +133,9 @@ def _prove_bounds(
         outside = reached.subtract(box)
         if outside.is_empty():
             continue
+        if id(acc.node) in guarded:  # maybe never evaluated out there: check as it runs
+            checked.update(id(arg) for arg in acc.node.args)
+            continue
         point = outside.sample_point()
         coords = [int(point.get_coordinate_val(isl.dim_type.set, k).to_python()) for k in range(len(shape))]
         k = next(k for k, (c, n) in enumerate(zip(coords, shape)) if not 0 <= c < n)
@@ -146,6 +150,30 @@ def _prove_bounds(
             where=cdef.name,
         )
     return frozenset(checked)
+
+
+def _guarded_accesses(cdef: CheckedDef) -> set[int]:
+    """Accesses evaluated only under a condition: in a branch of ``?:`` or right of ``&&``/``||``."""
+    found: set[int] = set()
+
+    def visit(e: A.Expr, guarded: bool) -> None:
+        if isinstance(e, A.Access) and guarded:
+            found.add(id(e))
+        if isinstance(e, A.Select):
+            visit(e.cond, guarded)
+            visit(e.then, True)
+            visit(e.other, True)
+            return
+        if isinstance(e, A.Binary) and e.op in ("&&", "||"):
+            visit(e.lhs, guarded)
+            visit(e.rhs, True)
+            return
+        for c in A.children(e):
+            visit(c, guarded)
+
+    for st in cdef.statements:
+        visit(st.rhs, False)
+    return found
 
 
 def _zero_init(scop: Scop, fixed: isl.Set, shapes: Mapping[str, tuple[int, ...]]) -> tuple[str, ...]:

@@ -1,0 +1,294 @@
+"""Shared pieces of the compiled-kernel tests (test_compiled_*.py): options matrices, a private
+kernel cache, and comparisons of compiled results with the oracle (``tcjit.reference``).
+
+A plain module (not a conftest): the test files import it as ``import compiled_helpers as H``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+import tcjit
+from tcjit import TCError, TCWarning, reference
+from tcjit.mapping.options import MappingOptions
+from tcjit.polyhedral.lang.check import check_source
+from tcjit.polyhedral.lang.checked import CheckedProgram
+from tcjit.testing import tolerance
+
+# The oracle, captured once: some tests swap ``reference`` in other test modules for a shim.
+ORACLE = reference.evaluate
+
+# ============================================================================================ options
+FUSIONS = ("Max", "Preserve3Coincident", "Min")
+TILES: tuple[tuple[int, ...], ...] = ((), (1,), (32, 32, 32), (4, 0, 8), (7, 3))
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """The CPU-specific options of one configuration (plus unroll, read by every target)."""
+
+    parallelize: bool
+    vectorize: bool
+    unroll: int
+    register_tile: tuple[int, ...]
+
+    def __str__(self) -> str:
+        rt = "x".join(map(str, self.register_tile)) or "-"
+        return f"p{int(self.parallelize)}v{int(self.vectorize)}u{self.unroll}r{rt}"
+
+
+MAPPINGS = (
+    Mapping(True, True, 1, ()),  # today's default
+    Mapping(False, False, 1, ()),
+    Mapping(True, False, 4, ()),
+    Mapping(False, True, 8, (2, 4)),
+    Mapping(True, True, 2, (3,)),
+)
+FIXES = (False, True)
+
+
+@dataclass(frozen=True)
+class Config:
+    """One point of the options matrix."""
+
+    fusion: str = "Preserve3Coincident"
+    tile: tuple[int, ...] = (32, 32, 32)
+    mapping: Mapping = MAPPINGS[0]
+    fix: bool = False
+
+    def options(self) -> MappingOptions:
+        m = self.mapping
+        return (
+            MappingOptions("naive")
+            .outer_schedule_fusion_strategy(self.fusion)
+            .tile(*self.tile)
+            .fix_parameters_before_scheduling(self.fix)
+            .parallelize(m.parallelize)
+            .vectorize(m.vectorize)
+            .unroll(m.unroll)
+            .register_tile(*m.register_tile)
+        )
+
+    @property
+    def id(self) -> str:
+        tile = "x".join(map(str, self.tile)) or "notile"
+        return f"{self.fusion[:4]}-t{tile}-{self.mapping}-{'fix' if self.fix else 'param'}"
+
+
+DEFAULT = Config()
+
+
+def all_configs() -> list[Config]:
+    """The whole cross product: fusion x tile x mapping x fix_parameters (150 configurations)."""
+    return [Config(f, t, m, x) for f, t, m, x in itertools.product(FUSIONS, TILES, MAPPINGS, FIXES)]
+
+
+def rotating_config(i: int) -> Config:
+    """The ``i``-th configuration of a deterministic rotation: consecutive ``i`` change the fusion
+    strategy every time and every 15 consecutive ones give all fusion x tile and all fusion x
+    mapping pairs; ``fix`` alternates every 5."""
+    return Config(
+        FUSIONS[i % 3],
+        TILES[i % 5],
+        MAPPINGS[(i // 3) % 5],
+        FIXES[(i // 5) % 2],
+    )
+
+
+def check_covers(configs: Sequence[Config]) -> None:
+    """Assert that ``configs`` use every fusion strategy, tile vector, mapping and fix value."""
+    assert {c.fusion for c in configs} == set(FUSIONS)
+    assert {c.tile for c in configs} == set(TILES)
+    assert {c.mapping for c in configs} == set(MAPPINGS)
+    assert {c.fix for c in configs} == set(FIXES)
+
+
+# ====================================================================================== private cache
+@contextlib.contextmanager
+def private_cache(root: os.PathLike | str) -> Iterator[None]:
+    """Point ``TCJIT_CACHE_DIR`` at ``root`` for the duration (restored afterwards)."""
+    before = os.environ.get("TCJIT_CACHE_DIR")
+    os.environ["TCJIT_CACHE_DIR"] = str(root)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TCJIT_CACHE_DIR", None)
+        else:
+            os.environ["TCJIT_CACHE_DIR"] = before
+
+
+# ======================================================================================= comparisons
+def as_tuple(x) -> tuple:
+    return x if isinstance(x, tuple) else (x,)
+
+
+def assert_same(got: torch.Tensor, want: torch.Tensor, reduction_length: int = 1, *, what: str = "") -> None:
+    """``got`` (compiled) equals ``want`` (oracle): dtype and shape exactly, integers and bools
+    exactly, floats within :func:`tcjit.testing.tolerance` (NaN where NaN)."""
+    assert isinstance(got, torch.Tensor), f"{what}: got {type(got).__name__}, not a tensor"
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype}, oracle {want.dtype}"
+    assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)}, oracle {tuple(want.shape)}"
+    if want.dtype.is_floating_point:
+        tol = tolerance(want.dtype, reduction_length)
+        torch.testing.assert_close(
+            got, want, **tol, equal_nan=True, msg=lambda m: f"{what}: compiled != oracle\n{m}"
+        )
+    else:
+        # torch.equal has no kernel for some unsigned types: compare the bit patterns as int64.
+        g, w = _as_int64(got), _as_int64(want)
+        if not torch.equal(g, w):
+            bad = (g != w).nonzero()[:5].tolist()
+            raise AssertionError(
+                f"{what}: compiled != oracle at {bad}: {[g[tuple(i)].item() for i in bad]} "
+                f"vs {[w[tuple(i)].item() for i in bad]}"
+            )
+
+
+def _as_int64(t: torch.Tensor) -> torch.Tensor:
+    if t.dtype == torch.bool:
+        return t.to(torch.int64)
+    if t.dtype == torch.uint64:
+        return t.view(torch.int64)
+    return t.to(torch.int64)
+
+
+def assert_all_same(
+    got, want, reduction_length: int = 1, names: Sequence[str] = (), *, what: str = ""
+) -> None:
+    got, want = as_tuple(got), as_tuple(want)
+    assert len(got) == len(want), f"{what}: {len(got)} results, oracle {len(want)}"
+    names = list(names) or [str(i) for i in range(len(got))]
+    for n, g, w in zip(names, got, want):
+        assert_same(g, w, reduction_length, what=f"{what} {n}".strip())
+
+
+def clone_outputs(outputs):
+    return None if outputs is None else tuple(o.clone() for o in outputs)
+
+
+def kernel_of(source: str | CheckedProgram, entry: str | None = None) -> tcjit.Kernel:
+    """The Kernel of ``entry`` (or of the only def) of a source text or checked program."""
+    if isinstance(source, CheckedProgram):
+        program = source
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TCWarning)  # '+=' with nothing before it: intended here
+            program = check_source(source)
+    return tcjit.Kernel(program, program.entry(entry).name)  # TCNameError as the oracle raises it
+
+
+def run_compiled(
+    source: str | CheckedProgram,
+    entry: str | None,
+    inputs: Sequence,
+    *,
+    options: MappingOptions | None = None,
+    outputs: Sequence[torch.Tensor] | None = None,
+):
+    """Define and run compiled; always a tuple."""
+    k = kernel_of(source, entry)
+    return as_tuple(k(*inputs, options=options, outputs=outputs))
+
+
+def check_against_oracle(
+    source: str | CheckedProgram,
+    entry: str | None,
+    inputs: Sequence,
+    *,
+    options: MappingOptions | None = None,
+    outputs: Sequence[torch.Tensor] | None = None,
+    reduction_length: int = 1,
+    oracle_kwargs: dict | None = None,
+    what: str = "",
+):
+    """Run ``source`` compiled and through the oracle on the same inputs (and copies of the same
+    ``outputs=``). If the oracle raises a :class:`TCError`, the compiled call must raise the same
+    class (which is then re-raised); otherwise the results must agree. Returns the compiled results
+    (the given ``outputs`` tensors themselves when given)."""
+    oracle_outputs = clone_outputs(outputs)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TCWarning)
+            want = ORACLE(source, entry, *inputs, outputs=oracle_outputs, **(oracle_kwargs or {}))
+    except TCError as e:
+        with pytest.raises(TCError) as info:
+            run_compiled(source, entry, inputs, options=options, outputs=outputs)
+        assert type(info.value) is type(e), (
+            f"{what}: the oracle raised {type(e).__name__} ({e}), the compiled kernel "
+            f"{type(info.value).__name__} ({info.value})"
+        )
+        raise
+    got = run_compiled(source, entry, inputs, options=options, outputs=outputs)
+    if outputs is not None:
+        assert all(g is o for g, o in zip(got, outputs)), f"{what}: outputs= tensors not returned"
+    assert_all_same(got, as_tuple(want), reduction_length, what=what)
+    return got
+
+
+# ============================================================================== oracle shim for modules
+class CompiledReference:
+    """Stands in for the ``tcjit.reference`` module inside another test module: ``evaluate`` runs
+    the program compiled *and* through the oracle, checks that they agree (or raise the same
+    error class) and returns the compiled results, so that module's own assertions (against torch,
+    mpmath or pure Python) check the compiled kernel too."""
+
+    def __init__(self, options: Callable[[], MappingOptions | None] | MappingOptions | None = None):
+        self._options = options
+        self.calls = 0
+
+    def options(self) -> MappingOptions | None:
+        return self._options() if callable(self._options) else self._options
+
+    def evaluate(self, source, entry=None, *inputs, outputs=None, **oracle_kwargs):
+        self.calls += 1
+        got = check_against_oracle(
+            source,
+            entry,
+            inputs,
+            options=self.options(),
+            outputs=outputs,
+            reduction_length=_longest_reduction(inputs),
+            oracle_kwargs=oracle_kwargs,
+            what=f"call {self.calls}",
+        )
+        return got[0] if len(got) == 1 else got
+
+
+def _longest_reduction(inputs: Sequence) -> int:
+    """A generous reduction length for tolerances when a program's structure is unknown: the
+    largest number of elements of any input."""
+    sizes = [x.numel() for x in inputs if isinstance(x, torch.Tensor)]
+    return max(sizes, default=1)
+
+
+def pairwise_configs() -> list[Config]:
+    """25 configurations covering every pair of values of any two axes (tile x mapping fully;
+    fusion and fix chosen so that their pairs with every other axis appear too)."""
+    out: list[Config] = []
+    missing = {(axis, v, x) for axis, vs in enumerate((FUSIONS, TILES, MAPPINGS)) for v in vs for x in FIXES}
+    for t, m in itertools.product(range(5), range(5)):
+        row = (FUSIONS[(t + 2 * m) % 3], TILES[t], MAPPINGS[m])
+        # greedy: the fix value that covers the most (axis value, fix) pairs not yet seen
+        fix = max(FIXES, key=lambda x: (sum((a, v, x) in missing for a, v in enumerate(row)), x))
+        missing -= {(a, v, fix) for a, v in enumerate(row)}
+        out.append(Config(*row, fix))
+    axes = (
+        lambda c: c.fusion,
+        lambda c: c.tile,
+        lambda c: c.mapping,
+        lambda c: c.fix,
+    )
+    values = (FUSIONS, TILES, MAPPINGS, FIXES)
+    for (fa, va), (fb, vb) in itertools.combinations(zip(axes, values), 2):
+        seen = {(fa(c), fb(c)) for c in out}
+        assert seen == set(itertools.product(va, vb)), "not pairwise"
+    return out
