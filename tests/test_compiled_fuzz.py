@@ -5,9 +5,13 @@ size symbols (1-6 each; sometimes two of them 16-40, so that parallel loops actu
 1-3 statements, each writing a new tensor from the inputs and the tensors written before it, with
 ``=``, ``+=!``, ``*=!`` (values kept near 1), ``max=!`` or ``min=!``; subscripts are index
 variables in any order (permutations, diagonals, broadcasts: a left-hand index no access uses gets
-a ``where i in 0:N``), constants, and shifts ``X(i + c)`` whose range TC's inference narrows, or
-that ``where i in 0:N-c`` restricts when nothing else does; right-hand sides mix ``+ - * /``,
-``fmax``/``fmin``, ``tanh``, ``fabs`` and ``exp`` of bounded values. Sometimes a statement is
+a ``where i in 0:N``), constants, shifts ``X(i + c)`` whose range TC's inference narrows, or
+that ``where i in 0:N-c`` restricts when nothing else does, and reads ``X(i - c)`` guarded by
+``i >= c && i - c < N ? ... : literal``; domain conditions between two indices (``i <= j``) make
+some domains non-rectangular. Values are float32 or float64 (right-hand sides mix ``+ - * /``,
+value selects, ``fmax``/``fmin``, ``tanh``, ``fabs`` and ``exp`` of bounded values) or int32 or
+int64 (``+ - * / %``, ``max``/``min``, selects: wrapping arithmetic, ``/`` and ``%`` by zero, the
+literal 0 included, give 0; compared exactly). Sometimes a statement is
 followed by an in-place rewrite of its tensor, and earlier tensors are left out of ``-> (...)``
 (temporaries).
 
@@ -145,21 +149,31 @@ def programs(draw) -> Program:
         variables = lhs + red
         occurrences: dict[str, list[tuple[str, int]]] = {v: [] for v in variables}
         leaves = []
+        guarded: set[str] = set()  # variables read under a select guard (they need a range too)
         for _ in range(draw(st.integers(1, 3))):
             tensor, dims = draw(st.sampled_from(tensors))
             if not dims:
                 leaves.append(tensor)
                 continue
-            subs = []
+            subs, guards = [], []
             for bound in dims:
                 if not variables or draw(st.integers(0, 9)) == 0:
                     subs.append("0")
                     continue
                 v = draw(st.sampled_from(variables))
+                if draw(st.integers(0, 7)) == 0:  # a read below the range, guarded by a select
+                    c = draw(st.integers(1, 2))
+                    guards.append(f"{v} >= {c} && {v} - {c} < {bound}")
+                    guarded.add(v)
+                    subs.append(f"{v} - {c}")
+                    continue
                 shift = draw(st.sampled_from((0, 0, 0, 1, 2)))
                 occurrences[v].append((bound, shift))
                 subs.append(v if shift == 0 else f"{v} + {shift}")
-            leaves.append(f"{tensor}({', '.join(subs)})")
+            access = f"{tensor}({', '.join(subs)})"
+            if guards:
+                access = f"({' && '.join(guards)} ? {access} : {draw(st.sampled_from(grammar.literals))})"
+            leaves.append(access)
         if draw(st.booleans()):
             leaves.append(draw(st.sampled_from(grammar.literals)))
         expr = draw(st.sampled_from(grammar.unary)).format(a=leaves[0])
@@ -174,7 +188,7 @@ def programs(draw) -> Program:
         for v in variables:
             occ = occurrences[v]
             if not occ:
-                if v in lhs:  # a broadcast: the range comes from a where clause
+                if v in lhs or v in guarded:  # a broadcast, or only read under a guard
                     where.append(f"{v} in 0:{draw(st.sampled_from(used))}")
             elif all(shift for _, shift in occ):  # only shifted: inference would start below 0
                 # the tightest bound among the inputs' (sizes known), else a written tensor's

@@ -207,12 +207,22 @@ def test_every_builtin(group: int, dtype: torch.dtype) -> None:
 
 # ================================================================================ select-guarded reads
 def test_accesses_guarded_by_a_select_are_not_refused() -> None:
-    """``A(i - 1)`` is read only where ``i > 0`` (language: ``?:`` and ``&&`` evaluate only the
-    operand they need); the oracle gives [0, 0, 1, 2]. Compiled, lower_cpu's bounds proof ignores
-    the guard and raises 'subscript 0 of 'A' reads element -1' before running."""
+    """``A(i - 1)`` is read only where ``i > 0`` (``?:``, ``&&`` and ``||`` evaluate only the operand
+    they need): compiled, such reads are checked as the kernel runs, not refused at compile time
+    (regression: lower_cpu's bounds proof once ignored the guard); when the guard lets a bad read
+    through, the call raises TCBoundsError like the oracle."""
+    A = torch.arange(4.0)
     src = "def shift(float(N) A) -> (O) { O(i) = i > 0 ? A(i - 1) : 0.0 where i in 0:N }"
-    (O,) = H.check_against_oracle(src, None, (torch.arange(4.0),))
+    (O,) = H.check_against_oracle(src, None, (A,))
     assert O.tolist() == [0.0, 0.0, 1.0, 2.0]
+    src = """def pos(float(N) A) -> (O) {
+        O(i) = i > 0 && A(i - 1) > 0.5 || i == N - 1 && A(i) > 2.0 ? 1.0 : 0.0 where i in 0:N
+    }"""
+    (O,) = H.check_against_oracle(src, None, (A,))
+    assert O.tolist() == [0.0, 0.0, 1.0, 1.0]
+    src = "def bad(float(N) A) -> (O) { O(i) = i >= 0 ? A(i - 1) : 0.0 where i in 0:N }"
+    with pytest.raises(TCBoundsError):
+        H.check_against_oracle(src, None, (A,))
 
 
 # ======================================================================================= every dtype

@@ -6,11 +6,11 @@ x fix_parameters_before_scheduling) and compared with both its natural PyTorch c
 float64) and ``tcjit.reference``. The default tier walks the matrix with a deterministic rotation
 that uses every value of every axis (each kernel sees all three fusion strategies); the full tier
 runs, for every kernel, 25 configurations covering every pair of values of any two axes, the whole
-cross product (150 configurations) for three kernels, every dtype at every size and the large
-sizes. Also: temporaries, non-contiguous
-inputs (transposed, sliced, channels-last, expanded stride-0 views) read in place, ``outputs=``
-(including non-contiguous ones, and plain accumulations that start from their contents), and
-outputs that alias an input or each other.
+cross product (150 configurations) for softmax, every dtype at every size and the large sizes.
+Also: temporaries, non-contiguous inputs (transposed, sliced, channels-last, expanded stride-0
+views) read in place, ``outputs=`` (including non-contiguous ones, and plain accumulations that
+start from their contents), outputs that alias an input or each other, the disk cache and the
+thread count.
 """
 
 from __future__ import annotations
@@ -69,11 +69,19 @@ def _sizes(name: str, which: int | str):
     return k.large_size if which == "large" else k.small_sizes[which]
 
 
+#: float16/bfloat16 kernels of several statements store their intermediates rounded to the half
+#: type and compute on from the rounded values (as the oracle does); torch's float64 reference
+#: does not round them, so the difference grows with each stage (kronecker3: ~4x one rounding).
+HALF_CHAIN_FACTOR = 8
+
+
 def _check_torch(name: str, sizes, got, want64, dtype: torch.dtype, names) -> None:
     """Against torch's float64 answer rounded to ``dtype`` (so an overflow to inf in float16 is
     expected where torch's value is out of range)."""
     k = suite.get(name)
     tol = tolerance(dtype, k.reduction_length(sizes))
+    if dtype in (torch.float16, torch.bfloat16) and len(k.checked.statements) > 1:
+        tol = {key: HALF_CHAIN_FACTOR * v for key, v in tol.items()}
     for o, g, w in zip(names, got, want64):
         w = w.to(dtype).double()
         assert g.dtype == dtype, f"{name}.{o}: dtype {g.dtype}"
@@ -117,16 +125,16 @@ def test_suite_kernel_compiled(name: str, which: int, config: H.Config) -> None:
 
 # float64, float16 and bfloat16 variants of a few kernels (one size each; a rotating config)
 DTYPE_SAMPLE = [
-    ("matmul", torch.float64, 1),
-    ("softmax", torch.float64, 2),
-    ("layernorm", torch.float64, 1),
-    ("conv2d", torch.float64, 1),
-    ("matmul", torch.float16, 2),
-    ("fcrelu", torch.float16, 1),
-    ("softmax", torch.float16, 1),
-    ("abs_sum", torch.float16, 1),
-    ("maxpool2x2", torch.bfloat16, 1),
-    ("cosine", torch.bfloat16, 1),
+    pytest.param("matmul", torch.float64, 1),
+    pytest.param("softmax", torch.float64, 2),
+    pytest.param("conv2d", torch.float64, 1),
+    pytest.param("layernorm", torch.float64, 1, marks=pytest.mark.full),
+    pytest.param("matmul", torch.float16, 2, marks=pytest.mark.full),
+    pytest.param("fcrelu", torch.float16, 1),
+    pytest.param("softmax", torch.float16, 1, marks=pytest.mark.full),
+    pytest.param("abs_sum", torch.float16, 1),
+    pytest.param("maxpool2x2", torch.bfloat16, 1),
+    pytest.param("cosine", torch.bfloat16, 1, marks=pytest.mark.full),
 ]
 #: Kernels whose body does not type-check in a half type (source_for changes declarations only):
 #: bn_reduce divides by ``float(N * H * W)``, a float32 value it may not narrow into float16.
@@ -136,8 +144,9 @@ NOT_HALF = {"bn_reduce"}
 @pytest.mark.parametrize(
     "name, dtype, which, config",
     [
-        pytest.param(n, d, w, H.rotating_config(7 * i + w), id=f"{n}-{str(d)[6:]}-{w}")
-        for i, (n, d, w) in enumerate(DTYPE_SAMPLE)
+        pytest.param(n, d, w, H.rotating_config(7 * i + w), id=f"{n}-{str(d)[6:]}", marks=p.marks)
+        for i, p in enumerate(DTYPE_SAMPLE)
+        for n, d, w in [p.values]
     ],
 )
 def test_suite_kernel_in_other_dtypes(name: str, dtype: torch.dtype, which: int, config: H.Config) -> None:
@@ -155,10 +164,16 @@ def test_half_source_of_bn_reduce_does_not_type_check() -> None:
 
 # ============================================================================================ full tier
 PAIRWISE = H.pairwise_configs()
-#: Kernels run through the whole cross product (150 configurations) in the full tier: a contraction,
-#: a reduction with an in-place epilogue, and a three-statement kernel (where fusion decides the
-#: loop structure).
-CROSS_PRODUCT = ("matmul", "softmax", "fcrelu")
+#: Kernels run through the whole cross product (150 configurations) in the full tier: a
+#: three-statement kernel with temporaries, where fusion decides the loop structure (the other
+#: kernels get the pairwise configurations above).
+CROSS_PRODUCT = ("softmax",)
+
+
+def _slow(name: str, config: H.Config) -> bool:
+    """Max fusion with fixed sizes takes isl ~20 s per compilation on kronecker3 (run once, in
+    test_max_fusion_with_fixed_sizes_on_kronecker3)."""
+    return name == "kronecker3" and config.fusion == "Max" and config.fix
 
 
 @pytest.mark.full
@@ -168,9 +183,8 @@ def test_suite_kernel_pairwise_options(name: str) -> None:
     sizes, for every kernel."""
     k = suite.get(name)
     for i, config in enumerate(PAIRWISE):
-        if name == "kronecker3" and config.fusion == "Max" and config.fix:
-            continue  # ~20 s per compilation (isl scheduling): see test_max_fusion_with_fixed_sizes
-        _run(name, i % len(k.small_sizes), config)
+        if not _slow(name, config):
+            _run(name, i % len(k.small_sizes), config)
 
 
 @pytest.mark.full
@@ -211,8 +225,9 @@ def test_suite_kernel_every_dtype_every_size(name: str, dtype: torch.dtype) -> N
 @pytest.mark.full
 @pytest.mark.parametrize("name", list(suite.SUITE))
 def test_suite_kernel_at_the_large_size(name: str) -> None:
+    # Not tile (4, 0, 8) with vectorize at these sizes: see test_compile_time_of_a_strided_vector_loop.
     _run(name, "large", H.DEFAULT)
-    _run(name, "large", H.Config("Min", (4, 0, 8), H.MAPPINGS[3], False))
+    _run(name, "large", H.Config("Min", (7, 3), H.MAPPINGS[2], False))
 
 
 # ========================================================================================= temporaries
@@ -233,7 +248,7 @@ def test_temporaries_give_the_same_final_outputs(name: str, full_tier: bool) -> 
     want64 = _torch64(name, 1)
     configs = [H.rotating_config(WITH_TEMPORARIES.index(name) * 4 + 1)]
     if full_tier:
-        configs += [H.DEFAULT, *H.pairwise_configs()[::3]]
+        configs += [c for c in (H.DEFAULT, *PAIRWISE[::3]) if not _slow(name, c)]
     for config in configs:
         got = H.as_tuple(kernel(*_inputs(name, 1), options=config.options()))
         L = k.reduction_length(k.small_sizes[1])
@@ -278,8 +293,8 @@ VIEW_CASES = [
 assert {n for n, _ in VIEW_CASES} | {"mlp3"} == set(suite.SUITE)
 
 
-#: The default tier's share: every kind of view, ranks 1 to 4.
-VIEW_DEFAULT = {"tbmm", "kronecker3", "layernorm", "abs_sum"}
+#: The default tier's share: every kind of view (stride 0 included), ranks 1, 2 and 4.
+VIEW_DEFAULT = {"kronecker3", "layernorm"}
 
 
 @pytest.mark.parametrize(
@@ -501,7 +516,7 @@ def test_a_new_kernel_loads_the_specialisation_from_the_private_disk_cache() -> 
     _check("fcrelu", 2, second(*inputs))
 
 
-@pytest.mark.parametrize("name", ["matmul", "softmax", "bn_reduce"])
+@pytest.mark.parametrize("name", ["matmul", "softmax"])
 def test_results_do_not_depend_on_the_number_of_threads(name: str) -> None:
     """Parallel loops carry no dependence (and parallel work is above the threshold at these
     sizes): one thread and two give bit-identical results."""
@@ -518,3 +533,36 @@ def test_results_do_not_depend_on_the_number_of_threads(name: str) -> None:
         torch.set_num_threads(before)
     assert all(torch.equal(a, b) for a, b in zip(one, two))
     _check(name, which, two)
+
+
+SLOW_GCC = [
+    # tmm, K = 1024: the r_k point loop (tile 2) unrolled inside an 'omp simd' loop over n whose
+    # B(n, r_k) reads have stride 1024: ~35 s; tile (4, 0, 8) at M=128, N=255: ~280 s.
+    pytest.param("tmm", {"M": 4, "K": 1024, "N": 32}, H.Config("Preserve3Coincident", (0, 0, 2)), id="tmm"),
+    # layernorm, D = 1024: 'omp simd' over n (7 rows of a tile) around the unrolled r_d point loop,
+    # I(n, r_d) with stride 1024: ~16 s (~20 s at N=512; 1.3 s at D=128).
+    pytest.param("layernorm", {"N": 14, "D": 1024}, H.Config("Min", (7, 3), H.MAPPINGS[1]), id="layernorm"),
+]
+
+
+@pytest.mark.full
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="compile-time bug: vector loops chosen over a dimension whose reads have a large stride "
+    "(1024), around unrolled point-loop copies, make gcc take 15-35 s (up to ~280 s, near "
+    "COMPILE_TIMEOUT = 300 s) instead of ~0.3 s",
+)
+@pytest.mark.parametrize("name, sizes, config", SLOW_GCC)
+def test_compile_time_of_a_strided_vector_loop(name: str, sizes: dict, config: H.Config) -> None:
+    """Points of the tuner's search space that gcc chokes on (ordinary kernels take ~0.3 s)."""
+    import time
+
+    k = suite.get(name)
+    inputs = k.make_inputs(sizes)
+    opts = config.options().vectorize(True)
+    start = time.perf_counter()
+    spec = tcjit.compile(tcjit.define(k.source), *inputs, options=opts)
+    seconds = time.perf_counter() - start
+    H.assert_all_same(spec(*inputs), H.ORACLE(k.source, k.entry, *inputs), k.reduction_length(sizes))
+    assert seconds < 10, f"compiling took {seconds:.0f} s"
