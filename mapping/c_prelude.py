@@ -17,8 +17,9 @@ What the prelude provides (the oracle is :mod:`tcjit.reference` with :mod:`tcjit
   rnorm3d rnorm4d normcdf normcdfinv erfinv erfcinv erfcx cyl_bessel_i0 cyl_bessel_i1 fdivide rsqrt
   sigmoid exp10``, plus ``lgamma`` through ``lgamma_r``). Like the oracle, the float version of every
   hard function computes in double and rounds once; the easy ones use glibc's float functions, which
-  are within an ulp. ``min``/``max`` are not builtins here: on floats they are ``fminf``/``fmin``,
-  ``fmaxf``/``fmax`` (NaN operands ignored), on integers ``tc_min_<T>``/``tc_max_<T>``.
+  are within an ulp. ``min``/``max`` are not builtins here: on floats they are ``tc_fmin_f32``...
+  ``tc_fmax_f64`` (glibc's fmin/fmax as selects that vectorise: NaN operands ignored), on integers
+  ``tc_min_<T>``/``tc_max_<T>``.
 * **Integer ``/`` and ``%`` in values**: ``tc_div_<T>``, ``tc_mod_<T>`` for ``T`` in ``i8 i16 i32
   i64 u8 u16 u32 u64`` (:func:`int_suffix`), returning ``T``. C's truncating division, made total:
   by zero gives 0; for signed types ``x / -1`` is ``-x`` with two's-complement wrap (``MIN / -1 ==
@@ -61,8 +62,8 @@ __all__ = ["PRELUDE", "builtin_callee", "int_suffix"]
 # Builtins whose C99 (glibc) functions are right for both types: double `name`, float `name` + "f"
 # (glibc 2.36's float versions of these are within an ulp of the correctly rounded result).
 _LIBM_BOTH = (
-    "acos asin asinh atan2 atan cbrt ceil copysign cos erf exp2 exp expm1 fabs fdim floor fma fmax "
-    "fmin fmod hypot log1p log2 logb log nextafter pow remainder round sin sqrt tan trunc"
+    "acos asin asinh atan2 atan cbrt ceil copysign cos erf exp2 exp expm1 fabs fdim floor fma "
+    "fmod hypot log1p log2 logb log nextafter pow remainder round sin sqrt tan trunc"
 ).split()
 
 # Builtins whose double function is glibc's but whose float one is the double function rounded once
@@ -73,7 +74,7 @@ _VIA_DOUBLE = "acosh atanh cosh sinh tanh log10 erfc tgamma j0 j1 y0 y1".split()
 # Builtins written in the prelude, for both types: tc_<name>_f32, tc_<name>_f64.
 _OWN = (
     "cospi sinpi rcbrt rhypot norm3d norm4d rnorm3d rnorm4d normcdf normcdfinv erfinv erfcinv erfcx "
-    "cyl_bessel_i0 cyl_bessel_i1 fdivide rsqrt sigmoid exp10 lgamma"
+    "cyl_bessel_i0 cyl_bessel_i1 fdivide rsqrt sigmoid exp10 lgamma fmax fmin"
 ).split()
 
 _CALLEES: dict[str, tuple[str, str]] = {}  # name -> (float callee, double callee)
@@ -103,7 +104,7 @@ def builtin_callee(name: str, ctype: str) -> str:
     except KeyError:
         if name in LANGUAGE_FUNCTIONS:
             raise ValueError(
-                f"{name!r} is a language function: fminf/fmin/fmaxf/fmax on floats, tc_{name}_<T> on integers"
+                f"{name!r} is a language function: tc_fmin/tc_fmax on floats, tc_{name}_<T> on integers"
             ) from None
         raise ValueError(f"no builtin named {name!r}") from None
     return callees[0] if ctype == "float" else callees[1]
@@ -675,7 +676,7 @@ def _integers() -> str:
     parts = [_INTEGERS_DOC]
     for s, t, u, signed in _INT_TYPES:
         parts.append((_SIGNED_DIVMOD if signed else _UNSIGNED_DIVMOD).format(T=t, U=u, s=s))
-    parts.append("/* min and max of integers (fminf/fmin/fmaxf/fmax serve floats: NaN ignored). */\n")
+    parts.append("/* min and max of integers (tc_fmin/tc_fmax serve floats: NaN ignored). */\n")
     for s, t, _, _ in _INT_TYPES:
         parts.append(_MINMAX.format(T=t, s=s))
     return "".join(parts)
@@ -691,4 +692,17 @@ def _via_double() -> str:
     return "\n".join(lines) + "\n\n"
 
 
-PRELUDE: str = _HEAD + _integers() + _INDEX + _HALF + _MATH.replace("{via_double}\n", _via_double())
+# fmax/fmin as selects: glibc's results (NaN operands ignored, the first operand on ties), but
+# inline, so that loops over them vectorise (GCC calls the library's fmaxf in a loop otherwise,
+# one element at a time, unless -ffinite-math-only).
+_FMINMAX = """/* fmax and fmin (NaN operands ignored, ties give the first operand: glibc's), vectorisable. */
+TC_FN float tc_fmax_f32(float a, float b) { return (a >= b || b != b) ? a : b; }
+TC_FN float tc_fmin_f32(float a, float b) { return (a <= b || b != b) ? a : b; }
+TC_FN double tc_fmax_f64(double a, double b) { return (a >= b || b != b) ? a : b; }
+TC_FN double tc_fmin_f64(double a, double b) { return (a <= b || b != b) ? a : b; }
+
+"""
+
+PRELUDE: str = (
+    _HEAD + _integers() + _FMINMAX + _INDEX + _HALF + _MATH.replace("{via_double}\n", _via_double())
+)

@@ -252,7 +252,7 @@ def _wrapping(op: str, a: str, b: str, t: ScalarType) -> str:
 
 def _minmax(op: str, a: str, b: str, t: ScalarType) -> str:
     if t.is_float:
-        fn = ("fmin" if op == "min" else "fmax") + ("" if _ctype(t) == "double" else "f")
+        fn = builtin_callee("fmin" if op == "min" else "fmax", "double" if _ctype(t) == "double" else "float")
         return f"{fn}({a}, {b})"
     if t.kind == "bool":
         return f"(({a}) && ({b}))" if op == "min" else f"(({a}) || ({b}))"
@@ -306,6 +306,9 @@ class _Printer:
         self.enclosing: list[str] = []  # loop iterators in scope
         self.symbol = "tc_kernel"
         self.source_lines = cdef.source.splitlines()
+        self.accumulator: _Accumulator | None = None  # inside a register tile's loop
+        self.tiles = 0  # register tiles printed (their arrays are numbered)
+        self.vector_bytes = 32
 
     # --------------------------------------------------------------------------------- memory
     def address(self, tensor: str, args: Sequence[A.Expr], ex: _Exprs, node) -> str:
@@ -397,9 +400,198 @@ class _Printer:
         return self.store(st.tensor, addr, _combine(st.op, old, f"({value})", et))
 
     def run(self, node: ir.Run, indent: str) -> None:
+        acc = self.accumulator
+        if acc is not None and node.statement == acc.statement:
+            scop_st = self.statements[node.statement]
+            st = scop_st.source
+            et = self.element_type(st.tensor).compute
+            t = self.cdef.tensor(st.tensor).dtype
+            value = convert(convert(_Exprs(self, st).value(st.rhs), st.value_type, t), t, et)
+            self.lines.append(f"{indent}{self.comment(node.statement)}")
+            self.lines.append(f"{indent}{{ {self.bindings(node.statement, node.args)}")
+            self.lines.append(f"{indent}  {acc.ref} = {_combine(st.op, acc.ref, f'({value})', et)}; }}")
+            return
         self.lines.append(f"{indent}{self.comment(node.statement)}")
         self.lines.append(f"{indent}{{ {self.bindings(node.statement, node.args)}")
         self.lines.append(f"{indent}  {self.body(node.statement)} }}")
+
+    def register_tile(self, loop: ir.For, kinds: set[str], indent: str) -> bool:
+        """A register tile (see :mod:`.cpu`): the outputs the point loops below ``loop`` update
+        live in a local array across ``loop``; False (print it plainly) if the nest does not fit.
+
+        Expected shape: ``loop`` (a reduction loop), more reduction loops, then the point loops
+        (``unroll``/``simd`` kinds, or single-iteration ones) around instances of one update
+        statement only, whose output element depends on neither ``loop`` nor the loops between.
+        With ``simd_reduction`` on ``loop`` itself (the dot-product form) ``loop`` is strip-mined
+        into :attr:`lanes` partial sums per output, added up after it.
+        """
+        chain, node = [], loop.body
+        while isinstance(node, (ir.For, ir.Mark)):
+            if isinstance(node, ir.Mark):
+                node = node.body
+            elif node.degenerate or set(node.kind.split("+")) & {"unroll", "simd"}:
+                break
+            else:
+                chain.append(node)
+                node = node.body
+        points: list[ir.For] = []
+        while isinstance(node, (ir.For, ir.Mark)):
+            if isinstance(node, ir.Mark):
+                node = node.body
+                continue
+            if not (node.degenerate or set(node.kind.split("+")) & {"unroll", "simd"}):
+                return False
+            points.append(node)
+            node = node.body
+        runs = _flat_runs(node)
+        if not points or not runs or len({r.statement for r in runs}) != 1:
+            return False
+        scop_st = self.statements[runs[0].statement]
+        st = scop_st.source
+        if scop_st.kind != "update" or not st.plain_lhs:
+            return False
+        if any(isinstance(a, A.Access) and a.tensor == st.tensor for a in A.walk(st.rhs)):
+            return False
+        inner = {loop.var, *(c.var for c in chain)}
+        pvars = {p.var for p in points}
+        lhs = None
+        for r in runs:
+            bound = dict(zip(scop_st.dims, r.args))
+            mine = tuple(bound[v] for v in st.lhs_vars)
+            if lhs is None:
+                lhs = mine
+            if mine != lhs or any(ir.free_vars(e) & inner for e in mine):
+                return False
+        extents = []
+        for p in points:
+            if (ir.free_vars(p.init) | ir.free_vars(p.cond)) & (inner | (pvars - {p.var})):
+                return False
+            if p.degenerate:
+                continue
+            hi = _constant_upper_bound(p.cond, p.var)
+            if not isinstance(p.init, ir.Int) or p.init.value < 0 or p.step != 1 or hi is None:
+                return False
+            extents.append(hi + 1)
+        dot = "simd_reduction" in kinds
+        if dot and (chain or any("simd" in p.kind.split("+") for p in points) or st.op not in _ASSOCIATIVE):
+            dot = False
+        lanes = self.lanes(self.element_type(st.tensor)) if dot else 1
+        if math.prod(extents) * lanes > MAX_REGISTER_TILE:
+            return False
+        name = f"tc_r{self.tiles}"
+        self.tiles += 1
+        # Partial tiles (extents that the tile size does not divide) have loop bounds such as
+        # min(2, 63 - 3 * c3): the compiler cannot unroll those. Full tiles get a copy with
+        # constant bounds, which it unrolls and keeps in registers.
+        full, conds = [], []
+        for p in points:
+            if p.degenerate:
+                full.append(p)
+                continue
+            hi = _constant_upper_bound(p.cond, p.var)
+            conds += [f"{expr(e)} >= {hi}" for e in _variable_bounds(p.cond)]
+            full.append(
+                ir.For(p.var, p.init, ir.Op("<=", (ir.Var(p.var), ir.Int(hi))), 1, p.body, kind=p.kind)
+            )
+        if conds:
+            self.lines.append(f"{indent}if ({' && '.join(conds)}) {{")
+            self._register_tile(loop, full, node, runs, extents, dot, name, indent + "  ")
+            self.lines.append(f"{indent}}} else {{")
+            self._register_tile(loop, points, node, runs, extents, dot, name, indent + "  ")
+            self.lines.append(f"{indent}}}")
+        else:
+            self._register_tile(loop, points, node, runs, extents, dot, name, indent)
+        return True
+
+    def _register_tile(self, loop, points, node, runs, extents, dot, name, indent) -> None:
+        first = runs[0]
+        st = self.statements[first.statement].source
+        et = self.element_type(st.tensor).compute
+        ct = _ctype(et)
+        lanes = self.lanes(self.element_type(st.tensor)) if dot else 1
+        idx = "".join(f"[{p.var}]" for p in points if not p.degenerate)
+        dims = "".join(f"[{e}]" for e in extents) + (f"[{lanes}]" if dot else "")
+        ex = _Exprs(self, st)
+        addr = self.address(st.tensor, st.lhs, ex, st.source)
+        lhs_bind = self.bindings(first.statement, first.args, set(st.lhs_vars))
+        form = f"dot-product form, {lanes} lanes" if dot else "outer-product form"
+        self.lines.append(
+            f"{indent}{{ /* register tile ({form}): '{st.tensor}' kept in {name} across loop {loop.var} */"
+        )
+        self.lines.append(f"{indent}  {ct} {name}{dims};")
+        if dot:
+            start = f"for (int tc_l = 0; tc_l < {lanes}; tc_l++) {name}{idx}[tc_l] = {_identity(st.op, et)};"
+        else:
+            start = f"{name}{idx} = {self.load(st.tensor, addr, et)};"
+        self.point_nest(points, f"{lhs_bind} {start}", indent + "  ")
+        if dot:
+            hi = _constant_upper_bound(loop.cond, loop.var, constant=False)
+            self.lines.append(
+                f"{indent}  const int64_t tc_lo = {expr(loop.init)}, tc_hi = {hi};"
+                f" const int64_t tc_main = tc_hi < tc_lo ? tc_lo"
+                f" : tc_lo + (tc_hi - tc_lo + 1) / {lanes} * {lanes};"
+            )
+            lane_loop = ir.For(
+                "tc_l",
+                ir.Int(0),
+                ir.Op("<", (ir.Var("tc_l"), ir.Int(lanes))),
+                1,
+                _substitute_runs(node, {loop.var: ir.Op("+", (ir.Var("tc_k"), ir.Var("tc_l")))}),
+                kind="simd",
+            )
+            main = ir.For(
+                "tc_k",
+                ir.Var("tc_lo"),
+                ir.Op("<", (ir.Var("tc_k"), ir.Var("tc_main"))),
+                lanes,
+                _rebuild(points, lane_loop),
+            )
+            tail = ir.For(
+                loop.var,
+                ir.Var("tc_main"),
+                ir.Op("<=", (ir.Var(loop.var), ir.Var("tc_hi"))),
+                1,
+                _rebuild(points, node),
+            )
+            self.accumulator = _Accumulator(first.statement, f"{name}{idx}[tc_l]")
+            self.loop(main, indent + "  ")
+            self.accumulator = _Accumulator(first.statement, f"{name}{idx}[0]")
+            self.loop(tail, indent + "  ")
+            combine = _combine(st.op, "tc_s", f"{name}{idx}[tc_l]", et)
+            finish = (
+                f"{ct} tc_s = {self.load(st.tensor, addr, et)};"
+                f" for (int tc_l = 0; tc_l < {lanes}; tc_l++) tc_s = {combine};"
+                f" {self.store(st.tensor, addr, 'tc_s')}"
+            )
+        else:
+            self.accumulator = _Accumulator(first.statement, f"{name}{idx}")
+            body = _rebuild_chain(loop.body, points)
+            self.loop(ir.For(loop.var, loop.init, loop.cond, loop.step, body), indent + "  ")
+            finish = self.store(st.tensor, addr, f"{name}{idx}")
+        self.accumulator = None
+        self.point_nest(points, f"{lhs_bind} {finish}", indent + "  ")
+        self.lines.append(f"{indent}}}")
+
+    def point_nest(self, points: Sequence[ir.For], body: str, indent: str) -> None:
+        """The point loops of a register tile around ``body`` (their bounds use only outer loops)."""
+        closing = []
+        for p in points:
+            if p.degenerate:
+                self.lines.append(f"{indent}{{ const int64_t {p.var} = {expr(p.init)};")
+            else:
+                if "simd" in p.kind.split("+"):
+                    self.lines.append(f"{indent}#pragma omp simd")
+                else:
+                    self.lines.append(f"{indent}#pragma GCC unroll {UNROLL_PRAGMA}")
+                self.lines.append(f"{indent}{self.loop_header(p)} {{")
+            closing.append(f"{indent}}}")
+            indent += "  "
+        self.lines.append(f"{indent}{body}")
+        self.lines.extend(reversed(closing))
+
+    def lanes(self, t: ScalarType) -> int:
+        """Partial sums per output in the dot-product form: one vector register of ``t``."""
+        return max(1, self.vector_bytes // max(1, _ctype_size(t)))
 
     def reduction_loop(self, loop: ir.For, indent: str, *, vector: bool) -> bool:
         """A vector reduction: accumulate in a register across ``loop``; False if it does not apply."""
@@ -486,6 +678,8 @@ class _Printer:
             self.lines.append(f"{indent}}}")
             return
         kinds = set(n.kind.split("+")) if self.canonical(n) else {"serial"}
+        if "accumulate" in kinds and self.accumulator is None and self.register_tile(n, kinds, indent):
+            return
         if kinds & {"simd_reduction", "reduction"} and "parallel" not in kinds:
             if self.reduction_loop(n, indent, vector="simd_reduction" in kinds):
                 return
@@ -495,6 +689,8 @@ class _Printer:
             self.lines.append(f"{indent}#pragma omp parallel for{simd} {clauses}")
         elif "simd" in kinds:
             self.lines.append(f"{indent}#pragma omp simd")
+        elif "unroll" in kinds:
+            self.lines.append(f"{indent}#pragma GCC unroll {UNROLL_PRAGMA}")
         self.lines.append(f"{indent}{self.loop_header(n)} {{")
         self.enclosing.append(n.var)
         if "parallel" in kinds:
@@ -533,6 +729,118 @@ class _Printer:
         self.lines.append(f"{indent}{name}({args});")
 
 
+# ------------------------------------------------------------------------------- register tiles
+#: ``#pragma GCC unroll`` factor of a register tile's point loops (they are at most this long).
+UNROLL_PRAGMA = 64
+
+#: The largest register tile (local array elements) the printer emits; larger ones spill anyway.
+MAX_REGISTER_TILE = 512
+
+_ASSOCIATIVE = ("+=", "*=", "max=", "min=")
+
+
+@dataclass(frozen=True)
+class _Accumulator:
+    """While printing a register tile's loop: instances of ``statement`` update ``ref`` instead."""
+
+    statement: str
+    ref: str
+
+
+def _ctype_size(t: ScalarType) -> int:
+    return {"double": 8, "float": 4}.get(_ctype(t), max(1, t.bits // 8))
+
+
+def _flat_runs(node: ir.Node) -> list[ir.Run] | None:
+    """The statement instances of a loop-free ``node`` in order; None if it has loops or guards."""
+    if isinstance(node, ir.Run):
+        return [node]
+    if isinstance(node, ir.Mark):
+        return _flat_runs(node.body)
+    if isinstance(node, ir.Block):
+        out: list[ir.Run] = []
+        for c in node.children:
+            part = _flat_runs(c)
+            if part is None:
+                return None
+            out += part
+        return out
+    return None
+
+
+def _substitute_runs(node: ir.Node, values: dict[str, ir.Expr]) -> ir.Node:
+    """Loop-free ``node`` with ``values`` substituted into its statement arguments."""
+    if isinstance(node, ir.Run):
+        return ir.Run(node.statement, tuple(ir.substitute(a, values) for a in node.args))
+    if isinstance(node, ir.Mark):
+        return ir.Mark(node.name, _substitute_runs(node.body, values))
+    if isinstance(node, ir.Block):
+        return ir.Block(tuple(_substitute_runs(c, values) for c in node.children))
+    raise TCInternalError(f"cannot substitute into {node!r}")
+
+
+def _rebuild(points: Sequence[ir.For], body: ir.Node) -> ir.Node:
+    """The nest of ``points`` (copies of the loops) around ``body``."""
+    for p in reversed(points):
+        body = ir.For(p.var, p.init, p.cond, p.step, body, kind=p.kind, degenerate=p.degenerate)
+    return body
+
+
+def _variable_bounds(cond: ir.Expr) -> list[ir.Expr]:
+    """The non-constant operands of the ``min`` bounding a point loop (a partial tile's bounds)."""
+    found: list[ir.Expr] = []
+
+    def visit(e: ir.Expr) -> None:
+        if isinstance(e, ir.Op) and e.op == "min":
+            for a in e.args:
+                visit(a)
+        elif not isinstance(e, ir.Int):
+            found.append(e)
+
+    visit(cond.args[1])
+    if cond.op == "<":
+        return [ir.Op("-", (e, ir.Int(1))) for e in found]
+    return found
+
+
+def _rebuild_chain(node: ir.Node, points: Sequence[ir.For]) -> ir.Node:
+    """``node`` (a register tile's loop body) with its point loops replaced by ``points``."""
+    if isinstance(node, ir.Mark):
+        return _rebuild_chain(node.body, points)
+    if isinstance(node, ir.For) and not (node.degenerate or set(node.kind.split("+")) & {"unroll", "simd"}):
+        return ir.For(
+            node.var, node.init, node.cond, node.step, _rebuild_chain(node.body, points), kind=node.kind
+        )
+    inner = node
+    for _ in points:
+        while isinstance(inner, ir.Mark):
+            inner = inner.body
+        inner = inner.body
+    return _rebuild(points, inner)
+
+
+def _constant_upper_bound(cond: ir.Expr, var: str, *, constant: bool = True):
+    """The largest value of ``var`` that ``cond`` (``var <= e`` / ``var < e``) allows: an int
+    (``constant``: the smallest integer operand of ``e``'s ``min``; None if there is none), or,
+    with ``constant=False``, C for it."""
+    if not (isinstance(cond, ir.Op) and cond.op in ("<", "<=") and cond.args[0] == ir.Var(var)):
+        return None
+    bound, shift = cond.args[1], (1 if cond.op == "<" else 0)
+    if not constant:
+        return f"({expr(bound)} - {shift})"
+    found: list[int] = []
+
+    def visit(e: ir.Expr) -> None:
+        if isinstance(e, ir.Int):
+            found.append(e.value)
+        elif isinstance(e, ir.Op) and e.op == "min":
+            for a in e.args:
+                visit(a)
+
+    visit(bound)
+    return min(found) - shift if found else None
+
+
 def expr(e: ir.Expr) -> str:
     """C for an IR expression (int64 arithmetic)."""
     if isinstance(e, ir.Int):
@@ -569,15 +877,19 @@ def print_kernel(
     wide: Mapping[str, ScalarType] | None = None,
     copy_in: frozenset[str] = frozenset(),
     header: str = "",
+    vector_bytes: int = 32,
 ) -> tuple[str, tuple[BoundsCheck, ...]]:
     """The C source of one kernel and the run-time bounds checks it makes.
 
     The function is ``void symbol(int nthreads, int64_t *tc_errors, <params>)``; ``tc_errors``
     points at two int64 slots (check number, offending subscript), zero on entry.
+    ``vector_bytes`` is the width of the target's vector registers (the dot-product form of a
+    register tile keeps one register of partial sums per output).
     """
     wide = dict(wide or {})
     p = _Printer(cdef, statements, sizes, strides, checked, wide)
     p.symbol = symbol
+    p.vector_bytes = vector_bytes
     for q in params:
         if q.kind == "tensor":
             p.aliases.append(f"{q.ctype} t_{q.name} = p_{q.name};")

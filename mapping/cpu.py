@@ -21,10 +21,13 @@ marks the C printer turns into pragmas:
   more than they do.
 * **Unrolling.** TC's rule: innermost members whose total number of instances (that member times
   everything inside it) is at most ``unroll`` are fully unrolled by isl.
-* **Register tiles.** ``register_tile`` tiles the innermost band once more and fully unrolls the new
-  point loops (unroll-and-jam); the compiler's SLP vectoriser packs the copies. Only bands that
-  carry a reduction and whose vector loop is parallel get them (a matrix product's ``k`` inside a
-  block of ``C``); a dot-product band keeps its vector reduction instead.
+* **Register tiles.** ``register_tile`` tiles the innermost band once more when it carries a
+  reduction: the reduction loops go inside the tile loops and outside the point loops, and the
+  printer keeps the tile's outputs in a local array across them (unroll-and-jam with scalar
+  replacement). In the *outer-product form* (the vector loop is parallel: a matrix product's ``j``)
+  the innermost point loop is the vector loop; in the *dot-product form* (the vector loop is the
+  reduction: ``A(m, k) * B(n, k)``) every output of the tile holds a vector of partial sums, added
+  up after the loop. See :meth:`_Mapper._register_tile`.
 
 Every "carries no dependence" is proved with isl on the concrete sizes (:func:`carries_dependence`),
 not read off the scheduler's coincidence flags, so a mark can never introduce a race.
@@ -54,6 +57,11 @@ __all__ = [
 
 #: Reduction loops of at most this many iterations (together) are unrolled inside the vector loop.
 SHORT_REDUCTION = 16
+
+#: The largest register-tile size per member in the dot-product form (each output there holds a
+#: whole vector of partial sums: 3 x 3 of them leave room for the operands in 16 vector registers;
+#: measured on tmm 512: 3x3 55 GFLOP/s, 4x2 52, 4x4 47, 1x1 16).
+DOT_TILE = 3
 
 #: Below this many statement instances a kernel runs on one thread.
 MIN_PARALLEL_WORK = 1 << 15
@@ -153,6 +161,8 @@ class _Mapper:
         self.strides = strides
         self.decisions: list[str] = []
         self.instances = {st.name: _count(scop, st.name, sizes) for st in scop.statements}
+        self.legality_deps = deps
+        self.legality_sizes = {p: sizes[p] for p in scop.params} or None
         ctx = scop.ctx
         if scop.params:
             fixed = isl.Set.read_from_str(
@@ -237,9 +247,21 @@ class _Mapper:
             n = node.band_n_member()
             small: list[int] = []
             if n > 1 and node.band_get_permutable():
+                scores = [self._score(node, j) for j in range(n)]
+                if options.register_tile:  # a register tile keeps short reductions as loops
+                    best = max(range(n), key=lambda j: (scores[j], j == n - 1, j))
+                    order = [j for j in range(n) if j != best] + [best]
+                    permuted = self._permute(node, order) if order != list(range(n)) else node
+                    tiled = self._register_tile(permuted, options)
+                    if tiled is not None:
+                        if order != list(range(n)):
+                            self.decisions.insert(
+                                -1, f"innermost band: order {order} (vector loop {best}, scores {scores})"
+                            )
+                        sched = tiled
+                        continue
                 small = self._small_reductions(node)
                 rest = [j for j in range(n) if j not in small]
-                scores = [self._score(node, j) for j in range(n)]
                 best = max(rest, key=lambda j: (scores[j], j == n - 1, j))
                 order = [j for j in rest if j != best] + [best] + small
                 if order != list(range(n)):
@@ -254,32 +276,11 @@ class _Mapper:
                         node = node.band_member_set_ast_loop_type(j, isl.ast_loop_type.unroll)
                     node = node.parent()
                     n -= len(small)
-            if (
-                options.register_tile
-                and node.band_get_permutable()
-                and not small
-                and n > 1
-                and node.band_member_get_coincident(n - 1)
-                and not all(node.band_member_get_coincident(j) for j in range(n))
-            ):
-                free = [j for j in range(n) if not carries_dependence(node, j, self.deps)]
-                given = list(options.register_tile)[-len(free) :]
-                wanted = dict(zip(free[len(free) - len(given) :], given))  # the innermost ones
-                sizes = [wanted.get(j, 1) for j in range(n)]
-                mv = isl.MultiVal.zero(node.band_get_space())
-                for j, v in enumerate(sizes):
-                    mv = mv.set_val(j, isl.Val.int_from_si(node.get_ctx(), v))
-                node = node.band_tile(mv)
-                # register-tile loops: the parallel ones outside, the reduction loops inside them
-                order = [j for j in range(n) if j in free] + [j for j in range(n) if j not in free]
-                if order != list(range(n)):
-                    node = self._permute(node, order)
-                node = node.child(0)
-                for j in range(n):
-                    node = node.band_member_set_ast_loop_type(j, isl.ast_loop_type.unroll)
-                self.decisions.append(f"register tile {tuple(sizes)}: point loops unrolled")
-                sched = node.get_schedule()
-                continue
+            if options.register_tile and node.band_get_permutable() and not small:
+                tiled = self._register_tile_over_window(node, options)
+                if tiled is not None:
+                    sched = tiled
+                    continue
             node = self._unroll(node, options.unroll)
             last = n - 1
             if n > 1:
@@ -293,6 +294,129 @@ class _Mapper:
                     f"{kind}: innermost member {last} of a band over {_statements_of(node)}"
                 )
             sched = node.get_schedule()
+
+    def _register_tile(self, node: isl.ScheduleNode, options) -> isl.Schedule | None:
+        """Tile innermost band ``node`` for registers, or None where it does not apply.
+
+        The band must carry a reduction, some operand must be shared by the tile's outputs (stay
+        put along a tiled member: ``A(m, k)`` along ``n``), and its vector loop (member ``n - 1``,
+        placed there by the scoring) must either be parallel (*outer-product form*: a matrix
+        product's ``j``) or be the band's only reduction member, walked with unit stride
+        (*dot-product form*: ``C(m, n) += A(m, k) * B(n, k)``).
+
+        The free (parallel) members are tiled by ``register_tile`` (innermost ones first; at most
+        :data:`DOT_TILE` each in the dot-product form, whose every output already holds a vector
+        of partial sums), the reduction members by 1. The tile loops are ordered free ones first;
+        a mark ``accumulate`` on the first reduction loop tells the printer to keep the tile's
+        outputs in a local array across it; the point loops below get ``unroll`` marks (the vector
+        one, in the outer-product form, ``simd``).
+        """
+        n = node.band_n_member()
+        free = [j for j in range(n) if not carries_dependence(node, j, self.deps)]
+        if not free or len(free) == n:
+            return None
+        dot = False
+        if n - 1 not in free:
+            kind = self._vector_kind(node, n - 1)
+            if kind != "simd_reduction" or not options.vectorize or len(free) != n - 1:
+                return None
+            dot = True
+        given = list(options.register_tile)[-len(free) :]
+        if dot:
+            given = [min(g, DOT_TILE) for g in given]
+        wanted = dict(zip(free[len(free) - len(given) :], given))
+        sizes = [wanted.get(j, 1) for j in range(n)]
+        if not any(v > 1 and self._reused_along(node, j) for j, v in enumerate(sizes)):
+            return None  # no operand is shared by the tile's outputs (a row sum): nothing to gain
+        mv = isl.MultiVal.zero(node.band_get_space())
+        for j, v in enumerate(sizes):
+            mv = mv.set_val(j, isl.Val.int_from_si(node.get_ctx(), v))
+        node = node.band_tile(mv)
+        order = [j for j in range(n) if j in free] + [j for j in range(n) if j not in free]
+        if order != list(range(n)):
+            node = self._permute(node, order)
+        # tile loops: the free ones | the reduction ones (marked: sums stay in registers across them)
+        node = node.band_split(len(free)).child(0)
+        node = node.insert_mark(loop_mark("accumulate", node)).child(0)
+        if dot:
+            node = node.insert_mark(loop_mark("simd_reduction", node)).child(0)
+        # point loops, one band each: unrolled, the vector one (outer-product form) a simd loop
+        while node.get_type() != isl.schedule_node_type.band:
+            node = node.child(0)
+        node = node.child(0)
+        while node.get_type() != isl.schedule_node_type.band:
+            node = node.child(0)
+        for j in range(n):
+            if node.band_n_member() > 1:
+                node = node.band_split(1)
+            kind = "simd" if (j == n - 1 and not dot) else "unroll"
+            node = node.insert_mark(loop_mark(kind, node)).child(0)
+            if j < n - 1:
+                node = node.child(0)
+        form = "dot-product" if dot else "outer-product"
+        self.decisions.append(f"register tile {tuple(sizes)} ({form} form): sums kept in registers")
+        return node.get_schedule()
+
+    def _register_tile_over_window(self, node: isl.ScheduleNode, options) -> isl.Schedule | None:
+        """The outer-product register tile of a parallel band above a sunk reduction window.
+
+        When the scheduler puts a short reduction (a grouped convolution's ``r_c, r_kh, r_kw``) in
+        bands of their own below a fully parallel band, :meth:`_sink_short` unrolls them under the
+        vector loop. Here the parallel band is tiled by ``register_tile`` instead; the point loops
+        move below the window's first band, which stays a loop (marked ``accumulate``), and above
+        the rest, which stay unrolled. Kept only if the legality check agrees.
+        """
+        n = node.band_n_member()
+        if any(carries_dependence(node, j, self.deps) for j in range(n)):
+            return None
+        window = node.child(0)
+        if window.get_type() != isl.schedule_node_type.band or window.n_children() != 1:
+            return None
+        if not any(carries_dependence(window, j, self.deps) for j in range(window.band_n_member())):
+            return None
+        given = list(options.register_tile)[-n:]
+        sizes = [1] * (n - len(given)) + given
+        if not any(v > 1 and self._reused_along(node, j) for j, v in enumerate(sizes)):
+            return None  # no operand is shared by the tile's outputs (max pooling): nothing to gain
+        mv = isl.MultiVal.zero(node.band_get_space())
+        for j, v in enumerate(sizes):
+            mv = mv.set_val(j, isl.Val.int_from_si(node.get_ctx(), v))
+        node = node.band_tile(mv).child(0)
+        points = node.band_get_partial_schedule()
+        node = node.delete()  # now the window's first band
+        for j in range(node.band_n_member()):
+            node = node.band_member_set_ast_loop_type(j, isl.ast_loop_type.default)
+        if node.band_n_member() > 1:
+            node = node.band_split(1)
+        node = node.insert_mark(loop_mark("accumulate", node)).child(0).child(0)
+        node = node.insert_partial_schedule(points).band_set_permutable(1)
+        for j in range(n):
+            if node.band_n_member() > 1:
+                node = node.band_split(1)
+            kind = "simd" if j == n - 1 else "unroll"
+            node = node.insert_mark(loop_mark(kind, node)).child(0)
+            if j < n - 1:
+                node = node.child(0)
+        sched = node.get_schedule()
+        try:
+            check_legality(sched, self.legality_deps, sizes=self.legality_sizes)
+        except TCInternalError:
+            return None
+        self.decisions.append(
+            f"register tile {tuple(sizes)} over the reduction window below (outer-product form)"
+        )
+        return sched
+
+    def _reused_along(self, node: isl.ScheduleNode, member: int) -> bool:
+        """Whether some operand read by the band's statements stays put along ``member``."""
+        for stmt in _statements_of(node):
+            st = self.scop.statement(stmt)
+            k = _member_dim(node, member, stmt, len(st.dims))
+            if k is None or st.kind == "init":
+                continue
+            if 0 in self._access_steps(stmt, st.dims[k])[1:]:
+                return True
+        return False
 
     def _sink_short(self, node: isl.ScheduleNode) -> isl.ScheduleNode:
         """Unroll innermost bands of few iterations (a window the scheduler put in bands of its

@@ -14,7 +14,9 @@ Expressions (all int64):
   dividend (``pdiv_r``/``zdiv_r``), ``select`` is ``a ? b : c``.
 
 Statements: :class:`For` (``kind``: ``"serial"``, or ``"parallel"``, ``"simd"``,
-``"simd_reduction"``, ``"reduction"`` joined by ``+``, from marks ``kind@depth`` the CPU mapping
+``"simd_reduction"``, ``"reduction"``, ``"unroll"`` (a register tile's point loop),
+``"accumulate"`` (the reduction loop a register tile keeps its sums in registers across) joined
+by ``+``, from marks ``kind@depth`` the CPU mapping
 puts above one-member bands: a mark applies to the loop ``c{depth}`` right below it and to no other),
 :class:`If`, :class:`Block`, :class:`Run` and :class:`Mark` (a mark that no loop absorbed: its band
 had a single iteration).
@@ -135,7 +137,7 @@ _OPS = {
     "select": "select",
     "cond": "select",
 }
-_LOOP_MARKS = ("parallel", "simd", "simd_reduction", "reduction")
+_LOOP_MARKS = ("parallel", "simd", "simd_reduction", "reduction", "unroll", "accumulate")
 _OP_NAMES = {getattr(isl.ast_expr_op_type, name): op for name, op in _OPS.items()}
 
 
@@ -203,7 +205,11 @@ def _apply_mark(body: Node, kind: str, var: str) -> Node:
         new = kind if body.kind == "serial" else "+".join(sorted({*body.kind.split("+"), kind}))
         return For(body.var, body.init, body.cond, body.step, body.body, kind=new)
     if isinstance(body, Block):
-        return Block(tuple(_apply_mark(c, kind, var) if isinstance(c, For) else c for c in body.children))
+        return Block(
+            tuple(_apply_mark(c, kind, var) if isinstance(c, (For, Mark)) else c for c in body.children)
+        )
+    if isinstance(body, Mark):  # two marks on one band: both apply to its loop
+        return Mark(body.name, _apply_mark(body.body, kind, var))
     return body
 
 

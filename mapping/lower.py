@@ -239,10 +239,12 @@ def lower_cpu(
     options,
     *,
     symbol: str | None = None,
+    vector_bytes: int = 32,
 ) -> CpuKernelSource:
     """The C source of ``cdef`` at ``sizes`` for tensors with element ``strides`` (every tensor).
 
     :arg options: :class:`~tcjit.mapping.option_values.OptionValues` (already validated for "cpu").
+    :arg vector_bytes: the width of the target's vector registers (a register tile's partial sums).
     """
     shapes = {t.name: tuple(s.evaluate(sizes) for s in t.shape) for t in cdef.tensor_infos}
     scop = _build_scop(cdef, sizes, options.fix_parameters_before_scheduling)
@@ -295,6 +297,7 @@ def lower_cpu(
         wide=wide,
         copy_in=frozenset(zero) & frozenset(wide),
         header=header,
+        vector_bytes=vector_bytes,
     )
     stages = {
         "schedule": str(sched),

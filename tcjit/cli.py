@@ -108,7 +108,9 @@ def lower_for_show(cdef, sizes: Mapping[str, int], options=None):
     strides = {
         t.name: contiguous_strides(tuple(int(s.evaluate(sizes)) for s in t.shape)) for t in cdef.tensor_infos
     }
-    return lower_cpu(cdef, dict(sizes), strides, opts.values)
+    from .cpu_runtime import vector_bytes
+
+    return lower_cpu(cdef, dict(sizes), strides, opts.values, vector_bytes=vector_bytes())
 
 
 def cmd_show(args) -> int:

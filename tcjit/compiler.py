@@ -314,7 +314,7 @@ def specialize(kernel, binding: Binding, inputs, outputs, options, target: str) 
             except (OSError, KeyError, ValueError, TypeError, AttributeError):
                 pass  # evicted or unusable under us: rebuild
     with _BUILD_LOCK:  # isl contexts are per compilation, but one compiler at a time keeps memory flat
-        from .cpu_runtime import compile_c
+        from .cpu_runtime import compile_c, vector_bytes
         from .mapping.lower import lower_cpu
 
         strides = {}
@@ -325,7 +325,7 @@ def specialize(kernel, binding: Binding, inputs, outputs, options, target: str) 
             strides[name] = (
                 tuple(given[name].stride()) if name in given else _contiguous(binding.output_shapes[name])
             )
-        lowered = lower_cpu(cdef, binding.sizes, strides, options.values)
+        lowered = lower_cpu(cdef, binding.sizes, strides, options.values, vector_bytes=vector_bytes())
         blob = compile_c(lowered.source, name=cdef.name)
     meta = _Meta.from_json(lowered.to_json())
     if store is not None:

@@ -79,6 +79,28 @@ def _cpu_features() -> str:
     return f"{platform.machine()}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
 
 
+@functools.lru_cache(maxsize=1)
+def vector_bytes() -> int:
+    """Width of the host's widest vector registers in bytes (64 with AVX-512F, 32 with AVX, else 16).
+
+    Part of the cache key through :func:`_cpu_features` (same flags, same width).
+    """
+    flags: set[str] = set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    flags = set(line.split(":", 1)[-1].split())
+                    break
+    except OSError:
+        pass
+    if "avx512f" in flags:
+        return 64
+    if "avx" in flags or "avx2" in flags:
+        return 32
+    return 16
+
+
 def toolchain_identity() -> str:
     """Compiler identity, flags and host features, for cache keys; runs nothing."""
     path = _compiler()
