@@ -359,7 +359,12 @@ class MappingOptions:
         return self.replace(vectorize=vector)
 
     def register_tile(self, *sizes: int) -> MappingOptions:
-        """Unroll-and-jam factors of the innermost point loops, outermost first (each >= 1).
+        """Register-tile sizes of the innermost parallel loops, outermost first (each >= 1).
+
+        Where the innermost band carries a reduction and some operand is shared by neighbouring
+        outputs, its parallel members are tiled by these sizes (the innermost ones first) and the
+        tile's outputs stay in registers across the reduction (unroll-and-jam with scalar
+        replacement; see docs/cpu-backend.md). CPU only.
 
         Example: ``MappingOptions().register_tile(4, 4)``; ``.register_tile()`` does nothing.
         """

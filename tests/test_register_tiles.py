@@ -1,0 +1,108 @@
+"""Register tiles (mapping/cpu.py, ``_register_tile``; c_printer.py, ``register_tile``).
+
+Each form is recognised where it should be (the decision and the printed C say so), refused where
+it must not apply, and computes what the oracle computes at sizes with full tiles, partial tiles
+and (dot-product form) a strip-mining tail. The outer-product form keeps every element's updates
+in schedule order, so its results are bit-identical to the same kernel without register tiles.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import compiled_helpers as H
+import tcjit
+from tcjit.cli import lower_for_show
+from tcjit.mapping.options import MappingOptions
+from tcjit.polyhedral.lang.check import check_source
+
+MATMUL = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, r_k) * B(r_k, n) }"
+TMM = "def tmm(float(M,K) A, float(N,K) B) -> (C) { C(m, n) +=! A(m, r_k) * B(n, r_k) }"
+CONV = """def conv(float(N,C,H,W) I, float(F,C,KH,KW) W1) -> (O) {
+    O(n, f, h, w) +=! I(n, r_c, h + r_kh, w + r_kw) * W1(f, r_c, r_kh, r_kw)
+}"""
+GCONV = """def gconv(float(N,G,C,H,W) I, float(G,F,C,KH,KW) W1) -> (O) {
+    O(n, g, f, h, w) +=! I(n, g, r_c, h + r_kh, w + r_kw) * W1(g, f, r_c, r_kh, r_kw)
+}"""
+ROWSUM = "def rowsum(float(M,K) A) -> (S) { S(m) +=! A(m, r_k) }"
+
+OPTS = MappingOptions("naive").vectorize(True).tile(64, 256, 512).register_tile(4, 16)
+
+
+def _lowered(src: str, sizes: dict, options=OPTS):
+    return lower_for_show(check_source(src).entry(), sizes, options)
+
+
+def _inputs(shapes, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(*s, generator=g, dtype=dtype) for s in shapes)
+
+
+@pytest.mark.parametrize(
+    "src, sizes, form",
+    [
+        (MATMUL, {"M": 16, "K": 20, "N": 40}, "outer-product form"),
+        (TMM, {"M": 9, "K": 35, "N": 7}, "dot-product form"),
+        (CONV, {"N": 1, "C": 3, "H": 10, "W": 21, "F": 2, "KH": 3, "KW": 3}, "outer-product form"),
+        (GCONV, {"N": 1, "G": 2, "C": 4, "H": 8, "W": 19, "F": 3, "KH": 3, "KW": 3}, "outer-product form"),
+    ],
+    ids=["matmul", "tmm", "conv", "gconv"],
+)
+def test_forms_are_recognised(src: str, sizes: dict, form: str) -> None:
+    low = _lowered(src, sizes)
+    assert "register tile" in low.stages["decisions"], low.stages["decisions"]
+    assert f"register tile ({form}" in low.source
+
+
+def test_no_tile_without_shared_operands() -> None:
+    """A row sum shares nothing between rows: no register tile (it would only add passes)."""
+    low = _lowered(ROWSUM, {"M": 64, "K": 100})
+    assert "register tile" not in low.stages["decisions"]
+    assert "register tile" not in low.source
+
+
+@pytest.mark.parametrize(
+    "M, K, N",
+    [(1, 1, 1), (3, 8, 3), (4, 16, 16), (7, 13, 33), (12, 37, 48), (5, 64, 17)],
+)
+@pytest.mark.parametrize("src", [MATMUL, TMM], ids=["matmul", "tmm"])
+def test_contractions_match_the_oracle(src: str, M: int, K: int, N: int) -> None:
+    """Full tiles, partial tiles, K below, at and above the lane count (the tail loop)."""
+    b_shape = (K, N) if src is MATMUL else (N, K)
+    A, B = _inputs([(M, K), b_shape])
+    H.check_against_oracle(src, None, (A, B), options=OPTS, reduction_length=K)
+
+
+@pytest.mark.parametrize("op", ["max=!", "min=!", "*=!", "+=!"])
+def test_dot_product_form_with_every_reduction(op: str) -> None:
+    """Lanes start at the operator's identity and are combined with it after the loop."""
+    src = f"def d(float(M,K) A, float(N,K) B) -> (C) {{ C(m, n) {op} A(m, r_k) * B(n, r_k) }}"
+    A, B = _inputs([(7, 29), (5, 29)])
+    if op == "*=!":
+        A, B = 1 + 0.01 * A, 1 + 0.01 * B
+    low = _lowered(src, {"M": 7, "K": 29, "N": 5})
+    assert "register tile (dot-product form" in low.source
+    H.check_against_oracle(src, None, (A, B), options=OPTS, reduction_length=29)
+
+
+def test_float64_and_half_dot_products() -> None:
+    for dtype in (torch.float64, torch.float16):
+        t = "double" if dtype == torch.float64 else "half"
+        src = f"def d({t}(M,K) A, {t}(N,K) B) -> (C) {{ C(m, n) +=! A(m, r_k) * B(n, r_k) }}"
+        A, B = _inputs([(6, 21), (4, 21)], dtype=torch.float32)
+        H.check_against_oracle(src, None, (A.to(dtype), B.to(dtype)), options=OPTS, reduction_length=21)
+
+
+@pytest.mark.parametrize("src, shapes", [
+    (MATMUL, [(13, 11), (11, 37)]),
+    (CONV, [(2, 3, 9, 23), (4, 3, 3, 3)]),
+    (GCONV, [(1, 2, 4, 7, 20), (2, 3, 4, 3, 3)]),
+])  # fmt: skip
+def test_outer_product_form_is_bit_identical_to_no_tiles(src: str, shapes) -> None:
+    inputs = _inputs(shapes)
+    kernel = tcjit.define(src)
+    tiled = H.as_tuple(kernel(*inputs, options=OPTS))
+    plain = H.as_tuple(kernel(*inputs, options=OPTS.register_tile()))
+    assert all(torch.equal(a, b) for a, b in zip(tiled, plain))
+    H.check_against_oracle(src, None, inputs, options=OPTS, reduction_length=64)
