@@ -8,10 +8,10 @@ in schedule order, so its results are bit-identical to the same kernel without r
 
 from __future__ import annotations
 
+import compiled_helpers as H
 import pytest
 import torch
 
-import compiled_helpers as H
 import tcjit
 from tcjit.cli import lower_for_show
 from tcjit.mapping.options import MappingOptions
