@@ -328,10 +328,7 @@ class _Mapper:
         sizes = [wanted.get(j, 1) for j in range(n)]
         if not any(v > 1 and self._reused_along(node, j) for j, v in enumerate(sizes)):
             return None  # no operand is shared by the tile's outputs (a row sum): nothing to gain
-        mv = isl.MultiVal.zero(node.band_get_space())
-        for j, v in enumerate(sizes):
-            mv = mv.set_val(j, isl.Val.int_from_si(node.get_ctx(), v))
-        node = node.band_tile(mv)
+        node = _tile_band(node, sizes)
         order = [j for j in range(n) if j in free] + [j for j in range(n) if j not in free]
         if order != list(range(n)):
             node = self._permute(node, order)
@@ -346,13 +343,7 @@ class _Mapper:
         node = node.child(0)
         while node.get_type() != isl.schedule_node_type.band:
             node = node.child(0)
-        for j in range(n):
-            if node.band_n_member() > 1:
-                node = node.band_split(1)
-            kind = "simd" if (j == n - 1 and not dot) else "unroll"
-            node = node.insert_mark(loop_mark(kind, node)).child(0)
-            if j < n - 1:
-                node = node.child(0)
+        node = _mark_point_loops(node, vector=not dot)
         form = "dot-product" if dot else "outer-product"
         self.decisions.append(f"register tile {tuple(sizes)} ({form} form): sums kept in registers")
         return node.get_schedule()
@@ -378,10 +369,7 @@ class _Mapper:
         sizes = [1] * (n - len(given)) + given
         if not any(v > 1 and self._reused_along(node, j) for j, v in enumerate(sizes)):
             return None  # no operand is shared by the tile's outputs (max pooling): nothing to gain
-        mv = isl.MultiVal.zero(node.band_get_space())
-        for j, v in enumerate(sizes):
-            mv = mv.set_val(j, isl.Val.int_from_si(node.get_ctx(), v))
-        node = node.band_tile(mv).child(0)
+        node = _tile_band(node, sizes).child(0)
         points = node.band_get_partial_schedule()
         node = node.delete()  # now the window's first band
         for j in range(node.band_n_member()):
@@ -390,13 +378,7 @@ class _Mapper:
             node = node.band_split(1)
         node = node.insert_mark(loop_mark("accumulate", node)).child(0).child(0)
         node = node.insert_partial_schedule(points).band_set_permutable(1)
-        for j in range(n):
-            if node.band_n_member() > 1:
-                node = node.band_split(1)
-            kind = "simd" if j == n - 1 else "unroll"
-            node = node.insert_mark(loop_mark(kind, node)).child(0)
-            if j < n - 1:
-                node = node.child(0)
+        node = _mark_point_loops(node, vector=True)
         sched = node.get_schedule()
         try:
             check_legality(sched, self.legality_deps, sizes=self.legality_sizes)
@@ -544,6 +526,28 @@ def _count(scop: Scop, name: str, sizes: Mapping[str, int]) -> int:
     for r in ranges:
         n *= max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes))
     return n
+
+
+def _tile_band(node: isl.ScheduleNode, sizes: Sequence[int]) -> isl.ScheduleNode:
+    """Band ``node`` tiled by ``sizes`` (one per member): the tile band, the point band below."""
+    mv = isl.MultiVal.zero(node.band_get_space())
+    for j, v in enumerate(sizes):
+        mv = mv.set_val(j, isl.Val.int_from_si(node.get_ctx(), v))
+    return node.band_tile(mv)
+
+
+def _mark_point_loops(node: isl.ScheduleNode, *, vector: bool) -> isl.ScheduleNode:
+    """Split a register tile's point band ``node`` into one-member bands marked ``unroll`` (the
+    last one ``simd`` with ``vector``); returns the last band."""
+    n = node.band_n_member()
+    for j in range(n):
+        if node.band_n_member() > 1:
+            node = node.band_split(1)
+        kind = "simd" if (vector and j == n - 1) else "unroll"
+        node = node.insert_mark(loop_mark(kind, node)).child(0)
+        if j < n - 1:
+            node = node.child(0)
+    return node
 
 
 def loop_mark(kind: str, band: isl.ScheduleNode) -> isl.Id:
