@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..polyhedral.errors import TCInternalError
 from ..polyhedral.lang import ast as A
@@ -303,6 +303,7 @@ class _Printer:
         self.signature: list[str] = []  # parameters of a parallel region's function
         self.arguments: list[str] = []  # what the kernel passes for them
         self.functions: list[str] = []  # parallel regions, printed before the kernel
+        self.prototypes: list[str] = []  # their declarations (the entry point may be compiled apart)
         self.enclosing: list[str] = []  # loop iterators in scope
         self.symbol = "tc_kernel"
         self.source_lines = cdef.source.splitlines()
@@ -497,7 +498,9 @@ class _Printer:
             self.lines.append(f"{indent}if ({' && '.join(conds)}) {{")
             self._register_tile(loop, full, node, runs, extents, dot, name, indent + "  ")
             self.lines.append(f"{indent}}} else {{")
-            self._register_tile(loop, points, node, runs, extents, dot, name, indent + "  ")
+            # Unrolling loops with variable bounds costs the compiler time and buys nothing.
+            rolled = [_without_kind(p, "unroll") for p in points]
+            self._register_tile(loop, rolled, node, runs, extents, dot, name, indent + "  ")
             self.lines.append(f"{indent}}}")
         else:
             self._register_tile(loop, points, node, runs, extents, dot, name, indent)
@@ -581,7 +584,7 @@ class _Printer:
             else:
                 if "simd" in p.kind.split("+"):
                     self.lines.append(f"{indent}#pragma omp simd")
-                else:
+                elif "unroll" in p.kind.split("+"):
                     self.lines.append(f"{indent}#pragma GCC unroll {UNROLL_PRAGMA}")
                 self.lines.append(f"{indent}{self.loop_header(p)} {{")
             closing.append(f"{indent}}}")
@@ -713,14 +716,17 @@ class _Printer:
         self.node(n.body, "  ")
         body, self.lines = self.lines, saved
         decl = ", ".join([*(f"int64_t {v}" for v in outer), *self.signature, "int64_t *restrict tc_errors"])
+        self.prototypes.append(f"TC_REGION void {name}({decl});")
         self.functions.append(
             "\n".join(
                 [
-                    f"static void __attribute__((noinline)) {name}({decl})",
+                    f"#if TC_PART_OF({len(self.functions) + 1})",
+                    f"TC_REGION void __attribute__((noinline)) {name}({decl})",
                     "{",
                     *(f"  (void){v};" for v in outer),
                     *body,
                     "}",
+                    "#endif",
                     "",
                 ]
             )
@@ -784,6 +790,12 @@ def _rebuild(points: Sequence[ir.For], body: ir.Node) -> ir.Node:
     for p in reversed(points):
         body = ir.For(p.var, p.init, p.cond, p.step, body, kind=p.kind, degenerate=p.degenerate)
     return body
+
+
+def _without_kind(loop: ir.For, kind: str) -> ir.For:
+    """``loop`` with ``kind`` removed from its ``+``-joined kinds (``serial`` if none is left)."""
+    kinds = [k for k in loop.kind.split("+") if k != kind]
+    return replace(loop, kind="+".join(kinds) or "serial")
 
 
 def _variable_bounds(cond: ir.Expr) -> list[ir.Expr]:
@@ -922,7 +934,11 @@ def print_kernel(
         "  return i;",
         "}",
         "",
+        *_PARTS,
+        *p.prototypes,
+        "",
         *p.functions,
+        "#if TC_PART_OF(0)",
         f"void {symbol}({decl})",
         "{",
         "  (void)nthreads; (void)tc_errors;",
@@ -933,9 +949,24 @@ def print_kernel(
         "  }",
         *epilogue,
         "}",
+        "#endif",
         "",
     ]
     return "\n".join(text), tuple(p.checks)
+
+
+#: The kernel's functions are numbered (the entry point 0, each parallel region from 1) and each is
+#: compiled only where ``TC_PART_OF(number)`` holds: one translation unit has them all, and the
+#: runtime may compile the source several times, each with a part of them, in parallel, and link
+#: the parts (:func:`tcjit.cpu_runtime.compile_c`). Region functions are then hidden, not static.
+_PARTS = (
+    "#ifndef TC_PART_OF",
+    "#define TC_PART_OF(number) 1",
+    "#define TC_REGION static",
+    "#else",
+    '#define TC_REGION __attribute__((visibility("hidden")))',
+    "#endif",
+)
 
 
 def _contiguous(info, sizes: Mapping[str, int]) -> tuple[int, ...]:

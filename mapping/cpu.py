@@ -35,6 +35,9 @@ not read off the scheduler's coincidence flags, so a mark can never introduce a 
 
 from __future__ import annotations
 
+import functools
+import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -58,9 +61,10 @@ __all__ = [
 #: Reduction loops of at most this many iterations (together) are unrolled inside the vector loop.
 SHORT_REDUCTION = 16
 
-#: The largest register-tile size per member in the dot-product form (each output there holds a
-#: whole vector of partial sums: 3 x 3 of them leave room for the operands in 16 vector registers;
-#: measured on tmm 512: 3x3 55 GFLOP/s, 4x2 52, 4x4 47, 1x1 16).
+#: The dot-product form's register tile holds at most ``DOT_TILE ** 2`` outputs, at most
+#: ``DOT_TILE + 1`` along a member (each output there holds a whole vector of partial sums: 3 x 3
+#: of them leave room for the operands in 16 vector registers; measured on tmm 512: 3x3 55
+#: GFLOP/s, 4x2 52, 4x4 47, 1x1 16). :func:`_fit_tile` picks the sizes.
 DOT_TILE = 3
 
 #: Below this many statement instances a kernel runs on one thread.
@@ -78,14 +82,20 @@ class CpuPlan:
 # ------------------------------------------------------------------------------------------ queries
 def _member_map(node: isl.ScheduleNode, members: Sequence[int]) -> isl.UnionMap:
     """Statement instances -> (prefix schedule, the given members of band ``node``)."""
-    result = node.get_prefix_schedule_union_map()
-    mupa = node.band_get_partial_schedule()
-    for j in members:
-        upa = mupa.get_union_pw_aff(j)
-        result = result.flat_range_product(
-            isl.UnionMap.from_union_pw_aff(upa).intersect_domain(node.get_domain())
-        )
-    return result
+    return _member_map_of(node, tuple(members))
+
+
+@functools.lru_cache(maxsize=128)
+def _member_map_of(node: isl.ScheduleNode, members: tuple[int, ...]) -> isl.UnionMap:
+    # Memoised: the mapper asks for the same node's maps many times (kronecker3: 72 calls, 50
+    # distinct, 0.15 s). Nodes hash by identity, so only the same node object hits, and the cache
+    # holds it: its id cannot be reused. map_cpu empties the cache when it returns.
+    if not members:
+        return node.get_prefix_schedule_union_map()
+    upa = node.band_get_partial_schedule().get_union_pw_aff(members[-1])
+    return _member_map_of(node, members[:-1]).flat_range_product(
+        isl.UnionMap.from_union_pw_aff(upa).intersect_domain(node.get_domain())
+    )
 
 
 def _zero_then_nonzero(ctx: isl.Context, n: int) -> isl.Set:
@@ -322,10 +332,8 @@ class _Mapper:
                 return None
             dot = True
         given = list(options.register_tile)[-len(free) :]
-        if dot:
-            given = [min(g, DOT_TILE) for g in given]
         wanted = dict(zip(free[len(free) - len(given) :], given))
-        sizes = [wanted.get(j, 1) for j in range(n)]
+        sizes = _fit_tile(node, wanted, dot=dot)
         if not any(v > 1 and self._reused_along(node, j) for j, v in enumerate(sizes)):
             return None  # no operand is shared by the tile's outputs (a row sum): nothing to gain
         node = _tile_band(node, sizes)
@@ -366,7 +374,7 @@ class _Mapper:
         if not any(carries_dependence(window, j, self.deps) for j in range(window.band_n_member())):
             return None
         given = list(options.register_tile)[-n:]
-        sizes = [1] * (n - len(given)) + given
+        sizes = _fit_tile(node, dict(zip(range(n - len(given), n), given)), dot=False)
         if not any(v > 1 and self._reused_along(node, j) for j, v in enumerate(sizes)):
             return None  # no operand is shared by the tile's outputs (max pooling): nothing to gain
         node = _tile_band(node, sizes).child(0)
@@ -528,6 +536,58 @@ def _count(scop: Scop, name: str, sizes: Mapping[str, int]) -> int:
     return n
 
 
+def _fit_tile(node: isl.ScheduleNode, wanted: Mapping[int, int], *, dot: bool) -> list[int]:
+    """Register-tile sizes for the members of band ``node``: ``wanted`` gives the largest size of
+    each member to tile (others get 1).
+
+    A tile size that does not divide a loop's extent leaves partial tiles, which the printer gives
+    a second copy of the tile's code (with variable bounds): on mlp3 those copies cost 0.45 s of
+    the C compiler's 1.1 s. So among the tiles of at least half the largest size, those that tile
+    every member evenly (:func:`_tiles_evenly`) come first, then the largest. In the
+    outer-product form a size may be halved; in the dot-product form, where every output holds
+    a vector of partial sums, sizes go up to :data:`DOT_TILE` + 1 with at most ``DOT_TILE ** 2``
+    outputs (3x3, 4x2, ...).
+    """
+    members = sorted(wanted)
+    if dot:
+        choices = [range(1, min(wanted[j], DOT_TILE + 1) + 1) for j in members]
+    else:
+        choices = [sorted({wanted[j], max(1, wanted[j] // 2)}) for j in members]
+    even: dict[tuple[int, int], bool] = {}
+
+    def key(combo: tuple[int, ...]) -> tuple:
+        for j, v in zip(members, combo):
+            if (j, v) not in even:
+                even[j, v] = _tiles_evenly(node, j, v)
+        return (
+            all(even[j, v] for j, v in zip(members, combo)),
+            math.prod(combo),
+            -(max(combo) - min(combo)),
+            combo,
+        )
+
+    combos = [c for c in itertools.product(*choices) if not dot or math.prod(c) <= DOT_TILE**2]
+    most = max((math.prod(c) for c in combos), default=1)
+    best = max((c for c in combos if 2 * math.prod(c) >= most), key=key, default=())
+    sizes = [1] * node.band_n_member()
+    for j, v in zip(members, best):
+        sizes[j] = v
+    return sizes
+
+
+def _tiles_evenly(node: isl.ScheduleNode, member: int, size: int) -> bool:
+    """Whether tiling member ``member`` of band ``node`` by ``size`` leaves no partial tile, for
+    every value of the loops around it (each value's tile-mates are values too)."""
+    if size <= 1:
+        return True
+    outer = _member_map(node, range(member))
+    mupa = node.band_get_partial_schedule()
+    this = isl.UnionMap.from_union_pw_aff(mupa.get_union_pw_aff(member)).intersect_domain(node.get_domain())
+    values = outer.reverse().apply_range(this)  # outer loop values -> this member's values
+    mates = isl.Map.read_from_str(node.get_ctx(), f"{{ [v] -> [w] : floor(v / {size}) = floor(w / {size}) }}")
+    return values.apply_range(isl.UnionMap.from_map(mates)).is_subset(values)
+
+
 def _tile_band(node: isl.ScheduleNode, sizes: Sequence[int]) -> isl.ScheduleNode:
     """Band ``node`` tiled by ``sizes`` (one per member): the tile band, the point band below."""
     mv = isl.MultiVal.zero(node.band_get_space())
@@ -628,7 +688,10 @@ def map_cpu(
     :arg work: the number of statement instances (decides whether threads pay off).
     """
     m = _Mapper(scop, deps, sizes, strides)
-    sched = m._innermost(sched, options)
-    if options.parallelize:
-        sched = m._parallel(sched, work)
+    try:
+        sched = m._innermost(sched, options)
+        if options.parallelize:
+            sched = m._parallel(sched, work)
+    finally:
+        _member_map_of.cache_clear()  # let this kernel's schedule trees go
     return CpuPlan(sched, tuple(m.decisions))

@@ -106,3 +106,30 @@ def test_outer_product_form_is_bit_identical_to_no_tiles(src: str, shapes) -> No
     plain = H.as_tuple(kernel(*inputs, options=OPTS.register_tile()))
     assert all(torch.equal(a, b) for a, b in zip(tiled, plain))
     H.check_against_oracle(src, None, inputs, options=OPTS, reduction_length=64)
+
+
+@pytest.mark.parametrize(
+    "sizes, tile, copies",
+    [
+        ({"M": 128, "K": 64, "N": 256}, (4, 2, 1), 1),  # 3 divides neither 64 (the tile) nor 256
+        ({"M": 48, "K": 64, "N": 48}, (3, 3, 1), 1),  # 3 divides both (and 4, but 3x3 is larger)
+        ({"M": 7, "K": 29, "N": 5}, (3, 3, 1), 2),  # nothing divides a prime: the largest tile
+    ],
+)
+def test_tile_sizes_that_leave_no_partial_tiles_come_first(sizes: dict, tile: tuple, copies: int) -> None:
+    """Partial tiles cost a second copy of the tile's code (the C compiler's time, not speed)."""
+    low = _lowered(TMM, sizes)
+    assert f"register tile {tile} (dot-product form)" in low.stages["decisions"], low.stages["decisions"]
+    assert low.source.count("register tile (dot-product form") == copies
+    A, B = _inputs([(sizes["M"], sizes["K"]), (sizes["N"], sizes["K"])])
+    H.check_against_oracle(TMM, None, (A, B), options=OPTS, reduction_length=sizes["K"])
+
+
+def test_partial_tiles_are_not_unrolled() -> None:
+    """The partial copy's point loops have variable bounds: no unroll pragma on them."""
+    src = _lowered(TMM, {"M": 7, "K": 29, "N": 5}).source
+    partial = src[src.index("} else {") :]
+    assert "tc_min_i64(" in partial
+    for line, following in zip(partial.splitlines(), partial.splitlines()[1:]):
+        if "tc_min_i64(" in following and following.lstrip().startswith("for"):
+            assert "GCC unroll" not in line, (line, following)
