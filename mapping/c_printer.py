@@ -620,16 +620,20 @@ class _Printer:
         pragma = None
         if vector and et.is_float and st.op in ("+=", "*="):
             pragma = f"#pragma omp simd reduction({st.op[0]}:tc_acc)"
+        acc = self.accumulator
+        redirected = acc is not None and acc.statement == run.statement
+        start = acc.ref if redirected else self.load(st.tensor, addr, et)
+        finish = f"{acc.ref} = tc_acc;" if redirected else self.store(st.tensor, addr, "tc_acc")
         self.lines.append(f"{indent}{self.comment(run.statement)} /* accumulated in a register */")
         self.lines.append(f"{indent}{{ {self.bindings(run.statement, run.args, set(st.lhs_vars))}")
-        self.lines.append(f"{indent}  {ct} tc_acc = {self.load(st.tensor, addr, et)};")
+        self.lines.append(f"{indent}  {ct} tc_acc = {start};")
         if pragma:
             self.lines.append(f"{indent}  {pragma}")
         self.lines.append(f"{indent}  {self.loop_header(loop)} {{")
         self.lines.append(f"{indent}    {self.bindings(run.statement, run.args, rest)}")
         self.lines.append(f"{indent}    tc_acc = {_combine(st.op, 'tc_acc', f'({value})', et)};")
         self.lines.append(f"{indent}  }}")
-        self.lines.append(f"{indent}  {self.store(st.tensor, addr, 'tc_acc')} }}")
+        self.lines.append(f"{indent}  {finish} }}")
         return True
 
     # ----------------------------------------------------------------------------------- loops
@@ -683,6 +687,8 @@ class _Printer:
         kinds = set(n.kind.split("+")) if self.canonical(n) else {"serial"}
         if "accumulate" in kinds and self.accumulator is None and self.register_tile(n, kinds, indent):
             return
+        if "parallel_reduction" in kinds and self.accumulator is None and self.parallel_reduction(n, indent):
+            return
         if kinds & {"simd_reduction", "reduction"} and "parallel" not in kinds:
             if self.reduction_loop(n, indent, vector="simd_reduction" in kinds):
                 return
@@ -703,8 +709,10 @@ class _Printer:
         self.enclosing.pop()
         self.lines.append(f"{indent}}}")
 
-    def region(self, n: ir.For, indent: str) -> None:
-        """The body of a parallel loop, as a function of its own called once per iteration.
+    def region(self, n: ir.For, indent: str, *, result: tuple[str, str, str] | None = None) -> str:
+        """The body of a parallel loop, as a function of its own called once per iteration; the
+        call is printed as a statement, or, with ``result`` (C type, variable, initial value), it
+        is returned: the function then declares that variable and returns its final value.
 
         OpenMP hands shared pointers to the outlined loop body without ``restrict`` (even restrict
         locals declared in the body are lost), so the compiler would have to assume that outputs
@@ -716,23 +724,100 @@ class _Printer:
         self.node(n.body, "  ")
         body, self.lines = self.lines, saved
         decl = ", ".join([*(f"int64_t {v}" for v in outer), *self.signature, "int64_t *restrict tc_errors"])
-        self.prototypes.append(f"TC_REGION void {name}({decl});")
+        returns = result[0] if result else "void"
+        self.prototypes.append(f"TC_REGION {returns} {name}({decl});")
         self.functions.append(
             "\n".join(
                 [
                     f"#if TC_PART_OF({len(self.functions) + 1})",
-                    f"TC_REGION void __attribute__((noinline)) {name}({decl})",
+                    f"TC_REGION {returns} __attribute__((noinline)) {name}({decl})",
                     "{",
                     *(f"  (void){v};" for v in outer),
+                    *([f"  {result[0]} {result[1]} = {result[2]};"] if result else []),
                     *body,
+                    *([f"  return {result[1]};"] if result else []),
                     "}",
                     "#endif",
                     "",
                 ]
             )
         )
-        args = ", ".join([*outer, *self.arguments, "tc_errors"])
-        self.lines.append(f"{indent}{name}({args});")
+        call = f"{name}({', '.join([*outer, *self.arguments, 'tc_errors'])})"
+        if result is None:
+            self.lines.append(f"{indent}{call};")
+        return call
+
+    def parallel_reduction(self, loop: ir.For, indent: str) -> bool:
+        """A reduction loop run by threads (``parallel_reduction``, see :mod:`.cpu`); False (print
+        it serially) unless every statement instance below ``loop`` updates one element, the same
+        for all, by an associative and commutative operator, and ``loop`` has a constant start and
+        at most :data:`MAX_PARTIALS` iterations.
+
+        Each iteration, a function of its own (:meth:`region`), reduces its part into a local
+        variable it returns; the partial results land in an array, one slot per iteration, and are
+        combined into the element in iteration order after the loop. The result does not depend on
+        the number of threads.
+        """
+        runs = _all_runs(loop.body)
+        if not runs or len({r.statement for r in runs}) != 1:
+            return False
+        scop_st = self.statements[runs[0].statement]
+        st = scop_st.source
+        if scop_st.kind != "update" or not st.plain_lhs or st.op not in _ASSOCIATIVE:
+            return False
+        if any(isinstance(a, A.Access) and a.tensor == st.tensor for a in A.walk(st.rhs)):
+            return False
+        inner = {loop.var} | _loop_vars(loop.body)
+        lhs = None
+        for r in runs:
+            bound = dict(zip(scop_st.dims, r.args))
+            mine = tuple(bound[v] for v in st.lhs_vars)
+            if (lhs is not None and mine != lhs) or any(ir.free_vars(e) & inner for e in mine):
+                return False
+            lhs = mine
+        hi = _constant_upper_bound(loop.cond, loop.var)
+        if not isinstance(loop.init, ir.Int) or loop.step < 1 or hi is None or hi < loop.init.value:
+            return False
+        count = (hi - loop.init.value) // loop.step + 1
+        if count > MAX_PARTIALS:
+            return False
+        et = self.element_type(st.tensor).compute
+        ct = _ctype(et)
+        identity = _identity(st.op, et)
+        addr = self.address(st.tensor, st.lhs, _Exprs(self, st), st.source)
+        first = runs[0]
+        self.lines.append(
+            f"{indent}{{ /* parallel reduction: '{st.tensor}' in {count} partial results over loop"
+            f" {loop.var}, combined in order */"
+        )
+        self.lines.append(f"{indent}  {ct} tc_part[{count}];")
+        self.lines.append(
+            f"{indent}  for (int64_t tc_k = 0; tc_k < {count}; tc_k++) tc_part[tc_k] = {identity};"
+        )
+        clauses = "num_threads(nthreads) if(nthreads > 1) schedule(static)"
+        self.lines.append(f"{indent}  #pragma omp parallel for {clauses}")
+        self.lines.append(f"{indent}  {self.loop_header(loop)} {{")
+        self.enclosing.append(loop.var)
+        self.accumulator = _Accumulator(first.statement, "tc_p")
+        call = self.region(loop, indent + "    ", result=(ct, "tc_p", identity))
+        self.accumulator = None
+        self.enclosing.pop()
+        slot = (
+            f"({loop.var} - {loop.init.value}) / {loop.step}"
+            if loop.init.value or loop.step > 1
+            else loop.var
+        )
+        self.lines.append(f"{indent}    tc_part[{slot}] = {call};")
+        self.lines.append(f"{indent}  }}")
+        combine = _combine(st.op, "tc_s", "tc_part[tc_k]", et)
+        self.lines.append(
+            f"{indent}  {{ {self.bindings(first.statement, first.args, set(st.lhs_vars))}"
+            f" {ct} tc_s = {self.load(st.tensor, addr, et)};"
+            f" for (int64_t tc_k = 0; tc_k < {count}; tc_k++) tc_s = {combine};"
+            f" {self.store(st.tensor, addr, 'tc_s')} }}"
+        )
+        self.lines.append(f"{indent}}}")
+        return True
 
 
 # ------------------------------------------------------------------------------- register tiles
@@ -742,12 +827,16 @@ UNROLL_PRAGMA = 64
 #: The largest register tile (local array elements) the printer emits; larger ones spill anyway.
 MAX_REGISTER_TILE = 512
 
+#: The most iterations (partial results, on the stack) of a loop run as a parallel reduction.
+MAX_PARTIALS = 4096
+
 _ASSOCIATIVE = ("+=", "*=", "max=", "min=")
 
 
 @dataclass(frozen=True)
 class _Accumulator:
-    """While printing a register tile's loop: instances of ``statement`` update ``ref`` instead."""
+    """While printing a register tile's loop or a parallel reduction's part: instances of
+    ``statement`` update ``ref`` instead of the tensor's element."""
 
     statement: str
     ref: str
@@ -755,6 +844,34 @@ class _Accumulator:
 
 def _ctype_size(t: ScalarType) -> int:
     return {"double": 8, "float": 4}.get(_ctype(t), max(1, t.bits // 8))
+
+
+def _all_runs(node: ir.Node | None) -> list[ir.Run]:
+    """Every statement instance in ``node``, loops and guards included."""
+    if node is None:
+        return []
+    if isinstance(node, ir.Run):
+        return [node]
+    if isinstance(node, (ir.Mark, ir.For)):
+        return _all_runs(node.body)
+    if isinstance(node, ir.Block):
+        return [r for c in node.children for r in _all_runs(c)]
+    if isinstance(node, ir.If):
+        return _all_runs(node.then) + _all_runs(node.other)
+    raise TCInternalError(f"cannot walk {node!r}")
+
+
+def _loop_vars(node: ir.Node | None) -> set[str]:
+    """The variables of every loop in ``node``."""
+    if isinstance(node, ir.For):
+        return {node.var} | _loop_vars(node.body)
+    if isinstance(node, ir.Mark):
+        return _loop_vars(node.body)
+    if isinstance(node, ir.Block):
+        return set().union(*(_loop_vars(c) for c in node.children))
+    if isinstance(node, ir.If):
+        return _loop_vars(node.then) | _loop_vars(node.other)
+    return set()
 
 
 def _flat_runs(node: ir.Node) -> list[ir.Run] | None:

@@ -487,12 +487,33 @@ class _Mapper:
             found = True
         return "simd_reduction" if found else None
 
-    def _parallel_member(self, node: isl.ScheduleNode) -> int | None:
-        """The outermost member of band ``node`` with several iterations and no carried dependence."""
+    def _parallel_member(self, node: isl.ScheduleNode) -> tuple[int, str] | None:
+        """The outermost member of band ``node`` with several iterations, and how it runs in
+        threads: ``parallel`` if it carries no dependence, ``parallel_reduction`` if it walks a
+        reduction dimension of the band's only statement (see :meth:`_reduction_only`)."""
         for j in range(node.band_n_member()):
             if (_spread(node, j) or 2) > 1:
-                return None if carries_dependence(node, j, self.deps) else j
+                if not carries_dependence(node, j, self.deps):
+                    return j, "parallel"
+                return (j, "parallel_reduction") if self._reduction_only(node, j) else None
         return None
+
+    def _reduction_only(self, node: isl.ScheduleNode, member: int) -> bool:
+        """Whether band ``node`` holds one statement, an update by ``+=``, ``*=``, ``max=`` or
+        ``min=`` (associative and commutative) of an element that stays put along ``member``,
+        which walks one of its reduction dimensions: a sum over all of ``A`` (abs_sum), a norm.
+        Its iterations can then run in threads, each computing a partial result, combined after
+        them in iteration order (the printer checks the loop nest below and falls back to a
+        serial loop)."""
+        names = _statements_of(node)
+        if len(names) != 1:
+            return False
+        st = self.scop.statement(names[0])
+        src = st.source
+        if st.kind != "update" or not src.plain_lhs or src.op not in ("+=", "*=", "max=", "min="):
+            return False
+        k = _member_dim(node, member, names[0], len(st.dims))
+        return k is not None and st.dims[k] in src.reduction_vars
 
     def _parallel(self, sched: isl.Schedule, work: int) -> isl.Schedule:
         if work < MIN_PARALLEL_WORK:
@@ -517,12 +538,14 @@ class _Mapper:
             if p is None:
                 self.decisions.append(f"parallel: no parallel member in the band over {_statements_of(node)}")
                 continue
+            p, kind = p
             if p > 0:
                 node = node.band_split(p).child(0)
             if node.band_n_member() > 1:
                 node = node.band_split(1)
-            node = node.insert_mark(loop_mark("parallel", node))
-            self.decisions.append(f"parallel: member {p} of the outermost band over {_statements_of(node)}")
+            node = node.insert_mark(loop_mark(kind, node))
+            what = "parallel" if kind == "parallel" else "parallel reduction (partial results in threads)"
+            self.decisions.append(f"{what}: member {p} of the outermost band over {_statements_of(node)}")
             sched = node.get_schedule()
 
 

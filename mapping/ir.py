@@ -137,7 +137,15 @@ _OPS = {
     "select": "select",
     "cond": "select",
 }
-_LOOP_MARKS = ("parallel", "simd", "simd_reduction", "reduction", "unroll", "accumulate")
+_LOOP_MARKS = (
+    "parallel",
+    "parallel_reduction",
+    "simd",
+    "simd_reduction",
+    "reduction",
+    "unroll",
+    "accumulate",
+)
 _OP_NAMES = {getattr(isl.ast_expr_op_type, name): op for name, op in _OPS.items()}
 
 
