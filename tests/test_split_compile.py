@@ -68,7 +68,8 @@ def test_small_kernels_and_one_job_stay_whole() -> None:
     assert cpu_runtime.split_parts("int f(void) { return 0; }", 8) == []
 
 
-def test_a_kernel_built_in_parts_computes_what_the_whole_one_does(monkeypatch) -> None:
+def test_a_kernel_built_in_parts_computes_what_the_whole_one_does(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("TCJIT_CACHE_DIR", str(tmp_path))  # compile, whatever earlier runs stored
     seen = []
     original = cpu_runtime.compile_c
 
