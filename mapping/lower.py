@@ -31,12 +31,19 @@ from ..polyhedral.lang.checked import CheckedDef
 from ..polyhedral.lang.ranges import affine_form
 from ..polyhedral.lang.types import SCALAR_TYPES, ScalarType
 from ..polyhedral.schedule import check_legality, schedule, tile
-from ..polyhedral.scop import Scop, build_scop, compute_dependences
+from ..polyhedral.scop import Dependences, Scop, build_scop, compute_dependences
 from . import ir
 from .c_printer import BoundsCheck, CParam, c_storage_type, print_kernel
 from .cpu import hoist_initialisations, map_cpu
 
-__all__ = ["LONG_SUM", "CpuKernelSource", "contiguous_strides", "lower_cpu", "wide_accumulators"]
+__all__ = [
+    "LONG_SUM",
+    "CpuKernelSource",
+    "contiguous_strides",
+    "lower_cpu",
+    "tiled_schedule",
+    "wide_accumulators",
+]
 
 
 @dataclass(frozen=True)
@@ -232,6 +239,24 @@ def wide_accumulators(cdef: CheckedDef, sizes: Mapping[str, int]) -> dict[str, S
     return wide
 
 
+def tiled_schedule(
+    cdef: CheckedDef, sizes: Mapping[str, int], options
+) -> tuple[Scop, Dependences, isl.Set, isl.Schedule]:
+    """Steps 1 and 2 of the pipeline, common to every target: the Scop, its dependences, the
+    parameters' values (a params set) and the schedule, specialised to ``sizes``, with the
+    initialisations hoisted and the outermost bands tiled, checked for legality."""
+    scop = _build_scop(cdef, sizes, options.fix_parameters_before_scheduling)
+    deps = compute_dependences(scop)
+    sched = schedule(scop, deps, fusion=options.outer_schedule_fusion_strategy)
+    fixed = _fixed(scop, sizes)
+    sched = sched.intersect_domain(sched.get_domain().intersect_params(fixed))
+    legal_sizes = {p: sizes[p] for p in scop.params} or None
+    sched = hoist_initialisations(sched, deps, legal_sizes)
+    sched = tile(sched, options.tile)
+    check_legality(sched, deps, sizes=legal_sizes)
+    return scop, deps, fixed, sched
+
+
 def lower_cpu(
     cdef: CheckedDef,
     sizes: Mapping[str, int],
@@ -247,15 +272,8 @@ def lower_cpu(
     :arg vector_bytes: the width of the target's vector registers (a register tile's partial sums).
     """
     shapes = {t.name: tuple(s.evaluate(sizes) for s in t.shape) for t in cdef.tensor_infos}
-    scop = _build_scop(cdef, sizes, options.fix_parameters_before_scheduling)
-    deps = compute_dependences(scop)
-    sched = schedule(scop, deps, fusion=options.outer_schedule_fusion_strategy)
-    fixed = _fixed(scop, sizes)
-    sched = sched.intersect_domain(sched.get_domain().intersect_params(fixed))
+    scop, deps, fixed, sched = tiled_schedule(cdef, sizes, options)
     legal_sizes = {p: sizes[p] for p in scop.params} or None
-    sched = hoist_initialisations(sched, deps, legal_sizes)
-    sched = tile(sched, options.tile)
-    check_legality(sched, deps, sizes=legal_sizes)
     checked = _prove_bounds(scop, fixed, shapes, sizes)
     zero = _zero_init(scop, fixed, shapes)
     work = sum(

@@ -1,0 +1,400 @@
+"""The GPU mapping: a tiled, specialised schedule tree onto CUDA blocks and threads.
+
+TC's ``mapToBlocksAndScaleBand`` and ``mapInnermostBandsToThreads`` (and PPCG's
+``set_schedule_modulo``), as filters on the schedule tree (notes/polyhedral.md 1.5 and 2(c)):
+
+* **Kernels.** Each child of the root's sequence (or set) is a kernel of its own, launched after the
+  previous one on the same stream: statements the scheduler did not fuse may depend on each other
+  across blocks, which only a new launch orders. A root band is one kernel.
+* **Blocks.** The leading coincident members of a kernel's outermost band (at most 3, at most as
+  many as ``map_to_blocks`` gives) go to ``blockIdx.x, .y, .z``, outermost to x, as a filter
+  ``member mod grid_i = b_i`` with parameters ``b0, b1, b2``: with more tiles than blocks, isl's AST
+  walks them in a grid-stride loop.
+* **Threads.** On every path below, the innermost band with a coincident member: its innermost
+  coincident members (at most 3, at most as many as ``map_to_threads`` gives) go to
+  ``threadIdx.x, .y, .z``, *innermost* to x (consecutive threads touch consecutive elements), as a
+  filter ``member mod block_i = t_i``: an extent above the block size becomes a strided loop per
+  thread, extra threads are guarded by isl's conditions. Statements on paths without such a band run
+  on thread 0 only (a filter ``t_i = 0``).
+* **Synchronisation.** A mark ``sync`` below a sequence child tells the printers to emit
+  ``__syncthreads()`` after it; it is placed after every child but the last of a sequence below the
+  block mapping whose later children depend on it through another thread (the dependence does not
+  keep thread ids), and after the body of a loop above thread-mapped code that carries a dependence
+  (the next iteration may read what another thread wrote).
+* **Launch bounds.** The grid and block sizes are tightened to the largest ids that run a statement
+  instance, plus one: a 100 x 70 problem in 32 x 16 tiles launches 4 x 5 blocks whatever
+  ``map_to_blocks`` allowed.
+
+Each kernel's plan holds the whole tree (the other kernels' statements filtered out at code
+generation) and the context its AST is built in: the sizes and the ids' bounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import islpy as isl
+
+from ..polyhedral.errors import TCInternalError
+from ..polyhedral.scop import Dependences, Scop
+
+__all__ = ["BLOCK_IDS", "SYNC_MARK", "THREAD_IDS", "GpuKernelPlan", "GpuPlan", "map_gpu"]
+
+BLOCK_IDS = ("b0", "b1", "b2")
+THREAD_IDS = ("t0", "t1", "t2")
+
+#: The mark the printers turn into ``__syncthreads()`` after the marked subtree.
+SYNC_MARK = "sync"
+
+
+@dataclass(frozen=True)
+class GpuKernelPlan:
+    """One launch.
+
+    :ivar domain: the statement instances this kernel runs (a filter of the plan's tree).
+    :ivar grid: blocks along x, y, z (tightened; 1 where unmapped).
+    :ivar block: threads along x, y, z (tightened; 1 where unmapped).
+    :ivar context: parameters' values for AST generation: the sizes and ``0 <= b_i < grid_i``,
+        ``0 <= t_i < block_i``.
+    """
+
+    domain: isl.UnionSet
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    context: isl.Set
+
+
+@dataclass(frozen=True)
+class GpuPlan:
+    """The mapped tree, its kernels in launch order, and what the mapper decided (readable)."""
+
+    schedule: isl.Schedule
+    kernels: tuple[GpuKernelPlan, ...]
+    decisions: tuple[str, ...]
+
+
+def _is(node: isl.ScheduleNode, kind) -> bool:
+    return node.get_type() == kind
+
+
+def _kernel_roots(sched: isl.Schedule) -> list[isl.ScheduleNode]:
+    """The roots of the kernels: the children (filters) of the root's sequence or set, or the root's
+    only child."""
+    top = sched.get_root().child(0)
+    if _is(top, isl.schedule_node_type.sequence) or _is(top, isl.schedule_node_type.set):
+        return [top.child(i) for i in range(top.n_children())]
+    return [top]
+
+
+def _path(node: isl.ScheduleNode) -> list[int]:
+    """Child positions from the root down to ``node`` (to find it again in an edited tree)."""
+    out = []
+    while node.has_parent():
+        out.append(node.get_child_position())
+        node = node.parent()
+    return list(reversed(out))
+
+
+def _at(sched: isl.Schedule, path: Sequence[int]) -> isl.ScheduleNode:
+    node = sched.get_root()
+    for i in path:
+        node = node.child(i)
+    return node
+
+
+def _first_band(node: isl.ScheduleNode) -> isl.ScheduleNode | None:
+    """The first band at or below ``node`` along single-child nodes (None at a branch or leaf)."""
+    while not _is(node, isl.schedule_node_type.band):
+        if node.n_children() != 1:
+            return None
+        node = node.child(0)
+    return node
+
+
+def _leading_coincident(band: isl.ScheduleNode) -> int:
+    n = 0
+    while n < band.band_n_member() and band.band_member_get_coincident(n):
+        n += 1
+    return n
+
+
+def _id_filter(band: isl.ScheduleNode, member: int, size: int, name: str) -> isl.UnionSet:
+    """The instances below ``band`` whose ``member`` is ``name`` modulo ``size``."""
+    ctx = band.get_ctx()
+    upa = band.band_get_partial_schedule().get_union_pw_aff(member)
+    upa = upa.mod_val(isl.Val.int_from_si(ctx, size))
+    eq = isl.UnionSet.from_set(isl.Set.read_from_str(ctx, f"[{name}] -> {{ [v] : v = {name} }}"))
+    return isl.UnionMap.from_union_pw_aff(upa).intersect_range(eq).domain().intersect(band.get_domain())
+
+
+def _id_function(band: isl.ScheduleNode, member: int, size: int) -> isl.UnionMap:
+    """Instance -> ``member`` modulo ``size`` (the id it is mapped to)."""
+    upa = band.band_get_partial_schedule().get_union_pw_aff(member)
+    upa = upa.mod_val(isl.Val.int_from_si(band.get_ctx(), size))
+    return isl.UnionMap.from_union_pw_aff(upa).intersect_domain(band.get_domain())
+
+
+def _constant_ids(domain: isl.UnionSet, n: int = 3) -> isl.UnionMap:
+    """Instance -> ``n`` zeros (thread 0)."""
+    zeros = isl.Set.read_from_str(domain.get_ctx(), f"{{ [{', '.join(['0'] * n)}] }}")
+    return isl.UnionMap.from_domain_and_range(domain, isl.UnionSet.from_set(zeros))
+
+
+def _fixed_ids(domain: isl.UnionSet, names: Sequence[str]) -> isl.UnionSet:
+    ctx = domain.get_ctx()
+    cons = " and ".join(f"{n} = 0" for n in names)
+    ids = isl.Set.read_from_str(ctx, f"[{', '.join(names)}] -> {{ : {cons} }}")
+    return domain.intersect_params(ids)
+
+
+class _Mapper:
+    def __init__(self, scop: Scop, deps: Dependences, sizes: Mapping[str, int], fixed: isl.Set):
+        self.scop = scop
+        self.deps = deps.all.intersect_params(fixed)
+        self.fixed = fixed
+        self.decisions: list[str] = []
+        self.threads: list[isl.UnionMap] = []  # statement instance -> its thread ids (x, y, z)
+
+    # -------------------------------------------------------------------------------- blocks
+    def map_blocks(self, sched, path, grid_opt) -> tuple[isl.Schedule, list[int], list[int] | None]:
+        """Map the kernel at ``path``'s outermost band to blocks; the new tree, the per-id option
+        sizes used, and the path of the band (None if the kernel has no band)."""
+        band = _first_band(_at(sched, path))
+        if band is None:
+            self.decisions.append(f"blocks: none (no band) for {_names(_at(sched, path))}")
+            return sched, [], None
+        n = min(_leading_coincident(band), len(grid_opt), 3)
+        if n == 0:
+            self.decisions.append(f"blocks: none (no coincident outer member) for {_names(band)}")
+            return sched, [], _path(band)
+        filt = band.get_domain()
+        for i in range(n):
+            filt = filt.intersect(_id_filter(band, i, grid_opt[i], BLOCK_IDS[i]))
+        self.decisions.append(
+            f"blocks: members 0..{n - 1} of the band over {_names(band)} -> "
+            + ", ".join(f"{'xyz'[i]} ({grid_opt[i]})" for i in range(n))
+        )
+        band_path = _path(band)
+        node = band.insert_filter(filt)  # the band is now this filter's child
+        return node.get_schedule(), list(grid_opt[:n]), [*band_path, 0]
+
+    # ------------------------------------------------------------------------------- threads
+    def map_threads(self, sched, block_path, kernel_path, block_opt) -> tuple[isl.Schedule, int]:
+        """Map the innermost band with a coincident member on every path below the block band to
+        threads; paths without one run on thread 0. Returns the tree and the thread dims used."""
+        start = _at(sched, block_path) if block_path is not None else _at(sched, kernel_path)
+        leaves: list[list[int]] = []  # paths of the bands to map, innermost first per branch
+        unmapped: list[list[int]] = []  # paths of the subtrees that run on thread 0
+
+        def visit(node: isl.ScheduleNode, under_block_band: bool) -> bool:
+            """Collect; True if some band with a coincident member was chosen in this subtree."""
+            if _is(node, isl.schedule_node_type.band):
+                below = node.child(0) if node.n_children() else None
+                found = below is not None and visit(below, False)
+                if found:
+                    return True
+                first = _leading_coincident(node)
+                if under_block_band:
+                    # the block band itself: its members after the block ones may map to threads
+                    return False
+                if first > 0:
+                    leaves.append(_path(node))
+                    return True
+                return False
+            if node.n_children() == 0:
+                return False
+            if _is(node, isl.schedule_node_type.sequence) or _is(node, isl.schedule_node_type.set):
+                results = [visit(node.child(i), False) for i in range(node.n_children())]
+                if any(results):
+                    for i, r in enumerate(results):
+                        if not r:
+                            unmapped.append(_path(node.child(i)))
+                    return True
+                return False
+            return visit(node.child(0), False)
+
+        found = visit(start, block_path is not None)
+        if not found:
+            unmapped.append(_path(start.child(0) if block_path is not None and start.n_children() else start))
+        # a sequence's children are filters: the thread-0 filter goes below them (and below the
+        # sync marks that may come later, so that no barrier sits under a thread condition)
+        unmapped = [[*p, 0] if _is(_at(sched, p), isl.schedule_node_type.filter) else p for p in unmapped]
+        used = 0
+        # edit bottom-up so that earlier paths stay valid: deeper and later paths first
+        edits = [(p, "map") for p in leaves] + [(p, "zero") for p in unmapped]
+        for p, what in sorted(edits, key=lambda e: e[0], reverse=True):
+            node = _at(sched, p)
+            if what == "zero":
+                self.threads.append(_constant_ids(node.get_domain()))
+                node = node.insert_filter(_fixed_ids(node.get_domain(), THREAD_IDS))
+                sched = node.get_schedule()
+                self.decisions.append(f"threads: none for {_names(node)} (thread 0 runs it)")
+                continue
+            first = _leading_coincident(node)
+            n = min(first, len(block_opt), 3)
+            members = list(range(first - n, first))  # innermost coincident ones
+            if first < node.band_n_member():
+                node = node.band_split(first)  # the coincident prefix is a band of its own
+            if first - n > 0:
+                node = node.band_split(first - n).child(0)
+            filt = node.get_domain()
+            fn = None
+            for k in range(3):
+                part = (
+                    _id_function(node, n - 1 - k, block_opt[k])
+                    if k < n
+                    else _constant_ids(node.get_domain(), 1)
+                )
+                fn = part if fn is None else fn.flat_range_product(part)
+            self.threads.append(fn)
+            for k, m in enumerate(reversed(range(n))):
+                filt = filt.intersect(_id_filter(node, m, block_opt[k], THREAD_IDS[k]))
+            node = node.insert_filter(filt)
+            used = max(used, n)
+            self.decisions.append(
+                f"threads: members {members} of the band over {_names(node)} -> "
+                + ", ".join(f"{'xyz'[k]} ({block_opt[k]})" for k in range(n))
+                + " (innermost to x)"
+            )
+            sched = node.get_schedule()
+        # threads beyond the mapped dims: fixed to 0 by the context
+        return sched, used
+
+    # ---------------------------------------------------------------------------------- syncs
+    def place_syncs(self, sched: isl.Schedule, start: list[int]) -> isl.Schedule:
+        """Mark ``sync`` where threads of a block must wait for each other (see the module's
+        docstring), looking at the nodes from ``start`` down to the thread filters."""
+        if not self.threads:
+            return sched
+        ids = self.threads[0]
+        for fn in self.threads[1:]:
+            ids = ids.union(fn)
+        marks: list[tuple[list[int], str]] = []
+
+        def visit(node: isl.ScheduleNode) -> None:
+            if _is(node, isl.schedule_node_type.filter) and _mentions_threads(node.filter_get_filter()):
+                return  # thread-mapped (or thread-0) code: one thread's instances in order
+            if _is(node, isl.schedule_node_type.sequence):
+                n = node.n_children()
+                for i in range(n - 1):
+                    src = node.child(i).child(0).get_domain()
+                    dst = node.child(i + 1).get_domain()
+                    for j in range(i + 2, n):
+                        dst = dst.union(node.child(j).get_domain())
+                    if self._crosses(src, dst, ids):
+                        why = f"after child {i} of a sequence over {_names(node)}"
+                        marks.append(([*_path(node), i, 0], why))
+            elif _is(node, isl.schedule_node_type.band) and node.n_children() == 1:
+                carried = not all(node.band_member_get_coincident(j) for j in range(node.band_n_member()))
+                dom = node.get_domain()
+                if carried and self._crosses(dom, dom, ids):
+                    marks.append(([*_path(node), 0], f"after each iteration of the band over {_names(node)}"))
+            for i in range(node.n_children()):
+                visit(node.child(i))
+
+        visit(_at(sched, start))
+        for path, why in sorted(marks, key=lambda m: m[0], reverse=True):
+            node = _at(sched, path).insert_mark(isl.Id(SYNC_MARK, context=sched.get_ctx()))
+            sched = node.get_schedule()
+            self.decisions.append(f"sync: {why}")
+        return sched
+
+    def _crosses(self, src: isl.UnionSet, dst: isl.UnionSet, ids: isl.UnionMap) -> bool:
+        """Whether a dependence from ``src`` to ``dst`` joins instances of different threads."""
+        deps = self.deps.intersect_domain(src).intersect_range(dst)
+        if deps.is_empty():
+            return False
+        pairs = deps.apply_domain(ids).apply_range(ids)
+        same = isl.Set.read_from_str(src.get_ctx(), "{ [0, 0, 0] }")
+        return not pairs.deltas().is_subset(isl.UnionSet.from_set(same))
+
+
+def _mentions_threads(s: isl.UnionSet) -> bool:
+    space = s.get_space()
+    return any(space.find_dim_by_name(isl.dim_type.param, t) >= 0 for t in THREAD_IDS)
+
+
+def _names(node: isl.ScheduleNode) -> list[str]:
+    return _set_names(node.get_domain())
+
+
+def _set_names(domain: isl.UnionSet) -> list[str]:
+    lst = domain.get_set_list()
+    return sorted({lst.get_at(i).get_tuple_name() for i in range(lst.n_set())})
+
+
+def map_gpu(
+    scop: Scop,
+    deps: Dependences,
+    sched: isl.Schedule,
+    options,
+    sizes: Mapping[str, int],
+    fixed: isl.Set,
+) -> GpuPlan:
+    """Map ``sched`` (specialised and tiled) onto CUDA kernels, blocks and threads.
+
+    :arg options: the :class:`~tcjit.mapping.option_values.OptionValues` of the call
+        (``map_to_blocks``, ``map_to_threads``).
+    :arg fixed: the parameters' values (a params set).
+    """
+    m = _Mapper(scop, deps, sizes, fixed)
+    grid_opt = list(options.map_to_blocks)
+    block_opt = list(options.map_to_threads)
+    roots = [_path(r) for r in _kernel_roots(sched)]
+    per_kernel = []
+    # later kernels first: editing one kernel's subtree leaves the earlier ones' paths intact
+    for path in reversed(roots):
+        sched, grid_used, band_path = m.map_blocks(sched, path, grid_opt)
+        sched, threads_used = m.map_threads(sched, band_path, path, block_opt)
+        sched = m.place_syncs(sched, band_path if band_path is not None else path)
+        m.threads.clear()
+        per_kernel.append((path, grid_used, threads_used))
+    per_kernel.reverse()
+    kernels = []
+    for path, grid_used, threads_used in per_kernel:
+        node = _at(sched, path)
+        domain = node.child(0).get_domain() if _is(node, isl.schedule_node_type.filter) else node.get_domain()
+        grid, block = _tighten(sched, domain, fixed, grid_used, block_opt[:threads_used])
+        kernels.append(GpuKernelPlan(domain, grid, block, _context(fixed, grid, block)))
+        m.decisions.append(f"kernel over {_set_names(domain)}: grid {grid}, block {block}")
+    return GpuPlan(sched, tuple(kernels), tuple(m.decisions))
+
+
+def _context(fixed: isl.Set, grid: Sequence[int], block: Sequence[int]) -> isl.Set:
+    names = [*BLOCK_IDS, *THREAD_IDS]
+    bounds = [*grid, *block]
+    cons = " and ".join(f"0 <= {n} < {b}" for n, b in zip(names, bounds))
+    ids = isl.Set.read_from_str(fixed.get_ctx(), f"[{', '.join(names)}] -> {{ : {cons} }}")
+    return fixed.align_params(ids.get_space()).intersect(ids.align_params(fixed.get_space()))
+
+
+def _padded(sizes: Sequence[int]) -> list[int]:
+    return [*sizes, *[1] * (3 - len(sizes))]
+
+
+def _tighten(sched, domain, fixed, grid_used, block_used) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The largest block and thread ids that run an instance of ``domain``, plus one, per dim."""
+    ids = _context(fixed, _padded(grid_used), _padded(block_used))
+    smap = sched.get_map().intersect_domain(domain).intersect_params(ids)
+    params = smap.domain().params()
+    if params.is_empty():
+        return (1, 1, 1), (1, 1, 1)
+    out = []
+    for names, used in ((BLOCK_IDS, grid_used), (THREAD_IDS, block_used)):
+        dims = []
+        for i, name in enumerate(names):
+            if i >= len(used):
+                dims.append(1)
+                continue
+            pos = params.find_dim_by_name(isl.dim_type.param, name)
+            if pos < 0:
+                dims.append(1)
+                continue
+            s = params.move_dims(isl.dim_type.set, 0, isl.dim_type.param, pos, 1)
+            top = s.dim_max_val(0)
+            if not top.is_int():
+                raise TCInternalError(f"unbounded {name} in a GPU mapping")
+            dims.append(int(top.to_python()) + 1)
+        out.append(tuple(dims))
+    return out[0], out[1]

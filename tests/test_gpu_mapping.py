@@ -1,0 +1,193 @@
+"""The GPU mapping (mapping/gpu.py), checked without a GPU and without a printer.
+
+Each kernel's isl AST is built as the CUDA printer will build it and interpreted here in Python,
+once per block id and thread id in the tightened launch bounds: every statement instance of the
+program must run exactly once, in exactly one kernel, block and thread. Decisions (what went to
+blocks and threads, innermost to x) and the tightened grid and block are checked on known cases.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+
+import islpy as isl
+import pytest
+
+from tcjit.mapping import ir
+from tcjit.mapping.gpu import BLOCK_IDS, THREAD_IDS, map_gpu
+from tcjit.mapping.lower import tiled_schedule
+from tcjit.mapping.options import MappingOptions
+from tcjit.polyhedral.lang.check import check_source
+
+MATMUL = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, r_k) * B(r_k, n) }"
+SOFTMAX = """def softmax(float(N,D) I) -> (O, expsum, maxVal) {
+    maxVal(n) max=! I(n, r_d)
+    expsum(n) +=! exp(I(n, r_d) - maxVal(n))
+    O(n, d) = exp(I(n, d) - maxVal(n)) / expsum(n)
+}"""
+ABS_SUM = "def abs_sum(float(M,N) A) -> (S) { S +=! fabs(A(r_m, r_n)) }"
+CONV = """def conv(float(N,C,H,W) I, float(F,C,KH,KW) W1) -> (O) {
+    O(n, f, h, w) +=! I(n, r_c, h + r_kh, w + r_kw) * W1(f, r_c, r_kh, r_kw)
+}"""
+SKEW = """def skew(float(N,D) I) -> (T, U) {
+    T(n, d) = I(n, d) * 2
+    U(n, d) = T(n, D - 1 - d) + 1
+}"""
+
+
+def _plan(src: str, sizes: dict, options: MappingOptions):
+    cdef = check_source(src).entry()
+    scop, deps, fixed, sched = tiled_schedule(cdef, sizes, options.values)
+    return scop, map_gpu(scop, deps, sched, options.values, sizes, fixed)
+
+
+def _value(e: ir.Expr, env: dict[str, int]) -> int:
+    if isinstance(e, ir.Int):
+        return e.value
+    if isinstance(e, ir.Var):
+        return env[e.name]
+    a = [_value(x, env) for x in e.args]
+    op = e.op
+    if op == "neg":
+        return -a[0]
+    if op == "select":
+        return a[1] if a[0] else a[2]
+    table = {
+        "+": lambda x, y: x + y,
+        "-": lambda x, y: x - y,
+        "*": lambda x, y: x * y,
+        "min": min,
+        "max": max,
+        "floordiv": lambda x, y: x // y,
+        "div": lambda x, y: x // y,
+        "mod": lambda x, y: x % y,
+        "<": lambda x, y: int(x < y),
+        "<=": lambda x, y: int(x <= y),
+        ">": lambda x, y: int(x > y),
+        ">=": lambda x, y: int(x >= y),
+        "==": lambda x, y: int(x == y),
+        "&&": lambda x, y: int(bool(x) and bool(y)),
+        "||": lambda x, y: int(bool(x) or bool(y)),
+    }
+    return table[op](*a)
+
+
+def _run(node: ir.Node | None, env: dict[str, int], out: list) -> None:
+    if node is None:
+        return
+    if isinstance(node, ir.Block):
+        for c in node.children:
+            _run(c, env, out)
+    elif isinstance(node, ir.Mark):
+        _run(node.body, env, out)
+    elif isinstance(node, ir.If):
+        _run(node.then if _value(node.cond, env) else node.other, env, out)
+    elif isinstance(node, ir.For):
+        env = dict(env)
+        env[node.var] = _value(node.init, env)
+        while _value(node.cond, env):
+            _run(node.body, env, out)
+            if node.degenerate:
+                break
+            env[node.var] += node.step
+    elif isinstance(node, ir.Run):
+        out.append((node.statement, tuple(_value(a, env) for a in node.args)))
+    else:
+        raise AssertionError(node)
+
+
+def _executed(plan, sizes: dict) -> tuple[Counter, Counter]:
+    """Instances run (with multiplicity), and the (kernel, block, thread) that ran each."""
+    runs: Counter = Counter()
+    where: dict = {}
+    for k, kernel in enumerate(plan.kernels):
+        ast = isl.AstBuild.from_context(kernel.context).node_from_schedule(
+            plan.schedule.intersect_domain(kernel.domain)
+        )
+        body = ir.from_isl_ast(ast, params=dict(sizes))
+        for b in itertools.product(*(range(g) for g in kernel.grid)):
+            for t in itertools.product(*(range(n) for n in kernel.block)):
+                env = dict(zip(BLOCK_IDS, b)) | dict(zip(THREAD_IDS, t))
+                out: list = []
+                _run(body, env, out)
+                for inst in out:
+                    runs[inst] += 1
+                    where[inst] = (k, b, t)
+    return runs, Counter(where.values())
+
+
+def _domain(scop, sizes: dict) -> set:
+    points: set = set()
+    cons = " and ".join(f"{p} = {sizes[p]}" for p in scop.params) or "0 = 0"
+    fixed = isl.Set.read_from_str(scop.ctx, f"[{', '.join(scop.params)}] -> {{ : {cons} }}")
+    dom = scop.domain.intersect_params(fixed)
+
+    def add(p: isl.Point) -> None:
+        space = p.get_space()
+        n = space.dim(isl.dim_type.set)
+        coords = tuple(int(p.get_coordinate_val(isl.dim_type.set, i).to_python()) for i in range(n))
+        points.add((space.get_tuple_name(isl.dim_type.set), coords))
+
+    dom.foreach_point(add)
+    return points
+
+
+OPTIONS = [
+    MappingOptions("naive").tile(32, 32, 32).map_to_blocks(4, 4).map_to_threads(16, 8),
+    MappingOptions("naive").tile(4, 8).map_to_blocks(2).map_to_threads(3, 5),  # fewer than needed
+    MappingOptions("naive").tile(0).map_to_blocks(100, 100, 100).map_to_threads(64, 4, 4),
+    MappingOptions("naive").outer_schedule_fusion_strategy("Max").tile(5, 3).map_to_threads(7),
+]
+PROGRAMS = [
+    (MATMUL, {"M": 13, "K": 7, "N": 11}),
+    (SOFTMAX, {"N": 6, "D": 9}),
+    (ABS_SUM, {"M": 5, "N": 3}),
+    (CONV, {"N": 2, "C": 2, "H": 6, "W": 7, "F": 3, "KH": 3, "KW": 2}),
+    (SKEW, {"N": 5, "D": 4}),
+]
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=["32x32", "small-grid", "untiled", "max-fusion"])
+@pytest.mark.parametrize("src, sizes", PROGRAMS, ids=["matmul", "softmax", "abs_sum", "conv", "skew"])
+def test_every_instance_runs_exactly_once(src: str, sizes: dict, options: MappingOptions) -> None:
+    scop, plan = _plan(src, sizes, options)
+    runs, _ = _executed(plan, sizes)
+    twice = {i: n for i, n in runs.items() if n != 1}
+    assert not twice, f"instances run more than once: {list(twice.items())[:5]}"
+    assert set(runs) == _domain(scop, sizes), "\n".join(plan.decisions)
+
+
+def test_matmul_maps_tiles_to_blocks_and_points_to_threads_innermost_to_x() -> None:
+    opts = MappingOptions("naive").tile(32, 32, 32).map_to_blocks(4, 4).map_to_threads(16, 8)
+    _, plan = _plan(MATMUL, {"M": 100, "K": 50, "N": 70}, opts)
+    update = plan.kernels[-1]
+    assert update.grid == (4, 3, 1)  # ceil(100 / 32), ceil(70 / 32): tightened below 4 x 4
+    assert update.block == (16, 8, 1)
+    want = "threads: members [0, 1] of the band over ['S0'] -> x (16), y (8) (innermost to x)"
+    assert want in plan.decisions
+    ast = isl.AstBuild.from_context(update.context).node_from_schedule(
+        plan.schedule.intersect_domain(update.domain)
+    )
+    code = ast.to_C_str()
+    assert "c4 = t0" in code and "32 * b1 + c4" in code  # n, the last subscript, follows threadIdx.x
+
+
+def test_launch_bounds_shrink_to_the_problem() -> None:
+    opts = MappingOptions("naive").tile(32, 32, 32).map_to_blocks(256, 256).map_to_threads(32, 32)
+    _, plan = _plan(MATMUL, {"M": 5, "K": 3, "N": 7}, opts)
+    assert plan.kernels[-1].grid == (1, 1, 1)
+    assert plan.kernels[-1].block == (7, 5, 1)
+
+
+def test_a_whole_tensor_reduction_runs_on_one_thread() -> None:
+    _, plan = _plan(ABS_SUM, {"M": 5, "N": 3}, OPTIONS[0])
+    assert all(k.grid == (1, 1, 1) and k.block == (1, 1, 1) for k in plan.kernels)
+    assert any("thread 0 runs it" in d for d in plan.decisions)
+
+
+def test_unfused_statements_are_separate_launches_in_order() -> None:
+    _, plan = _plan(SOFTMAX, {"N": 6, "D": 9}, OPTIONS[0])
+    names = [d for d in plan.decisions if d.startswith("kernel over")]
+    assert len(plan.kernels) == len(names) >= 3
+    assert names[-1].startswith("kernel over ['S2']")  # O last: it reads both reductions
