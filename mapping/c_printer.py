@@ -663,7 +663,14 @@ class _Printer:
         elif isinstance(n, ir.Run):
             self.run(n, indent)
         elif isinstance(n, ir.Mark):
+            if n.name == "thread0":  # the GPU mapping's code for thread 0 alone
+                self.lines.append(f"{indent}if (t0 == 0 && t1 == 0 && t2 == 0) {{")
+                self.node(n.body, indent + "  ")
+                self.lines.append(f"{indent}}}")
+                return
             self.node(n.body, indent)
+            if n.name == "sync":
+                self.lines.append(f"{indent}/* barrier */")
         elif isinstance(n, ir.If):
             self.lines.append(f"{indent}if ({expr(n.cond)}) {{")
             self.node(n.then, indent + "  ")
@@ -673,8 +680,33 @@ class _Printer:
             self.lines.append(f"{indent}}}")
         elif isinstance(n, ir.For):
             self.loop(n, indent)
+        elif isinstance(n, ir.Blocks):
+            self.ids(n.grid, "b", "blocks of one launch", n.body, indent)
+        elif isinstance(n, ir.Threads):
+            self.ids(n.block, "t", "threads of the block up to the next barrier", n.body, indent)
         else:
             raise TCInternalError(f"cannot print {n!r}")
+
+    def ids(self, dims: Sequence[int], prefix: str, what: str, body: ir.Node, indent: str) -> None:
+        """An emulated target's loop over block (``b``) or thread (``t``) ids, in the order the
+        call's ``tc_order`` argument selects (:data:`EMULATION_HELPERS`)."""
+        count = math.prod(dims)
+        k = f"tc_{prefix}i"
+        self.lines.append(f"{indent}{{ /* {what}: {' x '.join(map(str, dims))} */")
+        self.lines.append(f"{indent}  const int64_t tc_{prefix}s = tc_stride({count});")
+        self.lines.append(f"{indent}  for (int64_t {k} = 0; {k} < {count}; {k}++) {{")
+        self.lines.append(
+            f"{indent}    const int64_t tc_{prefix}l = tc_perm({k}, {count}, tc_{prefix}s, s_tc_order);"
+        )
+        x, y, flat = dims[0], dims[0] * dims[1], f"tc_{prefix}l"
+        self.lines.append(
+            f"{indent}    const int64_t {prefix}0 = {flat} % {x}, {prefix}1 = {flat} / {x} % {dims[1]},"
+            f" {prefix}2 = {flat} / {y};"
+        )
+        self.lines.append(f"{indent}    (void){prefix}0; (void){prefix}1; (void){prefix}2;")
+        self.node(body, indent + "    ")
+        self.lines.append(f"{indent}  }}")
+        self.lines.append(f"{indent}}}")
 
     def loop(self, n: ir.For, indent: str) -> None:
         if n.degenerate:
@@ -844,6 +876,12 @@ class _Accumulator:
 
 def _ctype_size(t: ScalarType) -> int:
     return {"double": 8, "float": 4}.get(_ctype(t), max(1, t.bits // 8))
+
+
+def _emulated(node: ir.Node) -> bool:
+    return isinstance(node, ir.Blocks) or (
+        isinstance(node, ir.Block) and any(isinstance(c, ir.Blocks) for c in node.children)
+    )
 
 
 def _all_runs(node: ir.Node | None) -> list[ir.Run]:
@@ -1051,6 +1089,7 @@ def print_kernel(
         "  return i;",
         "}",
         "",
+        *(EMULATION_HELPERS if _emulated(body) else ()),
         *_PARTS,
         *p.prototypes,
         "",
@@ -1083,6 +1122,27 @@ _PARTS = (
     "#else",
     '#define TC_REGION __attribute__((visibility("hidden")))',
     "#endif",
+)
+
+
+#: Ids in the emulated target's orders (``tc_order``: 0 forward, 1 reversed, 2 shuffled: ``i * s +
+#: n / 3`` modulo ``n`` with a stride ``s`` prime to ``n`` near ``n / 2``).
+EMULATION_HELPERS = (
+    "static int64_t tc_stride(int64_t n) {",
+    "  int64_t s = n / 2 + 1;",
+    "  for (;; s++) {",
+    "    int64_t a = s, b = n;",
+    "    while (b) { int64_t r = a % b; a = b; b = r; }",
+    "    if (a == 1) return s;",
+    "  }",
+    "}",
+    "static inline int64_t tc_perm(int64_t i, int64_t n, int64_t s, int64_t order) {",
+    "  if (order == 1) return n - 1 - i;",
+    "  if (order == 2)",
+    "    return (int64_t)(((unsigned __int128)i * (uint64_t)s + (uint64_t)(n / 3)) % (uint64_t)n);",
+    "  return i;",
+    "}",
+    "",
 )
 
 

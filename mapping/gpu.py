@@ -39,13 +39,31 @@ import islpy as isl
 from ..polyhedral.errors import TCInternalError
 from ..polyhedral.scop import Dependences, Scop
 
-__all__ = ["BLOCK_IDS", "SYNC_MARK", "THREAD_IDS", "GpuKernelPlan", "GpuPlan", "map_gpu"]
+__all__ = [
+    "BLOCK_IDS",
+    "SYNC_MARK",
+    "SYNC_PREFIX",
+    "THREAD0_MARK",
+    "THREAD_IDS",
+    "GpuKernelPlan",
+    "GpuPlan",
+    "barriers",
+    "map_gpu",
+]
 
 BLOCK_IDS = ("b0", "b1", "b2")
 THREAD_IDS = ("t0", "t1", "t2")
 
 #: The mark the printers turn into ``__syncthreads()`` after the marked subtree.
 SYNC_MARK = "sync"
+
+#: Statements named with this prefix and a number are barriers (``__syncthreads()``); the
+#: mapper adds them as extension nodes. :func:`barriers` turns them into ``sync`` marks.
+SYNC_PREFIX = "tc_sync_"
+
+#: The mark above code that thread 0 of each block runs alone (printed as a condition on the
+#: thread ids below any barrier).
+THREAD0_MARK = "thread0"
 
 
 @dataclass(frozen=True)
@@ -141,13 +159,6 @@ def _constant_ids(domain: isl.UnionSet, n: int = 3) -> isl.UnionMap:
     return isl.UnionMap.from_domain_and_range(domain, isl.UnionSet.from_set(zeros))
 
 
-def _fixed_ids(domain: isl.UnionSet, names: Sequence[str]) -> isl.UnionSet:
-    ctx = domain.get_ctx()
-    cons = " and ".join(f"{n} = 0" for n in names)
-    ids = isl.Set.read_from_str(ctx, f"[{', '.join(names)}] -> {{ : {cons} }}")
-    return domain.intersect_params(ids)
-
-
 class _Mapper:
     def __init__(self, scop: Scop, deps: Dependences, sizes: Mapping[str, int], fixed: isl.Set):
         self.scop = scop
@@ -155,6 +166,8 @@ class _Mapper:
         self.fixed = fixed
         self.decisions: list[str] = []
         self.threads: list[isl.UnionMap] = []  # statement instance -> its thread ids (x, y, z)
+        self.mapped: list[isl.UnionSet] = []  # instances under thread filters (this kernel)
+        self.syncs = 0
 
     # -------------------------------------------------------------------------------- blocks
     def map_blocks(self, sched, path, grid_opt) -> tuple[isl.Schedule, list[int], list[int] | None]:
@@ -217,8 +230,9 @@ class _Mapper:
         found = visit(start, block_path is not None)
         if not found:
             unmapped.append(_path(start.child(0) if block_path is not None and start.n_children() else start))
-        # a sequence's children are filters: the thread-0 filter goes below them (and below the
-        # sync marks that may come later, so that no barrier sits under a thread condition)
+        # a sequence's children are filters: the thread-0 mark goes below them (and below the sync
+        # marks that may come later). A mark, not a filter 't = 0': isl would hoist the filter's
+        # condition above the sync marks, and a barrier under a thread condition deadlocks.
         unmapped = [[*p, 0] if _is(_at(sched, p), isl.schedule_node_type.filter) else p for p in unmapped]
         used = 0
         # edit bottom-up so that earlier paths stay valid: deeper and later paths first
@@ -227,7 +241,7 @@ class _Mapper:
             node = _at(sched, p)
             if what == "zero":
                 self.threads.append(_constant_ids(node.get_domain()))
-                node = node.insert_filter(_fixed_ids(node.get_domain(), THREAD_IDS))
+                node = node.insert_mark(isl.Id(THREAD0_MARK, context=node.get_ctx()))
                 sched = node.get_schedule()
                 self.decisions.append(f"threads: none for {_names(node)} (thread 0 runs it)")
                 continue
@@ -250,6 +264,7 @@ class _Mapper:
             self.threads.append(fn)
             for k, m in enumerate(reversed(range(n))):
                 filt = filt.intersect(_id_filter(node, m, block_opt[k], THREAD_IDS[k]))
+            self.mapped.append(node.get_domain())
             node = node.insert_filter(filt)
             used = max(used, n)
             self.decisions.append(
@@ -274,7 +289,9 @@ class _Mapper:
 
         def visit(node: isl.ScheduleNode) -> None:
             if _is(node, isl.schedule_node_type.filter) and _mentions_threads(node.filter_get_filter()):
-                return  # thread-mapped (or thread-0) code: one thread's instances in order
+                return  # thread-mapped code: each thread's instances in order
+            if _is(node, isl.schedule_node_type.mark) and node.mark_get_id().get_name() == THREAD0_MARK:
+                return
             if _is(node, isl.schedule_node_type.sequence):
                 n = node.n_children()
                 for i in range(n - 1):
@@ -295,8 +312,16 @@ class _Mapper:
 
         visit(_at(sched, start))
         for path, why in sorted(marks, key=lambda m: m[0], reverse=True):
-            node = _at(sched, path).insert_mark(isl.Id(SYNC_MARK, context=sched.get_ctx()))
-            sched = node.get_schedule()
+            # A statement of its own, run by every thread once per iteration of the loops around
+            # it (an extension node, as in TC): a mark around the subtree would end up under the
+            # conditions isl derives from the thread filters below it.
+            node = _at(sched, path)
+            name = f"{SYNC_PREFIX}{self.syncs}"
+            self.syncs += 1
+            outer = node.get_prefix_schedule_union_map().range()
+            stmt = isl.UnionSet.from_set(isl.Set.read_from_str(sched.get_ctx(), f"{{ {name}[] }}"))
+            graft = isl.ScheduleNode.from_extension(isl.UnionMap.from_domain_and_range(outer, stmt))
+            sched = node.graft_after(graft).get_schedule()
             self.decisions.append(f"sync: {why}")
         return sched
 
@@ -308,6 +333,25 @@ class _Mapper:
         pairs = deps.apply_domain(ids).apply_range(ids)
         same = isl.Set.read_from_str(src.get_ctx(), "{ [0, 0, 0] }")
         return not pairs.deltas().is_subset(isl.UnionSet.from_set(same))
+
+
+def barriers(node):
+    """Kernel IR ``node`` with the mapper's barrier statements as ``sync`` marks around nothing."""
+    from . import ir
+
+    if isinstance(node, ir.Run):
+        return ir.Mark(SYNC_MARK, ir.Block(())) if node.statement.startswith(SYNC_PREFIX) else node
+    if isinstance(node, ir.Block):
+        return ir.Block(tuple(barriers(c) for c in node.children))
+    if isinstance(node, ir.For):
+        return ir.For(
+            node.var, node.init, node.cond, node.step, barriers(node.body), node.kind, node.degenerate
+        )
+    if isinstance(node, ir.If):
+        return ir.If(node.cond, barriers(node.then), None if node.other is None else barriers(node.other))
+    if isinstance(node, ir.Mark):
+        return ir.Mark(node.name, barriers(node.body))
+    return node
 
 
 def _mentions_threads(s: isl.UnionSet) -> bool:
@@ -347,17 +391,28 @@ def map_gpu(
     for path in reversed(roots):
         sched, grid_used, band_path = m.map_blocks(sched, path, grid_opt)
         sched, threads_used = m.map_threads(sched, band_path, path, block_opt)
-        sched = m.place_syncs(sched, band_path if band_path is not None else path)
+        mapped = m.mapped[0] if m.mapped else None
+        for d in m.mapped[1:]:
+            mapped = mapped.union(d)
+        start = band_path if band_path is not None else path
+        per_kernel.append((path, start, grid_used, threads_used, mapped, list(m.threads)))
         m.threads.clear()
-        per_kernel.append((path, grid_used, threads_used))
+        m.mapped.clear()
     per_kernel.reverse()
     kernels = []
-    for path, grid_used, threads_used in per_kernel:
+    for path, _, grid_used, threads_used, mapped, _ in per_kernel:
         node = _at(sched, path)
         domain = node.child(0).get_domain() if _is(node, isl.schedule_node_type.filter) else node.get_domain()
-        grid, block = _tighten(sched, domain, fixed, grid_used, block_opt[:threads_used])
+        grid, _ = _tighten(sched, domain, fixed, grid_used, [])
+        block = (1, 1, 1)
+        if mapped is not None:  # threads as far as the thread-mapped instances reach
+            _, block = _tighten(sched, mapped, fixed, grid_used, block_opt[:threads_used])
         kernels.append(GpuKernelPlan(domain, grid, block, _context(fixed, grid, block)))
         m.decisions.append(f"kernel over {_set_names(domain)}: grid {grid}, block {block}")
+    # barriers last: isl cannot give the schedule's map (above) once it has extension nodes
+    for _, start, _, _, _, threads in reversed(per_kernel):
+        m.threads = threads
+        sched = m.place_syncs(sched, start)
     return GpuPlan(sched, tuple(kernels), tuple(m.decisions))
 
 

@@ -33,6 +33,7 @@ from ..polyhedral.errors import TCInternalError
 
 __all__ = [
     "Block",
+    "Blocks",
     "Expr",
     "For",
     "If",
@@ -41,6 +42,7 @@ __all__ = [
     "Node",
     "Op",
     "Run",
+    "Threads",
     "Var",
     "free_vars",
     "from_isl_ast",
@@ -109,7 +111,26 @@ class Mark:
     body: Node
 
 
-Node = Union[For, If, Block, Run, Mark]  # noqa: UP007
+@dataclass(frozen=True)
+class Blocks:
+    """The emulated target only (:mod:`.emulation`): one CUDA kernel's launch, ``body`` run once
+    per block of ``grid`` (x, y, z) in the call's order, with ``b0, b1, b2`` bound."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    body: Node
+
+
+@dataclass(frozen=True)
+class Threads:
+    """The emulated target only: ``body`` (free of barriers) run once per thread of ``block``
+    in the call's order, with ``t0, t1, t2`` bound; its end is a barrier."""
+
+    block: tuple[int, int, int]
+    body: Node
+
+
+Node = Union[For, If, Block, Run, Mark, Blocks, Threads]  # noqa: UP007
 
 
 # ------------------------------------------------------------------------------------ from the isl AST
@@ -257,7 +278,7 @@ def loops(node: Node) -> list[For]:
         elif isinstance(n, Block):
             for c in n.children:
                 visit(c)
-        elif isinstance(n, Mark):
+        elif isinstance(n, (Mark, Blocks, Threads)):
             visit(n.body)
 
     visit(node)

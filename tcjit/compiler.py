@@ -13,6 +13,7 @@ one target and one set of options. :func:`specialize` finds or builds it:
 
 from __future__ import annotations
 
+import contextvars
 import ctypes
 import hashlib
 import json
@@ -29,6 +30,10 @@ from .polyhedral.errors import TCBoundsError, TCCallError, TCError, TCWarning
 from .polyhedral.lang.checked import CheckedDef
 
 __all__ = ["Specialization", "cache_key", "kernel_store", "specialize"]
+
+#: The order the emulated CUDA target runs blocks and threads in (0 forward, 1 reversed, 2
+#: shuffled); set with :func:`tcjit.testing.emulation_order`.
+EMULATION_ORDER: contextvars.ContextVar[int] = contextvars.ContextVar("tcjit_emulation_order", default=0)
 
 _STORE_LOCK = threading.Lock()
 _STORES: dict[str, object] = {}
@@ -162,7 +167,9 @@ class Specialization:
         n_out = len(cdef.outputs)
         plan = []
         for name, kind, _ in meta.params:
-            if name in index:
+            if name == "tc_order":  # the emulated CUDA target's block and thread order
+                plan.append(("r", 0))
+            elif name in index:
                 plan.append(("s" if kind == "scalar" else "i", index[name]))
             elif name in cdef.outputs:
                 plan.append(("o", cdef.outputs.index(name)))
@@ -208,6 +215,8 @@ class Specialization:
                 args.append(outs[i].data_ptr())
             elif kind == "t":
                 args.append(temps[i - len(outs)].data_ptr())
+            elif kind == "r":
+                args.append(EMULATION_ORDER.get())
             else:
                 name = self.cdef.params[i]
                 args.append(_scalar_value(self.cdef, name, inputs[i], self._scalar_types[i]))
@@ -292,10 +301,11 @@ def _check_aliasing(cdef: CheckedDef, inputs: Sequence[object], outputs: Sequenc
 def specialize(kernel, binding: Binding, inputs, outputs, options, target: str) -> Specialization:
     """Find or build the specialisation of ``kernel`` for this call (checked by ``bind``)."""
     cdef = kernel.definition
-    if target != "cpu":
+    if target not in ("cpu", "cuda-emulated"):
         raise TCCallError(
-            f"target {target!r} is not available yet: this version of tcjit compiles for CPU tensors only",
-            hint="move the tensors to the CPU, or run under tcjit.reference.evaluate",
+            f"target {target!r} is not available yet: this version of tcjit runs CPU tensors, and the "
+            "CUDA mapping emulated on them",
+            hint="move the tensors to the CPU (target='cuda-emulated' runs the CUDA mapping there)",
         )
     options_json = options.to_json()
     key = cache_key(kernel.canonical_source, cdef.name, inputs, outputs, target, options_json)
@@ -315,6 +325,7 @@ def specialize(kernel, binding: Binding, inputs, outputs, options, target: str) 
                 pass  # evicted or unusable under us: rebuild
     with _BUILD_LOCK:  # isl contexts are per compilation, but one compiler at a time keeps memory flat
         from .cpu_runtime import compile_c, vector_bytes
+        from .mapping.emulation import lower_emulated
         from .mapping.lower import lower_cpu
 
         strides = {}
@@ -325,7 +336,10 @@ def specialize(kernel, binding: Binding, inputs, outputs, options, target: str) 
             strides[name] = (
                 tuple(given[name].stride()) if name in given else _contiguous(binding.output_shapes[name])
             )
-        lowered = lower_cpu(cdef, binding.sizes, strides, options.values, vector_bytes=vector_bytes())
+        if target == "cuda-emulated":
+            lowered = lower_emulated(cdef, binding.sizes, strides, options.values)
+        else:
+            lowered = lower_cpu(cdef, binding.sizes, strides, options.values, vector_bytes=vector_bytes())
         blob = compile_c(lowered.source, name=cdef.name)
     meta = _Meta.from_json(lowered.to_json())
     if store is not None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 
 import torch
 
@@ -60,3 +61,26 @@ def tolerance(dtype: torch.dtype, reduction_length: int = 1) -> dict[str, float]
     if dtype == torch.float64:
         return {"rtol": 1e-12 * scale, "atol": 1e-12 * scale}
     return {"rtol": 0.0, "atol": 0.0}
+
+
+@contextlib.contextmanager
+def emulation_order(order: str) -> Iterator[None]:
+    """Within the block, calls with ``target="cuda-emulated"`` run the CUDA kernels' blocks and
+    threads in ``order``: ``"forward"`` (the default), ``"reversed"`` or ``"shuffled"``.
+
+    A mapping that lets two threads or blocks touch one element without a barrier between them
+    gives different results in different orders::
+
+        with tcjit.testing.emulation_order("reversed"):
+            y = kernel(x, target="cuda-emulated")
+    """
+    from .compiler import EMULATION_ORDER
+    from .mapping.emulation import ORDERS
+
+    if order not in ORDERS:
+        raise TCCallError(f"unknown emulation order {order!r}; expected one of {', '.join(ORDERS)}")
+    token = EMULATION_ORDER.set(ORDERS.index(order))
+    try:
+        yield
+    finally:
+        EMULATION_ORDER.reset(token)

@@ -15,7 +15,7 @@ import islpy as isl
 import pytest
 
 from tcjit.mapping import ir
-from tcjit.mapping.gpu import BLOCK_IDS, THREAD_IDS, map_gpu
+from tcjit.mapping.gpu import BLOCK_IDS, THREAD0_MARK, THREAD_IDS, barriers, map_gpu
 from tcjit.mapping.lower import tiled_schedule
 from tcjit.mapping.options import MappingOptions
 from tcjit.polyhedral.lang.check import check_source
@@ -80,7 +80,8 @@ def _run(node: ir.Node | None, env: dict[str, int], out: list) -> None:
         for c in node.children:
             _run(c, env, out)
     elif isinstance(node, ir.Mark):
-        _run(node.body, env, out)
+        if node.name != THREAD0_MARK or all(env[t] == 0 for t in THREAD_IDS):
+            _run(node.body, env, out)
     elif isinstance(node, ir.If):
         _run(node.then if _value(node.cond, env) else node.other, env, out)
     elif isinstance(node, ir.For):
@@ -105,7 +106,7 @@ def _executed(plan, sizes: dict) -> tuple[Counter, Counter]:
         ast = isl.AstBuild.from_context(kernel.context).node_from_schedule(
             plan.schedule.intersect_domain(kernel.domain)
         )
-        body = ir.from_isl_ast(ast, params=dict(sizes))
+        body = barriers(ir.from_isl_ast(ast, params=dict(sizes)))
         for b in itertools.product(*(range(g) for g in kernel.grid)):
             for t in itertools.product(*(range(n) for n in kernel.block)):
                 env = dict(zip(BLOCK_IDS, b)) | dict(zip(THREAD_IDS, t))

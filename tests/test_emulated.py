@@ -1,0 +1,138 @@
+"""The CUDA mapping run through the emulated target (``target="cuda-emulated"``) on the CPU.
+
+Every suite kernel at its small sizes, with several mapping option vectors (tile sizes, block and
+thread shapes larger and smaller than the problem, 1-D to 3-D), must match the oracle, and its
+results must not depend on the order blocks and threads run in (forward, reversed, shuffled): a
+race or a missing barrier shows up as a difference between orders.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import compiled_helpers as H
+import pytest
+import torch
+
+import tcjit
+from tcjit import suite
+from tcjit.cli import lower_for_show  # noqa: F401 (the CPU path, for comparison in failures)
+from tcjit.mapping import ir
+from tcjit.mapping.emulation import fission
+from tcjit.mapping.options import MappingOptions
+from tcjit.polyhedral.errors import TCInternalError
+from tcjit.testing import emulation_order
+
+OPTIONS = {
+    "default": None,  # the CUDA default: 32^3 tiles, up to 256 x 256 blocks of 32 x 8 threads
+    "small": MappingOptions("naive").tile(4, 8, 2).map_to_blocks(3, 2).map_to_threads(4, 2),
+    "3d": MappingOptions("naive").tile(2, 3, 4).map_to_blocks(2, 2, 2).map_to_threads(2, 3, 4),
+    "untiled": MappingOptions("naive").tile(0).map_to_blocks(5).map_to_threads(7),
+    "max-fusion": MappingOptions("naive")
+    .outer_schedule_fusion_strategy("Max")
+    .tile(8, 8)
+    .map_to_blocks(2, 3)
+    .map_to_threads(16, 4),
+    "min-fusion": MappingOptions("naive").outer_schedule_fusion_strategy("Min").tile(3).map_to_threads(5, 5),
+}
+
+CASES = [(k.name, which) for k in suite.SUITE.values() for which in range(min(2, len(k.small_sizes)))]
+
+
+@functools.cache
+def _kernel(name: str) -> tcjit.Kernel:
+    k = suite.get(name)
+    return tcjit.define(k.source, k.entry)
+
+
+@functools.cache
+def _inputs(name: str, which: int) -> tuple[torch.Tensor, ...]:
+    k = suite.get(name)
+    return k.make_inputs(k.small_sizes[which], seed=which)
+
+
+@functools.cache
+def _oracle(name: str, which: int) -> tuple[torch.Tensor, ...]:
+    k = suite.get(name)
+    return H.as_tuple(H.ORACLE(k.source, k.entry, *_inputs(name, which)))
+
+
+def _emulated(name: str, which: int, options, order: str) -> tuple[torch.Tensor, ...]:
+    with emulation_order(order):
+        return H.as_tuple(_kernel(name)(*_inputs(name, which), options=options, target="cuda-emulated"))
+
+
+@pytest.mark.parametrize("option", list(OPTIONS))
+@pytest.mark.parametrize("name, which", CASES, ids=[f"{n}-{w}" for n, w in CASES])
+def test_suite_kernel_emulated_matches_the_oracle_in_every_order(name: str, which: int, option: str) -> None:
+    k = suite.get(name)
+    sizes = k.small_sizes[which]
+    first = _emulated(name, which, OPTIONS[option], "forward")
+    H.assert_all_same(first, _oracle(name, which), k.reduction_length(sizes), k.checked.outputs, what=name)
+    for order in ("reversed", "shuffled"):
+        again = _emulated(name, which, OPTIONS[option], order)
+        for o, a, b in zip(k.checked.outputs, first, again):
+            assert torch.equal(a, b), f"{name}.{o}: {order} order differs from forward (a race?)"
+
+
+def test_the_emulation_is_the_mapping() -> None:
+    """The emulated kernel's decisions are the GPU mapper's: blocks, threads, launch bounds."""
+    k = suite.get("matmul")
+    sizes = {"M": 100, "K": 50, "N": 70}
+    opts = MappingOptions("naive").tile(32, 32, 32).map_to_blocks(4, 4).map_to_threads(16, 8)
+    a, b = torch.randn(100, 50), torch.randn(50, 70)
+    spec = tcjit.compile(tcjit.define(k.source, k.entry), a, b, options=opts, target="cuda-emulated")
+    decisions = spec.stages["decisions"]
+    assert "kernel over ['S0']: grid (4, 3, 1), block (16, 8, 1)" in decisions, decisions
+    assert "blocks of one launch: 4 x 3 x 1" in spec.source
+    torch.testing.assert_close(spec(a, b), a @ b, rtol=1e-4, atol=1e-4)
+    del sizes
+
+
+def test_barriers_split_thread_loops() -> None:
+    """Statements before and after a barrier run in separate loops over the threads."""
+    block = (4, 1, 1)
+    s = ir.Run("S0", ())
+    body = ir.Block((ir.Mark("sync", s), ir.Run("S1", ())))
+    out = fission(body, block)
+    assert out == ir.Block((ir.Threads(block, s), ir.Threads(block, ir.Block((ir.Run("S1", ()),)))))
+
+
+def test_a_barrier_under_a_thread_dependent_loop_is_refused() -> None:
+    body = ir.For(
+        "c0", ir.Var("t0"), ir.Op("<", (ir.Var("c0"), ir.Int(8))), 4, ir.Mark("sync", ir.Run("S0", ()))
+    )
+    with pytest.raises(TCInternalError, match="thread ids"):
+        fission(body, (4, 1, 1))
+
+
+def test_unknown_orders_are_refused() -> None:
+    with pytest.raises(tcjit.TCError, match="shuffled"), emulation_order("sideways"):
+        pass
+
+
+def test_cuda_itself_is_refused_plainly_on_cpu_tensors() -> None:
+    k = _kernel("matmul")
+    with pytest.raises(tcjit.TCError, match="not available"):
+        k(*_inputs("matmul", 0), target="cuda")
+
+
+SUMPOOL = """def sumpool(float(N,C,H,W) I) -> (O) {
+    O(n, c, h, w) +=! I(n, c, 2 * h + r_kh, 2 * w + r_kw) where r_kh in 0:2, r_kw in 0:2
+}"""
+
+
+def test_a_barrier_orders_updates_of_one_element_by_several_threads() -> None:
+    """With one output element, the scheduler walks the window as c = 2 r_kh + r_kw and the
+    mapper puts r_kh on threads: thread r_kh updates at c = 2 r_kh and 2 r_kh + 1, so a barrier
+    must follow every c. Without it, reversed threads add 1 + 0 first and 1e8 swallows it."""
+    x = torch.tensor([[1e8, -1e8], [1.0, 0.0]]).reshape(1, 1, 2, 2)
+    x = torch.cat([x, torch.zeros(1, 1, 2, 1)], dim=3)  # W = 3: one output column
+    k = tcjit.define(SUMPOOL)
+    spec = tcjit.compile(k, x, target="cuda-emulated")
+    assert "sync: after each iteration of the band over ['S0']" in spec.stages["decisions"]
+    results = []
+    for order in ("forward", "reversed", "shuffled"):
+        with emulation_order(order):
+            results.append(k(x, target="cuda-emulated"))
+    assert [r.item() for r in results] == [1.0, 1.0, 1.0]
