@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextvars
 import ctypes
+import functools
 import hashlib
 import json
 import os
@@ -90,9 +91,30 @@ def cache_key(
         "toolchain": toolchain_identity(),
         "options": json.loads(options_json),
         "tcjit": __version__,
+        "code": code_identity(),
         "format": FORMAT_VERSION,
     }
     return json.dumps(key, sort_keys=True, separators=(",", ":"))
+
+
+@functools.lru_cache(maxsize=1)
+def code_identity() -> str:
+    """A digest of the compiler's own source files (``tcjit``, ``tcjit.mapping``,
+    ``tcjit.polyhedral``): a kernel compiled by other code, an edited checkout or an upgrade
+    without a new version number, is never taken from the disk cache. Reads files; imports
+    nothing (about 2 ms, once per process)."""
+    import importlib.util
+
+    digest = hashlib.sha256()
+    for package in ("tcjit", "tcjit.mapping", "tcjit.polyhedral", "tcjit.polyhedral.lang"):
+        spec = importlib.util.find_spec(package)
+        for directory in (spec.submodule_search_locations or []) if spec else []:
+            for name in sorted(os.listdir(directory)):
+                if name.endswith(".py"):
+                    digest.update(name.encode())
+                    with open(os.path.join(directory, name), "rb") as f:
+                        digest.update(f.read())
+    return digest.hexdigest()[:16]
 
 
 def _contiguous(shape: Sequence[int]) -> tuple[int, ...]:

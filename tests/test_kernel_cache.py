@@ -508,3 +508,26 @@ def test_a_damaged_entry_is_rebuilt_by_another_process(cache_dir, recording_cc):
     assert len(log.read_text().splitlines()) == 2
     third = _result(_start_child(_child_env({"TCJIT_TEST_CC_FAIL": "1"}, path_prefix=bin_dir)))
     assert third["from_disk"] is True and third["sha"] == first["sha"]
+
+
+def test_the_key_holds_a_digest_of_the_compiler_sources(tmp_path, monkeypatch) -> None:
+    """An edited checkout (same version number) must not load what the old code generator made."""
+    import importlib.util
+    import types
+
+    from tcjit import compiler
+
+    key = json.loads(compiler.cache_key("def f() {}", "f", [], None, "cpu", "{}"))
+    assert key["code"] == compiler.code_identity() and len(key["code"]) == 16
+    (tmp_path / "printer.py").write_text("A = 1\n")
+    fake = types.SimpleNamespace(submodule_search_locations=[str(tmp_path)])
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: fake)
+    compiler.code_identity.cache_clear()
+    try:
+        before = compiler.code_identity()
+        (tmp_path / "printer.py").write_text("A = 2\n")
+        compiler.code_identity.cache_clear()
+        assert compiler.code_identity() != before
+    finally:
+        monkeypatch.undo()
+        compiler.code_identity.cache_clear()
