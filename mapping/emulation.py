@@ -29,7 +29,14 @@ from ..polyhedral.lang.checked import CheckedDef
 from . import ir
 from .c_printer import CParam, c_storage_type, print_kernel
 from .gpu import SYNC_MARK, THREAD_IDS, barriers, map_gpu
-from .lower import CpuKernelSource, _comment_safe, _prove_bounds, _zero_init, tiled_schedule
+from .lower import (
+    CpuKernelSource,
+    _comment_safe,
+    _prove_bounds,
+    _zero_init,
+    tiled_schedule,
+    wide_accumulators,
+)
 
 __all__ = ["ORDERS", "fission", "lower_emulated"]
 
@@ -128,6 +135,9 @@ def lower_emulated(
     for name in (*cdef.outputs, *cdef.temporaries):
         params.append(CParam(name, "tensor", f"{c_storage_type(cdef.tensor(name).dtype)} *restrict"))
     symbol = symbol or f"tc_{cdef.name}_emulated"
+    # long float32 sums and half-precision sums accumulate wide, as on the CPU (the language's
+    # semantics); the CUDA printer keeps such buffers in global memory the runtime allocates
+    wide = wide_accumulators(cdef, sizes)
     header = (
         "/*\n"
         + _comment_safe(cdef.signature())
@@ -144,6 +154,8 @@ def lower_emulated(
         sizes=sizes,
         strides=strides,
         checked=checked,
+        wide=wide,
+        copy_in=frozenset(zero) & frozenset(wide),
         header=header,
     )
     stages = {
@@ -151,4 +163,4 @@ def lower_emulated(
         "tree": str(plan.schedule.get_root()),
         "decisions": "\n".join(plan.decisions),
     }
-    return CpuKernelSource(text, symbol, tuple(params), zero, checks, (), stages)
+    return CpuKernelSource(text, symbol, tuple(params), zero, checks, tuple(wide), stages)

@@ -193,10 +193,11 @@ def run_compiled(
     *,
     options: MappingOptions | None = None,
     outputs: Sequence[torch.Tensor] | None = None,
+    target: str | None = None,
 ):
-    """Define and run compiled; always a tuple."""
+    """Define and run compiled (for ``target``: None follows the inputs); always a tuple."""
     k = kernel_of(source, entry)
-    return as_tuple(k(*inputs, options=options, outputs=outputs))
+    return as_tuple(k(*inputs, options=options, outputs=outputs, target=target))
 
 
 def check_against_oracle(
@@ -209,6 +210,7 @@ def check_against_oracle(
     reduction_length: int = 1,
     oracle_kwargs: dict | None = None,
     what: str = "",
+    target: str | None = None,
 ):
     """Run ``source`` compiled and through the oracle on the same inputs (and copies of the same
     ``outputs=``). If the oracle raises a :class:`TCError`, the compiled call must raise the same
@@ -221,13 +223,13 @@ def check_against_oracle(
             want = ORACLE(source, entry, *inputs, outputs=oracle_outputs, **(oracle_kwargs or {}))
     except TCError as e:
         with pytest.raises(TCError) as info:
-            run_compiled(source, entry, inputs, options=options, outputs=outputs)
+            run_compiled(source, entry, inputs, options=options, outputs=outputs, target=target)
         assert type(info.value) is type(e), (
             f"{what}: the oracle raised {type(e).__name__} ({e}), the compiled kernel "
             f"{type(info.value).__name__} ({info.value})"
         )
         raise
-    got = run_compiled(source, entry, inputs, options=options, outputs=outputs)
+    got = run_compiled(source, entry, inputs, options=options, outputs=outputs, target=target)
     if outputs is not None:
         assert all(g is o for g, o in zip(got, outputs)), f"{what}: outputs= tensors not returned"
     assert_all_same(got, as_tuple(want), reduction_length, what=what)
@@ -241,8 +243,13 @@ class CompiledReference:
     error class) and returns the compiled results, so that module's own assertions (against torch,
     mpmath or pure Python) check the compiled kernel too."""
 
-    def __init__(self, options: Callable[[], MappingOptions | None] | MappingOptions | None = None):
+    def __init__(
+        self,
+        options: Callable[[], MappingOptions | None] | MappingOptions | None = None,
+        target: str | None = None,
+    ):
         self._options = options
+        self.target = target
         self.calls = 0
 
     def options(self) -> MappingOptions | None:
@@ -259,6 +266,7 @@ class CompiledReference:
             reduction_length=_longest_reduction(inputs),
             oracle_kwargs=oracle_kwargs,
             what=f"call {self.calls}",
+            target=self.target,
         )
         return got[0] if len(got) == 1 else got
 

@@ -9,19 +9,29 @@ race or a missing barrier shows up as a difference between orders.
 from __future__ import annotations
 
 import functools
+import warnings
 
 import compiled_helpers as H
 import pytest
+import test_compiled_programs as TCP
+import test_reference_kernels as TRK
+import test_reference_programs as TRP
 import torch
 
 import tcjit
 from tcjit import suite
-from tcjit.cli import lower_for_show  # noqa: F401 (the CPU path, for comparison in failures)
 from tcjit.mapping import ir
 from tcjit.mapping.emulation import fission
 from tcjit.mapping.options import MappingOptions
 from tcjit.polyhedral.errors import TCInternalError
 from tcjit.testing import emulation_order
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _private_kernel_cache(tmp_path_factory):
+    with H.private_cache(tmp_path_factory.mktemp("tcjit-cache")):
+        yield
+
 
 OPTIONS = {
     "default": None,  # the CUDA default: 32^3 tiles, up to 256 x 256 blocks of 32 x 8 threads
@@ -136,3 +146,39 @@ def test_a_barrier_orders_updates_of_one_element_by_several_threads() -> None:
         with emulation_order(order):
             results.append(k(x, target="cuda-emulated"))
     assert [r.item() for r in results] == [1.0, 1.0, 1.0]
+
+
+# ================================================== the oracle's programs, through the emulation
+#: Option vectors for programs whose sizes are unknown here: a rotation, one per test.
+ROTATION = [o for o in OPTIONS.values() if o is not None] + [None]
+
+
+def _emulated_shim(module, name: str, kwargs: dict, i: int, monkeypatch) -> None:
+    orders = ("forward", "reversed", "shuffled")
+    shim = H.CompiledReference(ROTATION[i % len(ROTATION)], target="cuda-emulated")
+    monkeypatch.setattr(module, "reference", shim)
+    with warnings.catch_warnings(), emulation_order(orders[i % 3]):
+        warnings.simplefilter("ignore", tcjit.TCWarning)  # the module's own tests check the warnings
+        getattr(module, name)(**kwargs)
+    assert shim.calls > 0, f"{name} ran no program"
+
+
+@pytest.mark.parametrize("name, kwargs, i", TCP._params(TCP.PROGRAM_CASES))
+def test_reference_program_emulated(name: str, kwargs: dict, i: int, monkeypatch) -> None:
+    """test_reference_programs.py with every ``evaluate`` run through the emulated CUDA target
+    (a rotating option vector and order) and checked against the oracle."""
+    _emulated_shim(TRP, name, kwargs, i, monkeypatch)
+
+
+@pytest.mark.parametrize(
+    "name, kwargs, i",
+    TCP._params(
+        TCP.KERNEL_CASES,
+        full_only=frozenset(
+            {"test_suite_kernel_matches_torch", "test_temporaries_give_the_same_final_outputs"}
+        ),
+    ),
+)
+def test_reference_kernel_emulated(name: str, kwargs: dict, i: int, monkeypatch) -> None:
+    """test_reference_kernels.py through the emulated CUDA target."""
+    _emulated_shim(TRK, name, kwargs, i, monkeypatch)
