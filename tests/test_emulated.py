@@ -13,16 +13,21 @@ import warnings
 
 import compiled_helpers as H
 import pytest
+import test_compiled_fuzz as FUZZ
 import test_compiled_programs as TCP
 import test_reference_kernels as TRK
 import test_reference_programs as TRP
 import torch
+from conftest import examples
+from hypothesis import assume, given, note, settings
+from hypothesis import strategies as st
 
 import tcjit
 from tcjit import suite
 from tcjit.mapping import ir
 from tcjit.mapping.emulation import fission
 from tcjit.mapping.options import MappingOptions
+from tcjit.mapping.search_space import search_space
 from tcjit.polyhedral.errors import TCInternalError
 from tcjit.testing import emulation_order
 
@@ -182,3 +187,46 @@ def test_reference_program_emulated(name: str, kwargs: dict, i: int, monkeypatch
 def test_reference_kernel_emulated(name: str, kwargs: dict, i: int, monkeypatch) -> None:
     """test_reference_kernels.py through the emulated CUDA target."""
     _emulated_shim(TRK, name, kwargs, i, monkeypatch)
+
+
+# ============================================ the tuner's contract: any point of the search space
+SPACE = search_space("cuda-emulated")
+
+
+@st.composite
+def space_points(draw) -> MappingOptions:
+    """A point of the CUDA search space, drawn gene by gene as the tuner does."""
+    return SPACE.decode([draw(st.integers(0, len(p.choices) - 1)) for p in SPACE.parameters])
+
+
+@settings(max_examples=examples(15, 200), derandomize=examples(True, False), **FUZZ.SETTINGS)
+@given(
+    program=FUZZ.programs(),
+    options=space_points(),
+    order=st.sampled_from(("forward", "reversed", "shuffled")),
+)
+def test_random_programs_at_random_points_of_the_search_space(program, options, order) -> None:
+    """Every drawn point must compile and give the oracle's answer under emulation."""
+    note(program.source)
+    note(f"sizes: {program.sizes}; options: {options!r}; order: {order}")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", tcjit.TCWarning)
+            tcjit.define(program.source)
+    except tcjit.TCError:
+        assume(False)
+    inputs = program.make_inputs(seed=sum(program.sizes.values()))
+    biggest = max(program.sizes.values())
+    try:
+        with emulation_order(order):
+            H.check_against_oracle(
+                program.source,
+                None,
+                inputs,
+                options=options,
+                reduction_length=biggest * biggest * program.statements,
+                what="emulated fuzz",
+                target="cuda-emulated",
+            )
+    except tcjit.TCError:
+        return  # the oracle refused too, with the same class (checked)
