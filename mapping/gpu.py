@@ -276,6 +276,33 @@ class _Mapper:
         # threads beyond the mapped dims: fixed to 0 by the context
         return sched, used
 
+    # --------------------------------------------------------------------------------- unroll
+    def unroll(self, sched: isl.Schedule, factor: int) -> isl.Schedule:
+        """TC's ``unroll``: the innermost members of every innermost band whose iterations
+        together (per thread, for fixed outer loops) are at most ``factor`` are unrolled by isl's
+        AST generator. Loop types change no position in the tree."""
+        from ..polyhedral.schedule import bands
+        from .cpu import _spread
+
+        for band in bands(sched):
+            if any(_is(b, isl.schedule_node_type.band) for b in _descendants(band)):
+                continue
+            node = _at(sched, _path(band))
+            total, done = 1, []
+            for j in reversed(range(node.band_n_member())):
+                spread = _spread(node, j)
+                if spread is None or total * spread > factor:
+                    break
+                total *= spread
+                node = node.band_member_set_ast_loop_type(j, isl.ast_loop_type.unroll)
+                done.append(j)
+            if done:
+                sched = node.get_schedule()
+                self.decisions.append(
+                    f"unroll: members {sorted(done)} of the band over {_names(node)} ({total})"
+                )
+        return sched
+
     # ---------------------------------------------------------------------------------- syncs
     def place_syncs(self, sched: isl.Schedule, start: list[int]) -> isl.Schedule:
         """Mark ``sync`` where threads of a block must wait for each other (see the module's
@@ -359,6 +386,15 @@ def _mentions_threads(s: isl.UnionSet) -> bool:
     return any(space.find_dim_by_name(isl.dim_type.param, t) >= 0 for t in THREAD_IDS)
 
 
+def _descendants(node: isl.ScheduleNode) -> list[isl.ScheduleNode]:
+    out = []
+    for i in range(node.n_children()):
+        c = node.child(i)
+        out.append(c)
+        out += _descendants(c)
+    return out
+
+
 def _names(node: isl.ScheduleNode) -> list[str]:
     return _set_names(node.get_domain())
 
@@ -399,6 +435,8 @@ def map_gpu(
         m.threads.clear()
         m.mapped.clear()
     per_kernel.reverse()
+    if options.unroll > 1:
+        sched = m.unroll(sched, options.unroll)
     kernels = []
     for path, _, grid_used, threads_used, mapped, _ in per_kernel:
         node = _at(sched, path)

@@ -49,6 +49,7 @@ OPTIONS = {
     .map_to_blocks(2, 3)
     .map_to_threads(16, 4),
     "min-fusion": MappingOptions("naive").outer_schedule_fusion_strategy("Min").tile(3).map_to_threads(5, 5),
+    "unrolled": MappingOptions("naive").tile(4, 4, 4).map_to_blocks(8, 8).map_to_threads(4, 4).unroll(8),
 }
 
 CASES = [(k.name, which) for k in suite.SUITE.values() for which in range(min(2, len(k.small_sizes)))]

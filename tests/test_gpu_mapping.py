@@ -139,6 +139,7 @@ OPTIONS = [
     MappingOptions("naive").tile(4, 8).map_to_blocks(2).map_to_threads(3, 5),  # fewer than needed
     MappingOptions("naive").tile(0).map_to_blocks(100, 100, 100).map_to_threads(64, 4, 4),
     MappingOptions("naive").outer_schedule_fusion_strategy("Max").tile(5, 3).map_to_threads(7),
+    MappingOptions("naive").tile(4, 4, 4).map_to_threads(4, 2).unroll(8),
 ]
 PROGRAMS = [
     (MATMUL, {"M": 13, "K": 7, "N": 11}),
@@ -149,7 +150,7 @@ PROGRAMS = [
 ]
 
 
-@pytest.mark.parametrize("options", OPTIONS, ids=["32x32", "small-grid", "untiled", "max-fusion"])
+@pytest.mark.parametrize("options", OPTIONS, ids=["32x32", "small-grid", "untiled", "max-fusion", "unrolled"])
 @pytest.mark.parametrize("src, sizes", PROGRAMS, ids=["matmul", "softmax", "abs_sum", "conv", "skew"])
 def test_every_instance_runs_exactly_once(src: str, sizes: dict, options: MappingOptions) -> None:
     scop, plan = _plan(src, sizes, options)
