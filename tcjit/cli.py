@@ -60,19 +60,36 @@ def _load_entry(path: str, entry: str | None):
 
 
 def _options(args, cdef, sizes: Mapping[str, int]):
-    """The mapping options the flags describe (validated for the CPU), or ``None`` if no flag was given.
+    """The mapping options the flags describe (validated for ``--target``), or ``None`` if no
+    flag was given.
 
     ``--options`` (``MappingOptions.to_json()`` text) is the base, else the defaults of a call;
-    ``--fusion``, ``--tile``, ``--no-parallel`` and ``--no-vectorize`` then override single fields.
+    ``--fusion``, ``--tile``, ``--blocks``, ``--threads``, ``--no-parallel`` and ``--no-vectorize``
+    then override single fields.
     """
     from .kernel import default_options
     from .mapping.options import MappingOptions
 
+    target = getattr(args, "target", "cpu")
     tiles = _parse_tile(getattr(args, "tile", None))
-    flags = (args.options, args.fusion, tiles, args.no_parallel or None, args.no_vectorize or None)
+    blocks = _parse_tile(getattr(args, "blocks", None))
+    threads = _parse_tile(getattr(args, "threads", None))
+    flags = (
+        args.options,
+        args.fusion,
+        tiles,
+        blocks,
+        threads,
+        args.no_parallel or None,
+        args.no_vectorize or None,
+    )
     if all(f is None for f in flags):
         return None
-    opts = MappingOptions.from_json(args.options) if args.options else default_options(cdef, sizes, "cpu")
+    opts = MappingOptions.from_json(args.options) if args.options else default_options(cdef, sizes, target)
+    if blocks is not None:
+        opts = opts.map_to_blocks(*blocks)
+    if threads is not None:
+        opts = opts.map_to_threads(*threads)
     if args.fusion:
         opts = opts.outer_schedule_fusion_strategy(args.fusion)
     if tiles is not None:
@@ -81,7 +98,7 @@ def _options(args, cdef, sizes: Mapping[str, int]):
         opts = opts.parallelize(False)
     if args.no_vectorize:
         opts = opts.vectorize(False)
-    return opts.validate("cpu")
+    return opts.validate(target)
 
 
 def _need_sizes(cdef, sizes: Mapping[str, int], what: str) -> None:
@@ -94,20 +111,27 @@ def _need_sizes(cdef, sizes: Mapping[str, int], what: str) -> None:
         )
 
 
-def lower_for_show(cdef, sizes: Mapping[str, int], options=None):
+def lower_for_show(cdef, sizes: Mapping[str, int], options=None, target: str = "cpu"):
     """Lower ``cdef`` at ``sizes`` for contiguous tensors, as ``tcjit show --stage tree/c`` does.
 
     :arg options: :class:`~tcjit.MappingOptions` (``None``: what a call would use by default).
+    :arg target: ``"cpu"`` or ``"cuda-emulated"`` (the CUDA mapping, as C that runs on the CPU).
     :returns: the :class:`~tcjit.mapping.lower.CpuKernelSource` (``.source``, ``.stages``).
     """
     from .kernel import default_options
     from .mapping.lower import contiguous_strides, lower_cpu
 
-    opts = options if options is not None else default_options(cdef, sizes, "cpu")
-    opts = opts.validate("cpu")
+    opts = options if options is not None else default_options(cdef, sizes, target)
+    opts = opts.validate(target)
     strides = {
         t.name: contiguous_strides(tuple(int(s.evaluate(sizes)) for s in t.shape)) for t in cdef.tensor_infos
     }
+    if target == "cuda-emulated":
+        from .mapping.emulation import lower_emulated
+
+        return lower_emulated(cdef, dict(sizes), strides, opts.values)
+    if target != "cpu":
+        raise SystemExit(f"tcjit: --target {target} is not available yet")
     from .cpu_runtime import vector_bytes
 
     return lower_cpu(cdef, dict(sizes), strides, opts.values, vector_bytes=vector_bytes())
@@ -146,7 +170,7 @@ def cmd_show(args) -> int:
     elif args.stage in _MAPPED_STAGES:
         _need_sizes(cdef, sizes, f"--stage {args.stage}")
         opts = _options(args, cdef, sizes)
-        lowered = lower_for_show(cdef, sizes, opts)
+        lowered = lower_for_show(cdef, sizes, opts, args.target)
         if args.stage == "c":
             print(lowered.source, end="" if lowered.source.endswith("\n") else "\n")
         else:
@@ -243,10 +267,11 @@ def cmd_run(args) -> int:
     kernel = tcjit.Kernel(program, cdef.name)
     inputs = random_inputs(cdef, sizes, seed=args.seed)
     opts = _options(args, cdef, sizes)
+    target = args.target
     start = time.perf_counter()
-    spec = tcjit.compile(kernel, *inputs, options=opts)
+    spec = tcjit.compile(kernel, *inputs, options=opts, target=target)
     t_compile = time.perf_counter() - start
-    outs = _as_tuple(kernel(*inputs, options=opts))
+    outs = _as_tuple(kernel(*inputs, options=opts, target=target))
     for name, o in zip(cdef.outputs, outs):
         summary = f"sum={o.double().sum().item():.6g}" if o.numel() else "empty"
         print(f"{name}: {o.dtype} {tuple(o.shape)} {summary}")
@@ -254,7 +279,7 @@ def cmd_run(args) -> int:
     want = evaluate_def(cdef, *inputs)
     t_oracle = time.perf_counter() - start
     err, ok = _compare(outs, want, _reduction_length(cdef, sizes))
-    t_run = _median_time(lambda: kernel(*inputs, options=opts), budget=args.budget)
+    t_run = _median_time(lambda: kernel(*inputs, options=opts, target=target), budget=args.budget)
     how = "loaded from the kernel cache" if spec.from_disk else "compiled"
     print(f"max |err| vs oracle: {err:.3g}  {'ok' if ok else 'MISMATCH'}")
     print(
@@ -340,6 +365,14 @@ def _add_option_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tile", help="tile sizes of the outermost band, e.g. 32,32 (0: untiled member)")
     p.add_argument("--no-parallel", action="store_true", help="no OpenMP parallel loop")
     p.add_argument("--no-vectorize", action="store_true", help="no SIMD loop")
+    p.add_argument(
+        "--target",
+        choices=("cpu", "cuda-emulated"),
+        default="cpu",
+        help="cpu, or cuda-emulated: the CUDA mapping as C that runs blocks and threads on the CPU",
+    )
+    p.add_argument("--blocks", help="CUDA: map_to_blocks, e.g. 256,256")
+    p.add_argument("--threads", help="CUDA: map_to_threads, e.g. 32,8 (x first)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -176,3 +176,20 @@ def test_demo_table_for_some_kernels(capsys):
 def test_demo_checks_every_suite_kernel(capsys):
     code, out, _ = _run(capsys, "demo")
     assert code == 0 and "15 of 15 kernels match torch" in out
+
+
+def test_the_cuda_mapping_runs_emulated_from_the_command_line(capsys, fcrelu_file):
+    sizes = ["--sizes", "B=5,M=7,N=9"]
+    assert (
+        main(["run", fcrelu_file, *sizes, "--target", "cuda-emulated", "--threads", "4,2", "--tile", "4,4"])
+        == 0
+    )
+    assert "ok" in capsys.readouterr().out
+    assert (
+        main(["show", fcrelu_file, *sizes, "--stage", "tree", "--target", "cuda-emulated", "--blocks", "3"])
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "blocks: members 0..0" in out and "-> x (3)" in out and "kernel over" in out
+    assert main(["show", fcrelu_file, *sizes, "--stage", "c", "--target", "cuda-emulated"]) == 0
+    assert "threads of the block up to the next barrier" in capsys.readouterr().out
