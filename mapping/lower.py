@@ -245,7 +245,10 @@ def tiled_schedule(
     """Steps 1 and 2 of the pipeline, common to every target: the Scop, its dependences, the
     parameters' values (a params set) and the schedule, specialised to ``sizes``, with the
     initialisations hoisted and the outermost bands tiled, checked for legality."""
-    scop = _build_scop(cdef, sizes, options.fix_parameters_before_scheduling)
+    # The parametric Scop assumes every size >= 1 (its context): at a size of 0 it would be empty,
+    # and a '!' reduction over an empty range would lose its initialisation to the identity.
+    fix = options.fix_parameters_before_scheduling or any(sizes[s] == 0 for s in cdef.sizes)
+    scop = _build_scop(cdef, sizes, fix)
     deps = compute_dependences(scop)
     sched = schedule(scop, deps, fusion=options.outer_schedule_fusion_strategy)
     fixed = _fixed(scop, sizes)

@@ -243,3 +243,10 @@ def test_random_programs_at_random_points_of_the_search_space(program, options, 
             )
     except tcjit.TCError:
         return  # the oracle refused too, with the same class (checked)
+
+
+def test_empty_reductions_hold_the_identity_emulated() -> None:
+    """A reduced size of 0: every '!' reduction's initialisation still runs (its own launch)."""
+    A, X = torch.empty(3, 0), torch.empty(3, 0, dtype=torch.int32)
+    got = H.check_against_oracle(TCP.EMPTY_REDUCTIONS, None, (A, X), target="cuda-emulated")
+    assert got[1].tolist() == [1.0] * 3 and got[6].item() == float("-inf")
