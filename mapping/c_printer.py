@@ -150,20 +150,20 @@ class _Exprs:
     def value(self, e: A.Expr) -> str:
         t = e.dtype
         if isinstance(e, A.IntLit):
-            return _int_literal(e.value, t) if t.is_integral else _float_literal(float(e.value), t)
+            return _int_literal(e.value, t) if t.is_integral else self.p.float_literal(float(e.value), t)
         if isinstance(e, A.FloatLit):
-            return _float_literal(e.value, t)
+            return self.p.float_literal(e.value, t)
         if isinstance(e, A.Ident):
             if e.kind == "index":
                 return convert(f"i_{e.name}", INT64, t)
             if e.kind == "size":
                 n = self.p.sizes[e.name]
-                return _int_literal(n, t) if t.is_integral else _float_literal(float(n), t)
+                return _int_literal(n, t) if t.is_integral else self.p.float_literal(float(n), t)
             src = self.cdef.scalars[e.name].dtype
             return convert(f"s_{e.name}", src, t)
         if isinstance(e, A.DimSize):
             n = self.cdef.tensor(e.tensor).shape[e.dim].evaluate(self.p.sizes)
-            return _int_literal(n, t) if t.is_integral else _float_literal(float(n), t)
+            return _int_literal(n, t) if t.is_integral else self.p.float_literal(float(n), t)
         if isinstance(e, A.Access):
             return self.p.load(e.tensor, self.p.address(e.tensor, e.args, self, e), t)
         if isinstance(e, A.Cast):
@@ -282,6 +282,10 @@ def _combine(op: str, acc: str, v: str, t: ScalarType) -> str:
 
 # ------------------------------------------------------------------------------------------ printer
 class _Printer:
+    #: C for a float literal of a value of type ``t`` in an expression (the CUDA printer rounds it to
+    #: the type first: its compilers warn about digits the type cannot hold).
+    float_literal = staticmethod(_float_literal)
+
     def __init__(
         self,
         cdef: CheckedDef,

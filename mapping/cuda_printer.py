@@ -1,0 +1,306 @@
+"""The CUDA printer: CUDA C++ for the GPU mapping, from the same kernel IR as the C printer.
+
+:func:`lower_cuda` runs the pipeline of :func:`~tcjit.mapping.emulation.lower_emulated` (the tiled
+schedule, the GPU mapping of :mod:`.gpu`, one isl AST per launch over the block and thread ids
+``b0..b2``, ``t0..t2``) and prints each launch as a kernel of its own::
+
+    /* launch 0 of 1: grid 4 x 5 x 1 blocks of 32 x 8 x 1 threads */
+    extern "C" __global__ void __launch_bounds__(256)
+    tc_matmul_k0(int64_t *__restrict__ tc_errors, const float *__restrict__ t_A, ...)
+    {
+      const int64_t b0 = blockIdx.x, b1 = blockIdx.y, b2 = blockIdx.z;
+      const int64_t t0 = threadIdx.x, t1 = threadIdx.y, t2 = threadIdx.z;
+      ...
+        /* S1, line 2: C(m, n) +=! A(m, r_k) * B(r_k, n) */
+        { const int64_t i_m = ...; const int64_t i_n = ...; const int64_t i_r_k = ...;
+          t_C[i_m * 9 + i_n] = t_C[i_m * 9 + i_n] + (t_A[...] * t_B[...]); }
+
+Statements, their value semantics and the bounds checks of gathers are printed by the C printer's
+code (:class:`~tcjit.mapping.c_printer._Printer`), so both targets compute the same values; the
+helpers they call come from :data:`~tcjit.mapping.cuda_prelude.CUDA_PRELUDE`. What differs:
+
+* a ``sync`` mark is ``__syncthreads()`` after its subtree; a ``thread0`` mark runs its body on
+  thread (0, 0, 0) of each block only (as in the C printer);
+* pointers are ``__restrict__`` (inputs ``const``: the read-only data path);
+* no wide accumulators (a CPU feature: malloc'd buffers), no OpenMP, no register tiles (the GPU
+  mapping marks no loop);
+* a failed bounds check stores its number and subscript into ``tc_errors`` (two int64 slots, zero
+  before the first launch) once: the first failing thread to claim slot 0 (``atomicCAS``) writes
+  slot 1, so the pair always belongs to one access; other failures are ignored.
+
+The launches of one call run in order on one stream; each takes ``tc_errors`` then the parameters
+in :attr:`CudaKernelSource.params` order (tensors as device pointers, scalars by value; half
+scalars are ``float``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import islpy as isl
+
+from ..polyhedral.errors import TCInternalError
+from ..polyhedral.lang.checked import CheckedDef
+from ..polyhedral.lang.types import ScalarType
+from ..polyhedral.scop import ScopStatement
+from . import ir
+from .c_printer import BoundsCheck, CParam, _float_literal, _Printer, c_storage_type
+from .c_printer import _ctype as c_compute_type
+from .cuda_prelude import CUDA_PRELUDE
+from .emulation import fission
+from .gpu import BLOCK_IDS, SYNC_MARK, THREAD_IDS, barriers, map_gpu
+from .lower import _comment_safe, _prove_bounds, _zero_init, tiled_schedule
+
+__all__ = ["CudaKernelSource", "CudaLaunch", "cuda_type", "lower_cuda", "print_cuda"]
+
+
+@dataclass(frozen=True)
+class CudaLaunch:
+    """One kernel launch: the ``__global__`` function ``name`` on ``grid`` blocks of ``block``
+    threads (x, y, z)."""
+
+    name: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+
+    @property
+    def threads(self) -> int:
+        """Threads per block (the kernel's ``__launch_bounds__``)."""
+        return math.prod(self.block)
+
+
+@dataclass(frozen=True)
+class CudaKernelSource:
+    """A CUDA program ready to compile: the kernels of one TC definition at fixed sizes.
+
+    :ivar source: the CUDA C++ text (one translation unit, including nothing).
+    :ivar symbol: the common prefix of the kernels' names.
+    :ivar kernels: the launches, in the order they must run.
+    :ivar params: the parameters after ``tc_errors``, in order, with C spellings (``*restrict``) as in
+        :class:`~tcjit.mapping.lower.CpuKernelSource`.
+    :ivar zero_init: outputs and temporaries the runtime must zero before the first launch.
+    :ivar checks: the run-time bounds checks, by number - 1.
+    :ivar stages: readable intermediate forms (``schedule``, ``tree``, ``decisions``).
+    """
+
+    source: str
+    symbol: str
+    kernels: tuple[CudaLaunch, ...]
+    params: tuple[CParam, ...]
+    zero_init: tuple[str, ...]
+    checks: tuple[BoundsCheck, ...]
+    stages: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    def to_json(self) -> dict:
+        """Everything but the source and the stages, as JSON values (:meth:`from_json` reads it)."""
+        return {
+            "symbol": self.symbol,
+            "kernels": [[k.name, list(k.grid), list(k.block)] for k in self.kernels],
+            "params": [[p.name, p.kind, p.ctype] for p in self.params],
+            "zero_init": list(self.zero_init),
+            "checks": [[c.tensor, c.dim, c.size, list(c.span), c.verb] for c in self.checks],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping, source: str) -> CudaKernelSource:
+        """The kernel source whose :meth:`to_json` is ``data`` and whose text is ``source``."""
+        return cls(
+            source,
+            data["symbol"],
+            tuple(CudaLaunch(n, _dims(g), _dims(b)) for n, g, b in data["kernels"]),
+            tuple(CParam(*p) for p in data["params"]),
+            tuple(data["zero_init"]),
+            tuple(BoundsCheck(t, d, n, tuple(span), verb) for t, d, n, span, verb in data["checks"]),
+        )
+
+
+def _dims(v: Sequence[int]) -> tuple[int, int, int]:
+    x, y, z = (int(n) for n in v)
+    return (x, y, z)
+
+
+def cuda_type(ctype: str) -> str:
+    """A :class:`CParam` C type in CUDA spelling: ``restrict`` becomes ``__restrict__``."""
+    return re.sub(r"\brestrict\b", "__restrict__", ctype)
+
+
+# ------------------------------------------------------------------------------------------ printer
+class _CudaPrinter(_Printer):
+    """The C printer with CUDA's barriers; loops are plain (the GPU mapping marks none)."""
+
+    @staticmethod
+    def float_literal(value: float, t: ScalarType) -> str:
+        """The C printer's literal, with the value first rounded to ``float`` where ``t`` computes
+        in float: the same value the C compiler gives the C printer's longer literal (to nearest),
+        without the CUDA compilers' warning about digits the type cannot hold."""
+        if c_compute_type(t) == "float" and math.isfinite(value):
+            try:
+                value = struct.unpack("<f", struct.pack("<f", value))[0]
+            except OverflowError:  # rounds past the largest float
+                value = math.copysign(math.inf, value)
+        text = _float_literal(value, t)  # no trailing zero digits: 0x1.8p+1, 0x1p-1
+        return re.sub(r"^(-?0x[0-9a-f])(?:\.0*|(\.[0-9a-f]*?)0*)p", r"\1\2p", text)
+
+    def node(self, n: ir.Node | None, indent: str) -> None:
+        if isinstance(n, ir.Mark) and n.name == SYNC_MARK:
+            self.node(n.body, indent)
+            self.lines.append(f"{indent}__syncthreads();")
+        elif isinstance(n, (ir.Blocks, ir.Threads)):
+            raise TCInternalError("the CUDA printer takes one launch's IR, not the emulation's loops")
+        else:
+            super().node(n, indent)
+
+    def loop(self, n: ir.For, indent: str) -> None:
+        if n.degenerate or n.kind == "serial":
+            super().loop(n, indent)
+            return
+        # No OpenMP, vector or register-tile code on the GPU: any other loop kind runs serially in
+        # each thread (unrolled where the mapping asked for it).
+        if "unroll" in n.kind.split("+"):
+            self.lines.append(f"{indent}#pragma unroll")
+        self.lines.append(f"{indent}{self.loop_header(n)} {{")
+        self.enclosing.append(n.var)
+        self.node(n.body, indent + "  ")
+        self.enclosing.pop()
+        self.lines.append(f"{indent}}}")
+
+
+#: ``tc_checked`` for CUDA: the first failing check (by atomicCAS on slot 0) also writes slot 1.
+_CHECKED = (
+    "/* A subscript checked at run time: outside [0, n), the first failure (the thread that claims",
+    " * slot 0) records its check number and the subscript in tc_errors, and element 0 is used. */",
+    "static __device__ __forceinline__ int64_t tc_checked(int64_t i, int64_t n, int64_t check,"
+    " int64_t *tc_errors) {",
+    "  if (i < 0 || i >= n) {",
+    "    unsigned long long *slots = (unsigned long long *)tc_errors;",
+    "    if (atomicCAS(&slots[0], 0ull, (unsigned long long)check) == 0ull)",
+    "      atomicExch(&slots[1], (unsigned long long)i);",
+    "    return 0;",
+    "  }",
+    "  return i;",
+    "}",
+)
+
+
+def print_cuda(
+    cdef: CheckedDef,
+    launches: Sequence[tuple[CudaLaunch, ir.Node]],
+    statements: Mapping[str, ScopStatement],
+    *,
+    params: Sequence[CParam],
+    sizes: Mapping[str, int],
+    strides: Mapping[str, tuple[int, ...]],
+    checked: frozenset[int] = frozenset(),
+    header: str = "",
+) -> tuple[str, tuple[BoundsCheck, ...]]:
+    """The CUDA source of ``launches`` (each a launch and its kernel IR, with block and thread ids
+    ``b0..b2``, ``t0..t2`` free and barriers as ``sync`` marks) and its run-time bounds checks.
+
+    Each launch is ``extern "C" __global__ void __launch_bounds__(threads) name(int64_t
+    *tc_errors, <params>)``; check numbers run through the whole source (one ``tc_errors``).
+    """
+    p = _CudaPrinter(cdef, statements, sizes, strides, checked, {})
+    decl = ", ".join(
+        [
+            "int64_t *__restrict__ tc_errors",
+            *(
+                f"{cuda_type(q.ctype)} t_{q.name}" if q.kind == "tensor" else f"{q.ctype} s_{q.name}"
+                for q in params
+            ),
+        ]
+    )
+    text: list[str] = []
+    for i, (launch, body) in enumerate(launches):
+        p.symbol = launch.name
+        p.lines = []
+        p.node(body, "  ")
+        grid = " x ".join(map(str, launch.grid))
+        block = " x ".join(map(str, launch.block))
+        bids = ", ".join(f"{b} = blockIdx.{a}" for b, a in zip(BLOCK_IDS, "xyz"))
+        tids = ", ".join(f"{t} = threadIdx.{a}" for t, a in zip(THREAD_IDS, "xyz"))
+        unused = " ".join(f"(void){v};" for v in ("tc_errors", *BLOCK_IDS, *THREAD_IDS))
+        text += [
+            f"/* launch {i} of {len(launches)}: grid {grid} blocks of {block} threads */",
+            f'extern "C" __global__ void __launch_bounds__({launch.threads})',
+            f"{launch.name}({decl})",
+            "{",
+            f"  const int64_t {bids};",
+            f"  const int64_t {tids};",
+            f"  {unused}",
+            *p.lines,
+            "}",
+            "",
+        ]
+    helper = (*_CHECKED, "") if p.checks else ()  # no unused helper (NVRTC would warn)
+    source = "\n".join(["/* Generated by tcjit. */", header.rstrip(), CUDA_PRELUDE, *helper, *text])
+    return source, tuple(p.checks)
+
+
+# ----------------------------------------------------------------------------------------- lowering
+def lower_cuda(
+    cdef: CheckedDef,
+    sizes: Mapping[str, int],
+    strides: Mapping[str, tuple[int, ...]],
+    options,
+    *,
+    symbol: str | None = None,
+) -> CudaKernelSource:
+    """The CUDA source of ``cdef``'s GPU mapping at ``sizes`` for tensors with element ``strides``.
+
+    :arg options: :class:`~tcjit.mapping.option_values.OptionValues` (validated for "cuda").
+    :arg symbol: the kernels' name prefix (default ``tc_<name>``); launch ``i`` is ``<symbol>_k<i>``.
+    :raises TCInternalError: the mapping put a barrier under control flow that depends on the
+        thread ids (not every thread of the block would reach it).
+    """
+    shapes = {t.name: tuple(s.evaluate(sizes) for s in t.shape) for t in cdef.tensor_infos}
+    scop, deps, fixed, sched = tiled_schedule(cdef, sizes, options)
+    checked = _prove_bounds(scop, fixed, shapes, sizes)
+    zero = _zero_init(scop, fixed, shapes)
+    plan = map_gpu(scop, deps, sched, options, sizes, fixed)
+    symbol = symbol or f"tc_{cdef.name}"
+    launches = []
+    for i, k in enumerate(plan.kernels):
+        ast = isl.AstBuild.from_context(k.context).node_from_schedule(
+            plan.schedule.intersect_domain(k.domain)
+        )
+        body = barriers(ir.from_isl_ast(ast, params={p: sizes[p] for p in scop.params}))
+        fission(body, k.block)  # checks that every thread of a block reaches each barrier
+        launches.append((CudaLaunch(f"{symbol}_k{i}", k.grid, k.block), body))
+    params = []
+    for name in cdef.params:
+        if name in cdef.scalars:
+            t = cdef.scalars[name].dtype
+            params.append(CParam(name, "scalar", "float" if t.is_half else c_storage_type(t)))
+        else:
+            params.append(
+                CParam(name, "tensor", f"const {c_storage_type(cdef.tensor(name).dtype)} *restrict")
+            )
+    for name in (*cdef.outputs, *cdef.temporaries):
+        params.append(CParam(name, "tensor", f"{c_storage_type(cdef.tensor(name).dtype)} *restrict"))
+    header = (
+        "/*\n"
+        + _comment_safe(cdef.signature())
+        + "\n"
+        + _comment_safe(f"CUDA target, options: {options!r}")
+        + "\n */"
+    )
+    text, checks = print_cuda(
+        cdef,
+        launches,
+        {s.name: s for s in scop.statements},
+        params=params,
+        sizes=sizes,
+        strides=strides,
+        checked=checked,
+        header=header,
+    )
+    stages = {
+        "schedule": str(sched),
+        "tree": str(plan.schedule.get_root()),
+        "decisions": "\n".join(plan.decisions),
+    }
+    return CudaKernelSource(text, symbol, tuple(k for k, _ in launches), tuple(params), zero, checks, stages)
