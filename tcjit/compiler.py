@@ -323,11 +323,14 @@ def _check_aliasing(cdef: CheckedDef, inputs: Sequence[object], outputs: Sequenc
 def specialize(kernel, binding: Binding, inputs, outputs, options, target: str) -> Specialization:
     """Find or build the specialisation of ``kernel`` for this call (checked by ``bind``)."""
     cdef = kernel.definition
-    if target not in ("cpu", "cuda-emulated"):
+    if target == "cuda":
+        from .cuda_runtime import specialize_cuda
+
+        return specialize_cuda(kernel, binding, inputs, outputs, options)
+    if binding.device.type != "cpu":
         raise TCCallError(
-            f"target {target!r} is not available yet: this version of tcjit runs CPU tensors, and the "
-            "CUDA mapping emulated on them",
-            hint="move the tensors to the CPU (target='cuda-emulated' runs the CUDA mapping there)",
+            f"target {target!r} runs CPU tensors; these are on {binding.device}",
+            hint="target='cuda' (or None) for CUDA tensors",
         )
     options_json = options.to_json()
     key = cache_key(kernel.canonical_source, cdef.name, inputs, outputs, target, options_json)

@@ -140,8 +140,9 @@ def test_unknown_orders_are_refused() -> None:
 
 
 def test_cuda_itself_is_refused_plainly_on_cpu_tensors() -> None:
+    """No silent fallback: target='cuda' on CPU tensors is an error, whatever is installed."""
     k = _kernel("matmul")
-    with pytest.raises(tcjit.TCError, match="not available"):
+    with pytest.raises(tcjit.TCCallError, match="needs CUDA tensors"):
         k(*_inputs("matmul", 0), target="cuda")
 
 

@@ -1,0 +1,241 @@
+"""The CUDA runtime: kernels for CUDA tensors, compiled with NVRTC through CuPy, launched on torch's
+current stream.
+
+**Unverified**: no GPU has run this module yet (the sessions that wrote it had none). The CUDA
+source it compiles is checked on every CI machine (``tests/test_cuda_compile.py`` compiles it to
+PTX) and the mapping runs through the emulated target; the tests that launch real kernels are in
+``tests/test_cuda_runtime.py`` and skip without a GPU.
+
+* :func:`specialize_cuda` lowers a definition with :func:`~tcjit.mapping.cuda_printer.lower_cuda`
+  and loads it with ``cupy.RawModule(code=...)``: CuPy runs NVRTC for the device's architecture
+  and keeps the binary in its own kernel cache (``CUPY_CACHE_DIR``), keyed by the source, the
+  options and the architecture. tcjit's store keeps the source and the launch table under a key
+  that holds the compute capability and CuPy's version, so a new process that finds the kernel
+  neither imports isl nor runs NVRTC.
+* :class:`CudaSpecialization` launches the kernels in order on ``torch.cuda.current_stream()``
+  (through ``cupy.cuda.ExternalStream``), with tensors' data pointers; outputs are allocated by
+  torch on the inputs' device. Nothing synchronises with the host, so launches can be captured in
+  CUDA graphs, except for kernels with run-time bounds checks (gathers), which read the error
+  slots after the launches to raise :class:`~tcjit.TCBoundsError`.
+* Calls never fall back to the CPU: without CuPy, or for a definition the CUDA target cannot yet
+  compute with the language's precision (sums accumulated wider than their type: float16 sums,
+  float32 sums of 16384 terms or more), a call raises :class:`~tcjit.TCCallError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from .binding import Binding, _scalar_value, torch_dtype
+from .polyhedral.errors import TCBoundsError, TCCallError, TCError, TCWarning
+
+__all__ = ["NVRTC_OPTIONS", "CudaSpecialization", "specialize_cuda"]
+
+#: Options CuPy passes to NVRTC (never fast math: NaN, infinities and signed zeros keep their meaning).
+NVRTC_OPTIONS = ("--std=c++17",)
+
+_NUMPY = {
+    "bool": np.bool_,
+    "uint8_t": np.uint8,
+    "uint16_t": np.uint16,
+    "uint32_t": np.uint32,
+    "uint64_t": np.uint64,
+    "int8_t": np.int8,
+    "int16_t": np.int16,
+    "int32_t": np.int32,
+    "int64_t": np.int64,
+    "float": np.float32,
+    "double": np.float64,
+}
+
+
+def _cupy():
+    try:
+        import cupy
+    except ImportError:
+        raise TCCallError(
+            "CUDA tensors need CuPy, which is not installed",
+            hint="pip install 'tcjit[cuda]' (cupy-cuda12x), or move the tensors to the CPU",
+        ) from None
+    return cupy
+
+
+class CudaSpecialization:
+    """One definition compiled for CUDA at fixed shapes, dtypes, strides and options.
+
+    Calling it launches the kernels: ``spec(*inputs, outputs=None)``.
+
+    :ivar source: the CUDA source. :ivar stages: readable intermediate forms when this process
+        lowered it. :ivar from_disk: whether it came from the kernel store.
+    """
+
+    def __init__(self, cdef, binding: Binding, lowered, *, layouts: tuple, stages=None, from_disk=False):
+        cupy = _cupy()
+        self.cdef = cdef
+        self.lowered = lowered
+        self.source = lowered.source
+        self.stages = dict(stages or {})
+        self.from_disk = from_disk
+        self.layouts = layouts
+        self.device = binding.device
+        with cupy.cuda.Device(self.device.index or 0):
+            module = cupy.RawModule(code=lowered.source, options=NVRTC_OPTIONS)
+            self._functions = tuple(module.get_function(k.name) for k in lowered.kernels)
+        self._module = module
+        dtypes = {name: torch_dtype(cdef.tensor(name).dtype) for name in (*cdef.outputs, *cdef.temporaries)}
+        self._outputs = tuple(
+            (binding.output_shapes[n], dtypes[n], n in lowered.zero_init) for n in cdef.outputs
+        )
+        self._temporaries = tuple(
+            (binding.output_shapes[n], dtypes[n], n in lowered.zero_init) for n in cdef.temporaries
+        )
+        index = {name: i for i, name in enumerate(cdef.params)}
+        plan = []
+        for p in lowered.params:
+            if p.name in index:
+                plan.append(("s" if p.kind == "scalar" else "i", index[p.name], p.ctype))
+            elif p.name in cdef.outputs:
+                plan.append(("o", cdef.outputs.index(p.name), p.ctype))
+            else:
+                plan.append(("t", cdef.temporaries.index(p.name), p.ctype))
+        self._plan = tuple(plan)
+
+    def __call__(self, *inputs, outputs: Sequence[torch.Tensor] | None = None):
+        from .compiler import _call_layout, _out_layouts
+
+        layouts = tuple(_call_layout(x) for x in inputs)
+        if layouts != self.layouts[0] or _out_layouts(outputs) != self.layouts[1]:
+            raise TCCallError(
+                f"{self.cdef.name}: these arguments do not have the shapes, dtypes and strides this "
+                "specialisation was compiled for",
+                hint="call the Kernel itself: it compiles one specialisation per layout",
+            )
+        outs = self.run(inputs, outputs)
+        return outs[0] if len(outs) == 1 else outs
+
+    def run(
+        self, inputs: Sequence[object], outputs: Sequence[torch.Tensor] | None
+    ) -> tuple[torch.Tensor, ...]:
+        """Launch on ``inputs`` whose layout matched; ``outputs`` already checked. Always a tuple."""
+        from .compiler import _check_aliasing
+
+        cupy = _cupy()
+        device = self.device
+        if outputs is None:
+            outs = [
+                torch.zeros(s, dtype=dt, device=device) if zero else torch.empty(s, dtype=dt, device=device)
+                for s, dt, zero in self._outputs
+            ]
+        else:
+            outs = list(outputs)
+            _check_aliasing(self.cdef, inputs, outs)
+        temps = [
+            torch.zeros(s, dtype=dt, device=device) if zero else torch.empty(s, dtype=dt, device=device)
+            for s, dt, zero in self._temporaries
+        ]
+        errors = torch.zeros(2, dtype=torch.int64, device=device)
+        args: list[object] = [np.uint64(errors.data_ptr())]
+        for kind, i, ctype in self._plan:
+            if kind == "i":
+                args.append(np.uint64(inputs[i].data_ptr()))
+            elif kind == "o":
+                args.append(np.uint64(outs[i].data_ptr()))
+            elif kind == "t":
+                args.append(np.uint64(temps[i].data_ptr()))
+            else:
+                name = self.cdef.params[i]
+                value = _scalar_value(self.cdef, name, inputs[i], self.cdef.scalars[name].dtype)
+                args.append(_NUMPY[ctype](value))
+        stream = torch.cuda.current_stream(device)
+        with cupy.cuda.Device(device.index or 0), cupy.cuda.ExternalStream(stream.cuda_stream):
+            for fn, launch in zip(self._functions, self.lowered.kernels):
+                fn(launch.grid, launch.block, tuple(args))
+        if self.lowered.checks:  # gathers: the one place a call waits for the device
+            number, value = errors.tolist()
+            if number:
+                tensor, dim, size, span, verb = self.lowered.checks[number - 1]
+                from .polyhedral.errors import Span
+
+                raise TCBoundsError(
+                    f"subscript {dim} of '{tensor}' {verb} element {value}, outside [0, {size}) "
+                    f"(dimension {dim} has size {size})",
+                    source=self.cdef.source,
+                    span=Span(*span),
+                    where=self.cdef.name,
+                )
+        return tuple(outs)
+
+
+def specialize_cuda(kernel, binding: Binding, inputs, outputs, options) -> CudaSpecialization:
+    """Find or build the CUDA specialisation of ``kernel`` for this call (checked by ``bind``)."""
+    from .compiler import (
+        _BUILD_LOCK,
+        _call_layout,
+        _contiguous,
+        _discard,
+        _out_layouts,
+        cache_key,
+        kernel_store,
+    )
+
+    cdef = kernel.definition
+    if binding.device.type != "cuda":
+        raise TCCallError(
+            f"target 'cuda' needs CUDA tensors; these are on {binding.device}",
+            hint="move the tensors to a GPU, or target='cuda-emulated' runs the CUDA mapping on the CPU",
+        )
+    cupy = _cupy()
+    from .mapping.lower import wide_accumulators
+
+    wide = wide_accumulators(cdef, binding.sizes)
+    if wide:
+        raise TCCallError(
+            f"{cdef.name}: {', '.join(wide)} must accumulate in a wider type than it is stored in "
+            "(a float16 sum, or a float32 sum of 16384 terms or more), which the CUDA target does not do yet",
+            hint="run it on the CPU, or through target='cuda-emulated'",
+        )
+    major, minor = torch.cuda.get_device_capability(binding.device)
+    target = f"cuda:sm_{major}{minor}:cupy-{cupy.__version__}"
+    options_json = options.to_json()
+    key = cache_key(kernel.canonical_source, cdef.name, inputs, outputs, target, options_json)
+    layouts = (tuple(_call_layout(x) for x in inputs), _out_layouts(outputs))
+    from .mapping.cuda_printer import CudaKernelSource
+
+    store = kernel_store()
+    if store is not None:
+        entry = store.get(key)
+        if entry is not None:
+            try:
+                source = entry.path("kernel.cu").read_text(encoding="utf-8")
+                if hashlib.sha256(source.encode()).hexdigest() == entry.metadata.get("cu_sha256"):
+                    lowered = CudaKernelSource.from_json(entry.metadata["cuda"], source)
+                    return CudaSpecialization(cdef, binding, lowered, layouts=layouts, from_disk=True)
+                _discard(store, key)
+            except (OSError, KeyError, ValueError, TypeError, AttributeError):
+                pass  # evicted or unusable under us: rebuild
+    with _BUILD_LOCK:
+        from .mapping.cuda_printer import lower_cuda
+
+        strides = {name: tuple(t.stride()) for name, t in binding.tensors.items()}
+        given = dict(zip(cdef.outputs, outputs)) if outputs is not None else {}
+        for name in (*cdef.outputs, *cdef.temporaries):
+            strides[name] = (
+                tuple(given[name].stride()) if name in given else _contiguous(binding.output_shapes[name])
+            )
+        lowered = lower_cuda(cdef, binding.sizes, strides, options.values)
+    spec = CudaSpecialization(cdef, binding, lowered, layouts=layouts, stages=lowered.stages)
+    if store is not None:
+        try:
+            store.put(
+                key,
+                {"kernel.cu": lowered.source.encode("utf-8")},
+                {"cuda": lowered.to_json(), "cu_sha256": hashlib.sha256(lowered.source.encode()).hexdigest()},
+            )
+        except TCError as e:
+            warnings.warn(f"tcjit: could not store the compiled kernel: {e}", TCWarning, stacklevel=3)
+    return spec

@@ -1,0 +1,82 @@
+"""Real CUDA kernels on a real GPU (tcjit/cuda_runtime.py): skipped on machines without one.
+
+Every suite kernel at its small sizes, launched on CUDA tensors, against the oracle run on the
+same inputs on the CPU; launches on the current stream and inside a CUDA graph; outputs on the
+inputs' device; the disk cache; errors instead of fallbacks.
+"""
+
+from __future__ import annotations
+
+import compiled_helpers as H
+import pytest
+import torch
+
+import tcjit
+from tcjit import suite
+from tcjit.mapping.options import MappingOptions
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
+]
+
+OPTIONS = {
+    "default": None,
+    "small": MappingOptions("naive").tile(4, 8, 2).map_to_blocks(3, 2).map_to_threads(4, 2),
+    "3d": MappingOptions("naive").tile(2, 3, 4).map_to_blocks(2, 2, 2).map_to_threads(2, 3, 4),
+}
+CASES = [(k.name, w) for k in suite.SUITE.values() for w in range(len(k.small_sizes))]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _private_kernel_cache(tmp_path_factory):
+    with H.private_cache(tmp_path_factory.mktemp("tcjit-cache")):
+        yield
+
+
+@pytest.mark.parametrize("option", list(OPTIONS))
+@pytest.mark.parametrize("name, which", CASES, ids=[f"{n}-{w}" for n, w in CASES])
+def test_suite_kernel_on_the_gpu_matches_the_oracle(name: str, which: int, option: str) -> None:
+    k = suite.get(name)
+    sizes = k.small_sizes[which]
+    inputs = k.make_inputs(sizes, seed=which)
+    want = H.as_tuple(H.ORACLE(k.source, k.entry, *inputs))
+    kernel = tcjit.define(k.source, k.entry)
+    if k.reduction_length(sizes) >= 1 << 14:
+        pytest.skip("long float32 sums accumulate wide: not on CUDA yet")
+    got = H.as_tuple(kernel(*(x.cuda() for x in inputs), options=OPTIONS[option]))
+    assert all(g.device.type == "cuda" for g in got)
+    H.assert_all_same(
+        tuple(g.cpu() for g in got), want, k.reduction_length(sizes), k.checked.outputs, what=name
+    )
+
+
+def test_launches_follow_the_current_stream_and_replay_in_a_graph() -> None:
+    mm = tcjit.define("def mm(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, r_k) * B(r_k, n) }")
+    a, b = torch.randn(67, 45, device="cuda"), torch.randn(45, 33, device="cuda")
+    mm(a, b)  # compile outside the capture
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        c = mm(a, b)
+    side.synchronize()
+    torch.testing.assert_close(c, a @ b, rtol=1e-4, atol=1e-4)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = mm(a, b)
+    a.copy_(torch.randn_like(a))
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_out_of_bounds_gathers_raise() -> None:
+    src = "def g(float(V,D) LUT, int64(B) I) -> (O) { O(b, d) = LUT(I(b), d) }"
+    lut, idx = torch.randn(5, 3, device="cuda"), torch.tensor([0, 4, 7], device="cuda")
+    with pytest.raises(tcjit.TCBoundsError, match="element 7"):
+        tcjit.define(src)(lut, idx)
+
+
+def test_wide_sums_are_refused_not_rounded() -> None:
+    src = "def s(float16(N) A) -> (S) { S +=! A(r_n) }"
+    with pytest.raises(tcjit.TCCallError, match="wider type"):
+        tcjit.define(src)(torch.ones(8, dtype=torch.float16, device="cuda"))
