@@ -22,8 +22,9 @@ helpers they call come from :data:`~tcjit.mapping.cuda_prelude.CUDA_PRELUDE`. Wh
 * a ``sync`` mark is ``__syncthreads()`` after its subtree; a ``thread0`` mark runs its body on
   thread (0, 0, 0) of each block only (as in the C printer);
 * pointers are ``__restrict__`` (inputs ``const``: the read-only data path);
-* no wide accumulators (a CPU feature: malloc'd buffers), no OpenMP, no register tiles (the GPU
-  mapping marks no loop);
+* a sum accumulated wider than its type lives in a buffer parameter ``w_<name>`` (kind ``wide``)
+  the runtime allocates, fills and rounds back; no OpenMP, no register tiles (the GPU mapping
+  marks no loop);
 * a failed bounds check stores its number and subscript into ``tc_errors`` (two int64 slots, zero
   before the first launch) once: the first failing thread to claim slot 0 (``atomicCAS``) writes
   slot 1, so the pair always belongs to one access; other failures are ignored.
@@ -53,7 +54,7 @@ from .c_printer import _ctype as c_compute_type
 from .cuda_prelude import CUDA_PRELUDE
 from .emulation import fission
 from .gpu import BLOCK_IDS, SYNC_MARK, THREAD_IDS, barriers, map_gpu
-from .lower import _comment_safe, _prove_bounds, _zero_init, tiled_schedule
+from .lower import _comment_safe, _prove_bounds, _zero_init, tiled_schedule, wide_accumulators
 
 __all__ = ["CudaKernelSource", "CudaLaunch", "cuda_type", "lower_cuda", "print_cuda"]
 
@@ -116,6 +117,10 @@ class CudaKernelSource:
             tuple(data["zero_init"]),
             tuple(BoundsCheck(t, d, n, tuple(span), verb) for t, d, n, span, verb in data["checks"]),
         )
+
+
+#: Parameter names: ``t_`` for tensors, ``w_`` for the wide accumulation buffer of a tensor.
+_PREFIX = {"tensor": "t", "wide": "w"}
 
 
 def _dims(v: Sequence[int]) -> tuple[int, int, int]:
@@ -196,6 +201,7 @@ def print_cuda(
     strides: Mapping[str, tuple[int, ...]],
     checked: frozenset[int] = frozenset(),
     header: str = "",
+    wide: Mapping[str, ScalarType] | None = None,
 ) -> tuple[str, tuple[BoundsCheck, ...]]:
     """The CUDA source of ``launches`` (each a launch and its kernel IR, with block and thread ids
     ``b0..b2``, ``t0..t2`` free and barriers as ``sync`` marks) and its run-time bounds checks.
@@ -203,12 +209,14 @@ def print_cuda(
     Each launch is ``extern "C" __global__ void __launch_bounds__(threads) name(int64_t
     *tc_errors, <params>)``; check numbers run through the whole source (one ``tc_errors``).
     """
-    p = _CudaPrinter(cdef, statements, sizes, strides, checked, {})
+    p = _CudaPrinter(cdef, statements, sizes, strides, checked, dict(wide or {}))
     decl = ", ".join(
         [
             "int64_t *__restrict__ tc_errors",
             *(
-                f"{cuda_type(q.ctype)} t_{q.name}" if q.kind == "tensor" else f"{q.ctype} s_{q.name}"
+                f"{cuda_type(q.ctype)} {_PREFIX[q.kind]}_{q.name}"
+                if q.kind != "scalar"
+                else f"{q.ctype} s_{q.name}"
                 for q in params
             ),
         ]
@@ -281,6 +289,12 @@ def lower_cuda(
             )
     for name in (*cdef.outputs, *cdef.temporaries):
         params.append(CParam(name, "tensor", f"{c_storage_type(cdef.tensor(name).dtype)} *restrict"))
+    # Sums the language accumulates wider than their type (float16 sums, long float32 sums) live in
+    # a contiguous buffer of the wide type the runtime allocates, fills from the tensor and rounds
+    # back into it after the last launch (the CPU kernel does the same with malloc).
+    wide = wide_accumulators(cdef, sizes)
+    for name, wt in wide.items():
+        params.append(CParam(name, "wide", f"{c_compute_type(wt)} *restrict"))
     header = (
         "/*\n"
         + _comment_safe(cdef.signature())
@@ -297,6 +311,7 @@ def lower_cuda(
         strides=strides,
         checked=checked,
         header=header,
+        wide=wide,
     )
     stages = {
         "schedule": str(sched),

@@ -17,9 +17,11 @@ PTX) and the mapping runs through the emulated target; the tests that launch rea
   torch on the inputs' device. Nothing synchronises with the host, so launches can be captured in
   CUDA graphs, except for kernels with run-time bounds checks (gathers), which read the error
   slots after the launches to raise :class:`~tcjit.TCBoundsError`.
-* Calls never fall back to the CPU: without CuPy, or for a definition the CUDA target cannot yet
-  compute with the language's precision (sums accumulated wider than their type: float16 sums,
-  float32 sums of 16384 terms or more), a call raises :class:`~tcjit.TCCallError`.
+* Sums the language accumulates wider than their type (float16 sums, float32 sums of 16384 terms
+  or more) run in a contiguous buffer of the wide type, a copy of the tensor made by torch on the
+  stream, rounded back into the tensor after the last launch.
+* Calls never fall back to the CPU: without CuPy, a call on CUDA tensors raises
+  :class:`~tcjit.TCCallError`.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ __all__ = ["NVRTC_OPTIONS", "CudaSpecialization", "specialize_cuda"]
 
 #: Options CuPy passes to NVRTC (never fast math: NaN, infinities and signed zeros keep their meaning).
 NVRTC_OPTIONS = ("--std=c++17",)
+
+_WIDE = {"float": torch.float32, "double": torch.float64}
 
 _NUMPY = {
     "bool": np.bool_,
@@ -97,7 +101,14 @@ class CudaSpecialization:
         index = {name: i for i, name in enumerate(cdef.params)}
         plan = []
         for p in lowered.params:
-            if p.name in index:
+            if p.kind == "wide":  # the wide accumulation buffer of an output or temporary
+                where = (
+                    ("o", cdef.outputs.index(p.name))
+                    if p.name in cdef.outputs
+                    else ("t", cdef.temporaries.index(p.name))
+                )
+                plan.append(("w", where, p.ctype))
+            elif p.name in index:
                 plan.append(("s" if p.kind == "scalar" else "i", index[p.name], p.ctype))
             elif p.name in cdef.outputs:
                 plan.append(("o", cdef.outputs.index(p.name), p.ctype))
@@ -140,8 +151,14 @@ class CudaSpecialization:
         ]
         errors = torch.zeros(2, dtype=torch.int64, device=device)
         args: list[object] = [np.uint64(errors.data_ptr())]
+        rounded: list[tuple[torch.Tensor, torch.Tensor]] = []
         for kind, i, ctype in self._plan:
-            if kind == "i":
+            if kind == "w":  # wide sums: accumulate in a contiguous copy, round back once at the end
+                target = outs[i[1]] if i[0] == "o" else temps[i[1]]
+                buffer = target.to(dtype=_WIDE[ctype], memory_format=torch.contiguous_format, copy=True)
+                rounded.append((target, buffer))
+                args.append(np.uint64(buffer.data_ptr()))
+            elif kind == "i":
                 args.append(np.uint64(inputs[i].data_ptr()))
             elif kind == "o":
                 args.append(np.uint64(outs[i].data_ptr()))
@@ -155,6 +172,8 @@ class CudaSpecialization:
         with cupy.cuda.Device(device.index or 0), cupy.cuda.ExternalStream(stream.cuda_stream):
             for fn, launch in zip(self._functions, self.lowered.kernels):
                 fn(launch.grid, launch.block, tuple(args))
+        for target, buffer in rounded:  # torch's conversion rounds to nearest, as the CPU kernel does
+            target.copy_(buffer)
         if self.lowered.checks:  # gathers: the one place a call waits for the device
             number, value = errors.tolist()
             if number:
@@ -190,15 +209,6 @@ def specialize_cuda(kernel, binding: Binding, inputs, outputs, options) -> CudaS
             hint="move the tensors to a GPU, or target='cuda-emulated' runs the CUDA mapping on the CPU",
         )
     cupy = _cupy()
-    from .mapping.lower import wide_accumulators
-
-    wide = wide_accumulators(cdef, binding.sizes)
-    if wide:
-        raise TCCallError(
-            f"{cdef.name}: {', '.join(wide)} must accumulate in a wider type than it is stored in "
-            "(a float16 sum, or a float32 sum of 16384 terms or more), which the CUDA target does not do yet",
-            hint="run it on the CPU, or through target='cuda-emulated'",
-        )
     major, minor = torch.cuda.get_device_capability(binding.device)
     target = f"cuda:sm_{major}{minor}:cupy-{cupy.__version__}"
     options_json = options.to_json()
