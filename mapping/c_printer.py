@@ -308,6 +308,8 @@ class _Printer:
         self.arguments: list[str] = []  # what the kernel passes for them
         self.functions: list[str] = []  # parallel regions, printed before the kernel
         self.prototypes: list[str] = []  # their declarations (the entry point may be compiled apart)
+        self.shadowed: list[str] = []  # the emulated target's race-checked tensors (outputs, temporaries)
+        self.blocks_before = 0  # the emulated target: blocks of the launches printed so far
         self.enclosing: list[str] = []  # loop iterators in scope
         self.symbol = "tc_kernel"
         self.source_lines = cdef.source.splitlines()
@@ -341,7 +343,22 @@ class _Printer:
         """The type a tensor's elements have inside the kernel (wider for long sums)."""
         return self.wide.get(tensor) or self.cdef.tensor(tensor).dtype
 
+    def race(self, tensor: str, addr: str, write: bool) -> str | None:
+        """The emulated target's race check of an access (:data:`EMULATION_HELPERS`), or None."""
+        if tensor not in self.shadowed:
+            return None
+        code = -2 - self.shadowed.index(tensor)
+        return (
+            f"tc_race(&tc_sh_{tensor}[{addr}], {int(write)}, tc_gb, tc_tl, tc_first, tc_phase,"
+            f" {code}, {addr}, tc_errors)"
+        )
+
     def load(self, tensor: str, addr: str, want: ScalarType) -> str:
+        check = self.race(tensor, addr, False)
+        value = self._load(tensor, addr, want)
+        return value if check is None else f"({check}, {value})"
+
+    def _load(self, tensor: str, addr: str, want: ScalarType) -> str:
         if tensor in self.wide:
             return convert(f"w_{tensor}[{addr}]", self.wide[tensor], want)
         t = self.cdef.tensor(tensor).dtype
@@ -354,6 +371,11 @@ class _Printer:
 
     def store(self, tensor: str, addr: str, value: str) -> str:
         """Store ``value``, already of the tensor's :meth:`element_type`."""
+        check = self.race(tensor, addr, True)
+        text = self._store(tensor, addr, value)
+        return text if check is None else f"{check}; {text}"
+
+    def _store(self, tensor: str, addr: str, value: str) -> str:
         if tensor in self.wide:
             return f"w_{tensor}[{addr}] = {value};"
         t = self.cdef.tensor(tensor).dtype
@@ -697,6 +719,11 @@ class _Printer:
         count = math.prod(dims)
         k = f"tc_{prefix}i"
         self.lines.append(f"{indent}{{ /* {what}: {' x '.join(map(str, dims))} */")
+        if prefix == "b":  # the launch's blocks have global ids tc_first .. tc_first + count - 1
+            self.lines.append(f"{indent}  const int64_t tc_first = {self.blocks_before};")
+            self.blocks_before += count
+        else:  # a new phase: the previous loop over the threads ended at a barrier
+            self.lines.append(f"{indent}  tc_phase += 1;")
         self.lines.append(f"{indent}  const int64_t tc_{prefix}s = tc_stride({count});")
         self.lines.append(f"{indent}  for (int64_t {k} = 0; {k} < {count}; {k}++) {{")
         self.lines.append(
@@ -708,6 +735,8 @@ class _Printer:
             f" {prefix}2 = {flat} / {y};"
         )
         self.lines.append(f"{indent}    (void){prefix}0; (void){prefix}1; (void){prefix}2;")
+        if prefix == "b":
+            self.lines.append(f"{indent}    const int64_t tc_gb = tc_first + tc_bl; (void)tc_gb;")
         self.node(body, indent + "    ")
         self.lines.append(f"{indent}  }}")
         self.lines.append(f"{indent}}}")
@@ -1073,8 +1102,14 @@ def print_kernel(
         p.aliases.append(f"{_ctype(wt)} *restrict w_{name} = wp_{name};")
         p.signature.append(f"{_ctype(wt)} *restrict w_{name}")
         p.arguments.append(f"wp_{name}")
+    emulated = _emulated(body)
+    if emulated:
+        p.shadowed = [*cdef.outputs, *cdef.temporaries]
     p.node(body, "  ")
     prologue, epilogue = _wide_buffers(p, wide, copy_in)
+    if emulated:
+        shadows, frees = _shadows(p, wide)
+        prologue, epilogue = [*shadows, *prologue], [*epilogue, *frees]
     decl = ", ".join(
         ["int nthreads", "int64_t *restrict tc_errors", *(f"{q.ctype} {_cname(q)}" for q in params)]
     )
@@ -1140,6 +1175,18 @@ EMULATION_HELPERS = (
     "    if (a == 1) return s;",
     "  }",
     "}",
+    "/* Race check: the last write to each element of a written tensor, by (global block + 1, thread,",
+    " * barrier phase). Another block of the same launch, or another thread of the same block in the",
+    " * same phase, touching an element written since the launch began is a race: the first found",
+    " * sets error slot 0 to `code` (-2 - the tensor's number) and slot 1 to the element's offset. */",
+    "typedef struct { int64_t block, thread, phase; } tc_shadow;",
+    "static inline void tc_race(tc_shadow *s, int write, int64_t block, int64_t thread, int64_t first,",
+    "                           int64_t phase, int64_t code, int64_t offset, int64_t *errors) {",
+    "  if (s->block > first && (s->block != block + 1 || (s->phase == phase && s->thread != thread))) {",
+    "    if (errors[0] == 0) { errors[0] = code; errors[1] = offset; }",
+    "  }",
+    "  if (write) { s->block = block + 1; s->thread = thread; s->phase = phase; }",
+    "}",
     "static inline int64_t tc_perm(int64_t i, int64_t n, int64_t s, int64_t order) {",
     "  if (order == 1) return n - 1 - i;",
     "  if (order == 2)",
@@ -1193,6 +1240,22 @@ def _wide_buffers(p: _Printer, wide: Mapping[str, ScalarType], copy_in: frozense
             value = f"tc_f2{half}((float)(wp_{name}[{dense}]))"
         epilogue.append(f"  {nest} p_{name}[{actual}] = {value};")
         epilogue.append(f"  free(wp_{name});")
+    return prologue, epilogue
+
+
+def _shadows(p: _Printer, wide: Mapping[str, ScalarType]) -> tuple[list[str], list[str]]:
+    """The emulated target's shadow of every written tensor (:data:`EMULATION_HELPERS`): one entry
+    per element offset the kernel can use, and the phase counter."""
+    prologue = ["  int64_t tc_phase = 0; (void)tc_phase;"]
+    epilogue = []
+    for name in p.shadowed:
+        info = p.cdef.tensor(name)
+        shape = [s.evaluate(p.sizes) for s in info.shape]
+        strides = _contiguous(info, p.sizes) if name in wide else p.strides[name]
+        span = 1 + sum((n - 1) * abs(st) for n, st in zip(shape, strides)) if all(shape) else 1
+        prologue.append(f"  tc_shadow *tc_sh_{name} = (tc_shadow *)calloc({span}, sizeof(tc_shadow));")
+        prologue.append(f"  if (!tc_sh_{name}) {{ tc_errors[0] = -1; return; }}")
+        epilogue.append(f"  free(tc_sh_{name});")
     return prologue, epilogue
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from .binding import Binding, _scalar_value, torch_dtype
-from .polyhedral.errors import TCBoundsError, TCCallError, TCError, TCWarning
+from .polyhedral.errors import TCBoundsError, TCCallError, TCError, TCInternalError, TCWarning
 from .polyhedral.lang.checked import CheckedDef
 
 __all__ = ["Specialization", "cache_key", "kernel_store", "specialize"]
@@ -242,11 +242,18 @@ class Specialization:
             else:
                 name = self.cdef.params[i]
                 args.append(_scalar_value(self.cdef, name, inputs[i], self._scalar_types[i]))
-        errors = (ctypes.c_int64 * 2)() if self.meta.checks or self.meta.wide else None
+        emulated = self._plan and self._plan[0][0] == "r"
+        errors = (ctypes.c_int64 * 2)() if self.meta.checks or self.meta.wide or emulated else None
         self._fn(torch.get_num_threads(), errors, *args)
         if errors is not None and errors[0]:
-            if errors[0] < 0:
+            if errors[0] == -1:
                 raise MemoryError(f"{self.cdef.name}: the kernel could not allocate its accumulation buffers")
+            if errors[0] < 0:  # the emulated target's race check
+                tensor = (*self.cdef.outputs, *self.cdef.temporaries)[-2 - int(errors[0])]
+                raise TCInternalError(
+                    f"{self.cdef.name}: the CUDA mapping lets two threads or blocks touch element offset "
+                    f"{int(errors[1])} of '{tensor}' without a barrier between them (a race; emulated target)"
+                )
             self._raise_bounds(int(errors[0]), int(errors[1]))
         return tuple(outs)
 

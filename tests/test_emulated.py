@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 import tcjit
 from tcjit import suite
-from tcjit.mapping import ir
+from tcjit.mapping import gpu, ir
 from tcjit.mapping.emulation import fission
 from tcjit.mapping.options import MappingOptions
 from tcjit.mapping.search_space import search_space
@@ -251,3 +251,33 @@ def test_empty_reductions_hold_the_identity_emulated() -> None:
     A, X = torch.empty(3, 0), torch.empty(3, 0, dtype=torch.int32)
     got = H.check_against_oracle(TCP.EMPTY_REDUCTIONS, None, (A, X), target="cuda-emulated")
     assert got[1].tolist() == [1.0] * 3 and got[6].item() == float("-inf")
+
+
+# ============================================================== the race check of the emulation
+MAXPOOL1 = """def maxpool_one(float(N,C,H,W) I) -> (O) {
+    O(n, c, h, w) max=! I(n, c, 2 * h + r_kh, 2 * w + r_kw) where r_kh in 0:2, r_kw in 0:2
+}"""
+
+
+def test_a_missing_barrier_is_a_race_even_where_every_order_agrees(monkeypatch) -> None:
+    """max= gives the same answer in any order, so only the shadow check sees that two threads
+    update O(0, 0, 0, 0) in one barrier interval once the mapper places no barrier."""
+    x = torch.randn(1, 1, 2, 3)
+    k = tcjit.define(MAXPOOL1)
+    torch.testing.assert_close(k(x, target="cuda-emulated"), H.as_tuple(H.ORACLE(MAXPOOL1, None, x))[0])
+    monkeypatch.setattr(gpu._Mapper, "place_syncs", lambda self, sched, start: sched)
+    with pytest.raises(tcjit.TCInternalError, match="race") as info:
+        tcjit.define(MAXPOOL1.replace("maxpool_one", "maxpool_one_without_barriers"))(
+            x, target="cuda-emulated"
+        )
+    assert "element offset 0 of 'O'" in str(info.value)
+
+
+def test_blocks_that_share_an_element_are_a_race(monkeypatch) -> None:
+    """A (broken) mapper that took a reduction member for coincident puts it on blocks: two blocks
+    then add into S, which the shadow check reports."""
+    src = "def total(float(N) A) -> (S) { S +=! A(r_n) }"
+    monkeypatch.setattr(gpu, "_leading_coincident", lambda band: band.band_n_member())
+    opts = MappingOptions("naive").tile(4).map_to_blocks(8).map_to_threads(1)
+    with pytest.raises(tcjit.TCInternalError, match="race"):
+        tcjit.define(src)(torch.randn(32), options=opts, target="cuda-emulated")
