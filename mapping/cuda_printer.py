@@ -49,12 +49,20 @@ from ..polyhedral.lang.checked import CheckedDef
 from ..polyhedral.lang.types import ScalarType
 from ..polyhedral.scop import ScopStatement
 from . import ir
-from .c_printer import BoundsCheck, CParam, _float_literal, _Printer, c_storage_type
+from .c_printer import BoundsCheck, CParam, _float_literal, _Printer
 from .c_printer import _ctype as c_compute_type
 from .cuda_prelude import CUDA_PRELUDE
 from .emulation import fission
 from .gpu import BLOCK_IDS, SYNC_MARK, THREAD_IDS, barriers, map_gpu
-from .lower import _comment_safe, _prove_bounds, _zero_init, tiled_schedule, wide_accumulators
+from .lower import (
+    _prove_bounds,
+    _zero_init,
+    kernel_header,
+    kernel_params,
+    kernel_stages,
+    tiled_schedule,
+    wide_accumulators,
+)
 
 __all__ = ["CudaKernelSource", "CudaLaunch", "cuda_type", "lower_cuda", "print_cuda"]
 
@@ -278,30 +286,14 @@ def lower_cuda(
         body = barriers(ir.from_isl_ast(ast, params={p: sizes[p] for p in scop.params}))
         fission(body, k.block)  # checks that every thread of a block reaches each barrier
         launches.append((CudaLaunch(f"{symbol}_k{i}", k.grid, k.block), body))
-    params = []
-    for name in cdef.params:
-        if name in cdef.scalars:
-            t = cdef.scalars[name].dtype
-            params.append(CParam(name, "scalar", "float" if t.is_half else c_storage_type(t)))
-        else:
-            params.append(
-                CParam(name, "tensor", f"const {c_storage_type(cdef.tensor(name).dtype)} *restrict")
-            )
-    for name in (*cdef.outputs, *cdef.temporaries):
-        params.append(CParam(name, "tensor", f"{c_storage_type(cdef.tensor(name).dtype)} *restrict"))
+    params = kernel_params(cdef)
     # Sums the language accumulates wider than their type (float16 sums, long float32 sums) live in
     # a contiguous buffer of the wide type the runtime allocates, fills from the tensor and rounds
     # back into it after the last launch (the CPU kernel does the same with malloc).
     wide = wide_accumulators(cdef, sizes)
     for name, wt in wide.items():
         params.append(CParam(name, "wide", f"{c_compute_type(wt)} *restrict"))
-    header = (
-        "/*\n"
-        + _comment_safe(cdef.signature())
-        + "\n"
-        + _comment_safe(f"CUDA target, options: {options!r}")
-        + "\n */"
-    )
+    header = kernel_header(cdef, f"CUDA target, options: {options!r}")
     text, checks = print_cuda(
         cdef,
         launches,
@@ -313,9 +305,5 @@ def lower_cuda(
         header=header,
         wide=wide,
     )
-    stages = {
-        "schedule": str(sched),
-        "tree": str(plan.schedule.get_root()),
-        "decisions": "\n".join(plan.decisions),
-    }
+    stages = kernel_stages(sched, plan.schedule, plan.decisions)
     return CudaKernelSource(text, symbol, tuple(k for k, _ in launches), tuple(params), zero, checks, stages)

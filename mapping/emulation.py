@@ -27,13 +27,15 @@ import islpy as isl
 from ..polyhedral.errors import TCInternalError
 from ..polyhedral.lang.checked import CheckedDef
 from . import ir
-from .c_printer import CParam, c_storage_type, print_kernel
+from .c_printer import CParam, print_kernel
 from .gpu import SYNC_MARK, THREAD_IDS, barriers, map_gpu
 from .lower import (
     CpuKernelSource,
-    _comment_safe,
     _prove_bounds,
     _zero_init,
+    kernel_header,
+    kernel_params,
+    kernel_stages,
     tiled_schedule,
     wide_accumulators,
 )
@@ -123,28 +125,12 @@ def lower_emulated(
         )
         body = barriers(ir.from_isl_ast(ast, params={p: sizes[p] for p in scop.params}))
         launches.append(ir.Blocks(k.grid, k.block, fission(body, k.block)))
-    params = [CParam("tc_order", "scalar", "int64_t")]
-    for name in cdef.params:
-        if name in cdef.scalars:
-            t = cdef.scalars[name].dtype
-            params.append(CParam(name, "scalar", "float" if t.is_half else c_storage_type(t)))
-        else:
-            params.append(
-                CParam(name, "tensor", f"const {c_storage_type(cdef.tensor(name).dtype)} *restrict")
-            )
-    for name in (*cdef.outputs, *cdef.temporaries):
-        params.append(CParam(name, "tensor", f"{c_storage_type(cdef.tensor(name).dtype)} *restrict"))
+    params = [CParam("tc_order", "scalar", "int64_t"), *kernel_params(cdef)]
     symbol = symbol or f"tc_{cdef.name}_emulated"
     # long float32 sums and half-precision sums accumulate wide, as on the CPU (the language's
     # semantics); the CUDA printer keeps such buffers in global memory the runtime allocates
     wide = wide_accumulators(cdef, sizes)
-    header = (
-        "/*\n"
-        + _comment_safe(cdef.signature())
-        + "\n"
-        + _comment_safe(f"emulated CUDA target, options: {options!r}")
-        + "\n */"
-    )
+    header = kernel_header(cdef, f"emulated CUDA target, options: {options!r}")
     text, checks = print_kernel(
         cdef,
         ir.Block(tuple(launches)),
@@ -158,9 +144,5 @@ def lower_emulated(
         copy_in=frozenset(zero) & frozenset(wide),
         header=header,
     )
-    stages = {
-        "schedule": str(sched),
-        "tree": str(plan.schedule.get_root()),
-        "decisions": "\n".join(plan.decisions),
-    }
+    stages = kernel_stages(sched, plan.schedule, plan.decisions)
     return CpuKernelSource(text, symbol, tuple(params), zero, checks, tuple(wide), stages)

@@ -290,22 +290,10 @@ def lower_cpu(
     ast = build.node_from_schedule(plan.schedule)
     body = ir.from_isl_ast(ast, params={p: sizes[p] for p in scop.params})
 
-    params: list[CParam] = []
-    for name in cdef.params:
-        if name in cdef.scalars:
-            t = cdef.scalars[name].dtype
-            params.append(CParam(name, "scalar", "float" if t.is_half else c_storage_type(t)))
-        else:
-            params.append(
-                CParam(name, "tensor", f"const {c_storage_type(cdef.tensor(name).dtype)} *restrict")
-            )
-    for name in (*cdef.outputs, *cdef.temporaries):
-        params.append(CParam(name, "tensor", f"{c_storage_type(cdef.tensor(name).dtype)} *restrict"))
+    params = kernel_params(cdef)
     symbol = symbol or f"tc_{cdef.name}"
     wide = wide_accumulators(cdef, sizes)
-    header = (
-        "/*\n" + _comment_safe(cdef.signature()) + "\n" + _comment_safe(f"options: {options!r}") + "\n */"
-    )
+    header = kernel_header(cdef, f"options: {options!r}")
     text, checks = print_kernel(
         cdef,
         body,
@@ -320,12 +308,36 @@ def lower_cpu(
         header=header,
         vector_bytes=vector_bytes,
     )
-    stages = {
-        "schedule": str(sched),
-        "tree": str(plan.schedule.get_root()),
-        "decisions": "\n".join(plan.decisions),
-    }
+    stages = kernel_stages(sched, plan.schedule, plan.decisions)
     return CpuKernelSource(text, symbol, tuple(params), zero, checks, tuple(wide), stages)
+
+
+def kernel_params(cdef: CheckedDef) -> list[CParam]:
+    """The parameters of a kernel of ``cdef`` after the runtime's own: inputs (``const``) and
+    scalars in order, then outputs and temporaries."""
+    params: list[CParam] = []
+    for name in cdef.params:
+        if name in cdef.scalars:
+            t = cdef.scalars[name].dtype
+            params.append(CParam(name, "scalar", "float" if t.is_half else c_storage_type(t)))
+        else:
+            params.append(
+                CParam(name, "tensor", f"const {c_storage_type(cdef.tensor(name).dtype)} *restrict")
+            )
+    for name in (*cdef.outputs, *cdef.temporaries):
+        params.append(CParam(name, "tensor", f"{c_storage_type(cdef.tensor(name).dtype)} *restrict"))
+    return params
+
+
+def kernel_header(cdef: CheckedDef, what: str) -> str:
+    """The comment a generated kernel starts with: the definition's signature and ``what``."""
+    return "/*\n" + _comment_safe(cdef.signature()) + "\n" + _comment_safe(what) + "\n */"
+
+
+def kernel_stages(sched: isl.Schedule, mapped: isl.Schedule, decisions) -> dict[str, str]:
+    """The readable intermediate forms ``tcjit show`` prints: the tiled schedule, the mapped tree
+    and the mapper's decisions."""
+    return {"schedule": str(sched), "tree": str(mapped.get_root()), "decisions": "\n".join(decisions)}
 
 
 def _comment_safe(text: str) -> str:
