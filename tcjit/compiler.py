@@ -146,7 +146,38 @@ class _Meta:
         )
 
 
-class Specialization:
+class _Compiled:
+    """What every compiled specialisation shares: the call with a check of the arguments' layout."""
+
+    cdef: CheckedDef
+    layouts: tuple
+
+    def __call__(self, *inputs, outputs: Sequence[torch.Tensor] | None = None):
+        layouts = tuple(_call_layout(x) for x in inputs)
+        if layouts != self.layouts[0] or _out_layouts(outputs) != self.layouts[1]:
+            raise TCCallError(
+                f"{self.cdef.name}: these arguments do not have the shapes, dtypes and strides this "
+                "specialisation was compiled for",
+                hint="call the Kernel itself: it compiles one specialisation per layout",
+            )
+        outs = self.run(inputs, outputs)
+        return outs[0] if len(outs) == 1 else outs
+
+    def run(
+        self, inputs: Sequence[object], outputs: Sequence[torch.Tensor] | None
+    ) -> tuple[torch.Tensor, ...]:
+        raise NotImplementedError
+
+
+def allocate(specs: Sequence[tuple], device: torch.device | None = None) -> list[torch.Tensor]:
+    """Tensors for ``(shape, dtype, zeroed)`` specifications (outputs, temporaries) on ``device``."""
+    return [
+        torch.zeros(shape, dtype=dt, device=device) if zero else torch.empty(shape, dtype=dt, device=device)
+        for shape, dt, zero in specs
+    ]
+
+
+class Specialization(_Compiled):
     """One definition compiled for fixed shapes, dtypes, strides, target and options.
 
     Calling it runs the kernel: ``spec(*inputs, outputs=None)``; the inputs must have the layout it
@@ -202,33 +233,16 @@ class Specialization:
             i: cdef.scalars[name].dtype for name, i in index.items() if name in cdef.scalars
         }
 
-    def __call__(self, *inputs, outputs: Sequence[torch.Tensor] | None = None):
-        layouts = tuple(_call_layout(x) for x in inputs)
-        if layouts != self.layouts[0] or _out_layouts(outputs) != self.layouts[1]:
-            raise TCCallError(
-                f"{self.cdef.name}: these arguments do not have the shapes, dtypes and strides this "
-                "specialisation was compiled for",
-                hint="call the Kernel itself: it compiles one specialisation per layout",
-            )
-        outs = self.run(inputs, outputs)
-        return outs[0] if len(outs) == 1 else outs
-
     def run(
         self, inputs: Sequence[object], outputs: Sequence[torch.Tensor] | None
     ) -> tuple[torch.Tensor, ...]:
         """Run on ``inputs`` whose layout matched; ``outputs`` already checked. Always a tuple."""
         if outputs is None:
-            outs = [
-                torch.zeros(shape, dtype=dt) if zero else torch.empty(shape, dtype=dt)
-                for shape, dt, zero in self._outputs
-            ]
+            outs = allocate(self._outputs)
         else:
             outs = list(outputs)
             _check_aliasing(self.cdef, inputs, outs)
-        temps = [
-            torch.zeros(shape, dtype=dt) if zero else torch.empty(shape, dtype=dt)
-            for shape, dt, zero in self._temporaries
-        ]
+        temps = allocate(self._temporaries)
         args = []
         for kind, i in self._plan:
             if kind == "i":

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from .binding import Binding, _scalar_value, torch_dtype
+from .compiler import _check_aliasing, _Compiled, allocate
 from .polyhedral.errors import TCBoundsError, TCCallError, TCError, TCWarning
 
 __all__ = ["NVRTC_OPTIONS", "CudaSpecialization", "specialize_cuda"]
@@ -69,7 +70,7 @@ def _cupy():
     return cupy
 
 
-class CudaSpecialization:
+class CudaSpecialization(_Compiled):
     """One definition compiled for CUDA at fixed shapes, dtypes, strides and options.
 
     Calling it launches the kernels: ``spec(*inputs, outputs=None)``.
@@ -116,39 +117,18 @@ class CudaSpecialization:
                 plan.append(("t", cdef.temporaries.index(p.name), p.ctype))
         self._plan = tuple(plan)
 
-    def __call__(self, *inputs, outputs: Sequence[torch.Tensor] | None = None):
-        from .compiler import _call_layout, _out_layouts
-
-        layouts = tuple(_call_layout(x) for x in inputs)
-        if layouts != self.layouts[0] or _out_layouts(outputs) != self.layouts[1]:
-            raise TCCallError(
-                f"{self.cdef.name}: these arguments do not have the shapes, dtypes and strides this "
-                "specialisation was compiled for",
-                hint="call the Kernel itself: it compiles one specialisation per layout",
-            )
-        outs = self.run(inputs, outputs)
-        return outs[0] if len(outs) == 1 else outs
-
     def run(
         self, inputs: Sequence[object], outputs: Sequence[torch.Tensor] | None
     ) -> tuple[torch.Tensor, ...]:
         """Launch on ``inputs`` whose layout matched; ``outputs`` already checked. Always a tuple."""
-        from .compiler import _check_aliasing
-
         cupy = _cupy()
         device = self.device
         if outputs is None:
-            outs = [
-                torch.zeros(s, dtype=dt, device=device) if zero else torch.empty(s, dtype=dt, device=device)
-                for s, dt, zero in self._outputs
-            ]
+            outs = allocate(self._outputs, device)
         else:
             outs = list(outputs)
             _check_aliasing(self.cdef, inputs, outs)
-        temps = [
-            torch.zeros(s, dtype=dt, device=device) if zero else torch.empty(s, dtype=dt, device=device)
-            for s, dt, zero in self._temporaries
-        ]
+        temps = allocate(self._temporaries, device)
         errors = torch.zeros(2, dtype=torch.int64, device=device)
         args: list[object] = [np.uint64(errors.data_ptr())]
         rounded: list[tuple[torch.Tensor, torch.Tensor]] = []
