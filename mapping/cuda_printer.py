@@ -42,8 +42,6 @@ import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-import islpy as isl
-
 from ..polyhedral.errors import TCInternalError
 from ..polyhedral.lang.checked import CheckedDef
 from ..polyhedral.lang.types import ScalarType
@@ -53,7 +51,7 @@ from .c_printer import BoundsCheck, CParam, _float_literal, _Printer
 from .c_printer import _ctype as c_compute_type
 from .cuda_prelude import CUDA_PRELUDE
 from .emulation import fission
-from .gpu import BLOCK_IDS, SYNC_MARK, THREAD_IDS, barriers, map_gpu
+from .gpu import BLOCK_IDS, SYNC_MARK, THREAD_IDS, launch_bodies, map_gpu
 from .lower import (
     _prove_bounds,
     _zero_init,
@@ -279,11 +277,7 @@ def lower_cuda(
     plan = map_gpu(scop, deps, sched, options, sizes, fixed)
     symbol = symbol or f"tc_{cdef.name}"
     launches = []
-    for i, k in enumerate(plan.kernels):
-        ast = isl.AstBuild.from_context(k.context).node_from_schedule(
-            plan.schedule.intersect_domain(k.domain)
-        )
-        body = barriers(ir.from_isl_ast(ast, params={p: sizes[p] for p in scop.params}))
+    for i, (k, body) in enumerate(launch_bodies(plan, {p: sizes[p] for p in scop.params})):
         fission(body, k.block)  # checks that every thread of a block reaches each barrier
         launches.append((CudaLaunch(f"{symbol}_k{i}", k.grid, k.block), body))
     params = kernel_params(cdef)

@@ -22,13 +22,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import islpy as isl
-
 from ..polyhedral.errors import TCInternalError
 from ..polyhedral.lang.checked import CheckedDef
 from . import ir
 from .c_printer import CParam, print_kernel
-from .gpu import SYNC_MARK, THREAD_IDS, barriers, map_gpu
+from .gpu import SYNC_MARK, THREAD_IDS, launch_bodies, map_gpu
 from .lower import (
     CpuKernelSource,
     _prove_bounds,
@@ -118,13 +116,10 @@ def lower_emulated(
     checked = _prove_bounds(scop, fixed, shapes, sizes)
     zero = _zero_init(scop, fixed, shapes)
     plan = map_gpu(scop, deps, sched, options, sizes, fixed)
-    launches = []
-    for k in plan.kernels:
-        ast = isl.AstBuild.from_context(k.context).node_from_schedule(
-            plan.schedule.intersect_domain(k.domain)
-        )
-        body = barriers(ir.from_isl_ast(ast, params={p: sizes[p] for p in scop.params}))
-        launches.append(ir.Blocks(k.grid, k.block, fission(body, k.block)))
+    launches = [
+        ir.Blocks(k.grid, k.block, fission(body, k.block))
+        for k, body in launch_bodies(plan, {p: sizes[p] for p in scop.params})
+    ]
     params = [CParam("tc_order", "scalar", "int64_t"), *kernel_params(cdef)]
     symbol = symbol or f"tc_{cdef.name}_emulated"
     # long float32 sums and half-precision sums accumulate wide, as on the CPU (the language's

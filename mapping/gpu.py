@@ -48,6 +48,7 @@ __all__ = [
     "GpuKernelPlan",
     "GpuPlan",
     "barriers",
+    "launch_bodies",
     "map_gpu",
 ]
 
@@ -360,6 +361,20 @@ class _Mapper:
         pairs = deps.apply_domain(ids).apply_range(ids)
         same = isl.Set.read_from_str(src.get_ctx(), "{ [0, 0, 0] }")
         return not pairs.deltas().is_subset(isl.UnionSet.from_set(same))
+
+
+def launch_bodies(plan: GpuPlan, params: Mapping[str, int]) -> list:
+    """The kernel IR of each launch of ``plan`` (isl's AST over the launch's instances, in its
+    context; barriers as ``sync`` marks), with the size ``params`` as numbers: ``[(launch, body)]``."""
+    from . import ir
+
+    out = []
+    for k in plan.kernels:
+        ast = isl.AstBuild.from_context(k.context).node_from_schedule(
+            plan.schedule.intersect_domain(k.domain)
+        )
+        out.append((k, barriers(ir.from_isl_ast(ast, params=dict(params)))))
+    return out
 
 
 def barriers(node):
