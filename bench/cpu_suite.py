@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -228,6 +229,7 @@ def run_suite(
 
     Call it after ``TCJIT_CACHE_DIR`` points at a fresh directory (:func:`main` does).
     """
+    peaks = practical_peaks(sizes_kind)
     results = []
     for sk in select_kernels(kernels):
         sizes = sizes_for(sk, sizes_kind)
@@ -255,8 +257,47 @@ def run_suite(
             "fresh_cache_dir": True,
             "grad_mode": "no_grad",
         },
+        "peaks": peaks,
         "kernels": results,
     }
+
+
+def practical_peaks(sizes_kind: str = "cpu") -> dict[str, Any]:
+    """What this machine practically does, the yardsticks of the rates: torch.matmul's float32
+    GFLOP/s on 2048^3 (2 flops per multiply-add) and ``copy_``'s GB/s on 256 MiB (bytes read plus
+    written), medians of 5 runs after a warm-up. ``"small"`` sizes measure 256^3 and 4 MiB (a quick
+    check, not a peak)."""
+    import torch
+
+    n, count = (2048, 64 << 20) if sizes_kind == "cpu" else (256, 1 << 20)
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    src, dst = torch.randn(count), torch.empty(count)
+
+    def median_time(fn) -> float:
+        fn()
+        times = []
+        for _ in range(5):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+        return statistics.median(times)
+
+    with torch.no_grad():
+        t_mm = median_time(lambda: torch.matmul(a, b))
+        t_copy = median_time(lambda: dst.copy_(src))
+    return {
+        "matmul_size": n,
+        "matmul_gflops": 2 * n**3 / t_mm / 1e9,
+        "copy_bytes": 8 * count,
+        "copy_gbs": 8 * count / t_copy / 1e9,
+    }
+
+
+def _of_peak(rate: float | None, metric: str, peaks: Mapping[str, Any] | None) -> str:
+    if rate is None or not peaks:
+        return "—"
+    peak = peaks["matmul_gflops"] if metric == "GFLOP/s" else peaks["copy_gbs"]
+    return f"{100 * rate / peak:.0f}%"
 
 
 # ========================================================================================= report
@@ -292,6 +333,7 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
         "eager",
         "compile",
         "tcjit rate",
+        "tcjit % of peak",
         "eager rate",
         "compile rate",
         "tcjit/eager (speedup)",
@@ -311,7 +353,9 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
                 r["kernel"],
                 format_sizes(r["sizes"]),
                 *(_time_cell(c[n]) for n in CONTENDERS),
-                *(format_rate(c[n]["rate"], r["metric"]) for n in CONTENDERS),
+                format_rate(c["tcjit"]["rate"], r["metric"]),
+                _of_peak(c["tcjit"]["rate"], r["metric"], doc.get("peaks")),
+                *(format_rate(c[n]["rate"], r["metric"]) for n in CONTENDERS[1:]),
                 _ratio_cell(r["tcjit_over_eager"]),
                 _ratio_cell(r["tcjit_over_compile"]),
                 latency,
@@ -329,15 +373,25 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
         f"- sizes: {s['sizes']}, {s['dtype']}, {s['grad_mode']}; interleaved rounds: up to "
         f"{s['max_rounds']} within ~{s['budget_s']} s per contender, samples of >= "
         f"{s['min_sample_s'] * 1e3:.0f} ms; torch.compile: {'on' if s['torch_compile'] else 'off'}",
+        *(
+            [
+                f"- practical peaks: torch.matmul {doc['peaks']['matmul_gflops']:.1f} GFLOP/s on "
+                f"{doc['peaks']['matmul_size']}^3, copy_ {doc['peaks']['copy_gbs']:.1f} GB/s"
+            ]
+            if doc.get("peaks")
+            else []
+        ),
         "",
         markdown_table(header, rows),
         "",
         "Times are medians over interleaved rounds of the time per call. Rates: GFLOP/s (2 flops per "
         "multiply-add) or GB/s of compulsory traffic, per the kernel's metric. `tcjit/eager` and "
         "`tcjit/compile` are ratios of times (> 1: tcjit is slower); the speedup in parentheses is "
-        "the inverse. Compile latency: tcjit's first compile (or first call) with an empty on-disk "
-        "cache, in a process that may already have compiled other kernels. `(wrong)`: outputs "
-        "differ from torch_ref beyond `tcjit.testing.tolerance`.",
+        "the inverse. `% of peak`: the tcjit rate against this machine's practical peak, "
+        "torch.matmul's GFLOP/s on 2048^3 or copy_'s GB/s (read plus written) on 256 MiB "
+        "(the peaks line above; the paper peak is higher). Compile latency: tcjit's first compile "
+        "(or first call) with an empty on-disk cache, in a process that may already have compiled "
+        "other kernels. `(wrong)`: outputs differ from torch_ref beyond `tcjit.testing.tolerance`.",
     ]
     if notes:
         parts += ["", "## Failures", "", *notes]

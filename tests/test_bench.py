@@ -67,6 +67,9 @@ def test_cpu_suite_cli_writes_checked_results(tmp_path: Path) -> None:
     assert machine["torch_version"] == torch.__version__
     assert doc["settings"]["sizes"] == "small" and doc["settings"]["torch_compile"] is False
     assert [k["kernel"] for k in doc["kernels"]] == list(KERNELS)
+    peaks = doc["peaks"]  # the yardsticks of the rates (small: 256^3 and 4 MiB)
+    assert peaks["matmul_size"] == 256 and peaks["matmul_gflops"] > 0 and peaks["copy_gbs"] > 0
+    assert "practical peaks: torch.matmul" in out.with_suffix(".md").read_text()
 
     for k in doc["kernels"]:
         sk = suite.get(k["kernel"])
