@@ -274,7 +274,7 @@ def lower_cuda(
     scop, deps, fixed, sched = tiled_schedule(cdef, sizes, options)
     checked = _prove_bounds(scop, fixed, shapes, sizes)
     zero = _zero_init(scop, fixed, shapes)
-    plan = map_gpu(scop, deps, sched, options, sizes, fixed)
+    plan = map_gpu(deps, sched, options, fixed)
     symbol = symbol or f"tc_{cdef.name}"
     launches = []
     for i, (k, body) in enumerate(launch_bodies(plan, {p: sizes[p] for p in scop.params})):

@@ -115,7 +115,7 @@ def lower_emulated(
     scop, deps, fixed, sched = tiled_schedule(cdef, sizes, options)
     checked = _prove_bounds(scop, fixed, shapes, sizes)
     zero = _zero_init(scop, fixed, shapes)
-    plan = map_gpu(scop, deps, sched, options, sizes, fixed)
+    plan = map_gpu(deps, sched, options, fixed)
     launches = [
         ir.Blocks(k.grid, k.block, fission(body, k.block))
         for k, body in launch_bodies(plan, {p: sizes[p] for p in scop.params})

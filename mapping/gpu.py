@@ -37,7 +37,11 @@ from dataclasses import dataclass
 import islpy as isl
 
 from ..polyhedral.errors import TCInternalError
-from ..polyhedral.scop import Dependences, Scop
+from ..polyhedral.schedule import bands
+from ..polyhedral.scop import Dependences
+from . import ir
+from .cpu import _has_band_below, _spread
+from .cpu import _statements_of as _names
 
 __all__ = [
     "BLOCK_IDS",
@@ -140,11 +144,9 @@ def _leading_coincident(band: isl.ScheduleNode) -> int:
 
 def _id_filter(band: isl.ScheduleNode, member: int, size: int, name: str) -> isl.UnionSet:
     """The instances below ``band`` whose ``member`` is ``name`` modulo ``size``."""
-    ctx = band.get_ctx()
-    upa = band.band_get_partial_schedule().get_union_pw_aff(member)
-    upa = upa.mod_val(isl.Val.int_from_si(ctx, size))
-    eq = isl.UnionSet.from_set(isl.Set.read_from_str(ctx, f"[{name}] -> {{ [v] : v = {name} }}"))
-    return isl.UnionMap.from_union_pw_aff(upa).intersect_range(eq).domain().intersect(band.get_domain())
+    eq = isl.Set.read_from_str(band.get_ctx(), f"[{name}] -> {{ [v] : v = {name} }}")
+    rel = _id_function(band, member, size).intersect_range(isl.UnionSet.from_set(eq))
+    return rel.domain().intersect(band.get_domain())
 
 
 def _id_function(band: isl.ScheduleNode, member: int, size: int) -> isl.UnionMap:
@@ -161,10 +163,8 @@ def _constant_ids(domain: isl.UnionSet, n: int = 3) -> isl.UnionMap:
 
 
 class _Mapper:
-    def __init__(self, scop: Scop, deps: Dependences, sizes: Mapping[str, int], fixed: isl.Set):
-        self.scop = scop
+    def __init__(self, deps: Dependences, fixed: isl.Set):
         self.deps = deps.all.intersect_params(fixed)
-        self.fixed = fixed
         self.decisions: list[str] = []
         self.threads: list[isl.UnionMap] = []  # statement instance -> its thread ids (x, y, z)
         self.mapped: list[isl.UnionSet] = []  # instances under thread filters (this kernel)
@@ -208,14 +208,10 @@ class _Mapper:
                 found = below is not None and visit(below, False)
                 if found:
                     return True
-                first = _leading_coincident(node)
-                if under_block_band:
-                    # the block band itself: its members after the block ones may map to threads
-                    return False
-                if first > 0:
-                    leaves.append(_path(node))
-                    return True
-                return False
+                if under_block_band or _leading_coincident(node) == 0:
+                    return False  # never the block band itself: nested bands are not both mapped
+                leaves.append(_path(node))
+                return True
             if node.n_children() == 0:
                 return False
             if _is(node, isl.schedule_node_type.sequence) or _is(node, isl.schedule_node_type.set):
@@ -282,11 +278,8 @@ class _Mapper:
         """TC's ``unroll``: the innermost members of every innermost band whose iterations
         together (per thread, for fixed outer loops) are at most ``factor`` are unrolled by isl's
         AST generator. Loop types change no position in the tree."""
-        from ..polyhedral.schedule import bands
-        from .cpu import _spread
-
         for band in bands(sched):
-            if any(_is(b, isl.schedule_node_type.band) for b in _descendants(band)):
+            if _has_band_below(band):
                 continue
             node = _at(sched, _path(band))
             total, done = 1, []
@@ -366,8 +359,6 @@ class _Mapper:
 def launch_bodies(plan: GpuPlan, params: Mapping[str, int]) -> list:
     """The kernel IR of each launch of ``plan`` (isl's AST over the launch's instances, in its
     context; barriers as ``sync`` marks), with the size ``params`` as numbers: ``[(launch, body)]``."""
-    from . import ir
-
     out = []
     for k in plan.kernels:
         ast = isl.AstBuild.from_context(k.context).node_from_schedule(
@@ -379,8 +370,6 @@ def launch_bodies(plan: GpuPlan, params: Mapping[str, int]) -> list:
 
 def barriers(node):
     """Kernel IR ``node`` with the mapper's barrier statements as ``sync`` marks around nothing."""
-    from . import ir
-
     if isinstance(node, ir.Run):
         return ir.Mark(SYNC_MARK, ir.Block(())) if node.statement.startswith(SYNC_PREFIX) else node
     if isinstance(node, ir.Block):
@@ -401,39 +390,19 @@ def _mentions_threads(s: isl.UnionSet) -> bool:
     return any(space.find_dim_by_name(isl.dim_type.param, t) >= 0 for t in THREAD_IDS)
 
 
-def _descendants(node: isl.ScheduleNode) -> list[isl.ScheduleNode]:
-    out = []
-    for i in range(node.n_children()):
-        c = node.child(i)
-        out.append(c)
-        out += _descendants(c)
-    return out
-
-
-def _names(node: isl.ScheduleNode) -> list[str]:
-    return _set_names(node.get_domain())
-
-
 def _set_names(domain: isl.UnionSet) -> list[str]:
     lst = domain.get_set_list()
     return sorted({lst.get_at(i).get_tuple_name() for i in range(lst.n_set())})
 
 
-def map_gpu(
-    scop: Scop,
-    deps: Dependences,
-    sched: isl.Schedule,
-    options,
-    sizes: Mapping[str, int],
-    fixed: isl.Set,
-) -> GpuPlan:
+def map_gpu(deps: Dependences, sched: isl.Schedule, options, fixed: isl.Set) -> GpuPlan:
     """Map ``sched`` (specialised and tiled) onto CUDA kernels, blocks and threads.
 
     :arg options: the :class:`~tcjit.mapping.option_values.OptionValues` of the call
         (``map_to_blocks``, ``map_to_threads``).
     :arg fixed: the parameters' values (a params set).
     """
-    m = _Mapper(scop, deps, sizes, fixed)
+    m = _Mapper(deps, fixed)
     grid_opt = list(options.map_to_blocks)
     block_opt = list(options.map_to_threads)
     roots = [_path(r) for r in _kernel_roots(sched)]

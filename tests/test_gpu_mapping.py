@@ -39,7 +39,7 @@ SKEW = """def skew(float(N,D) I) -> (T, U) {
 def _plan(src: str, sizes: dict, options: MappingOptions):
     cdef = check_source(src).entry()
     scop, deps, fixed, sched = tiled_schedule(cdef, sizes, options.values)
-    return scop, map_gpu(scop, deps, sched, options.values, sizes, fixed)
+    return scop, map_gpu(deps, sched, options.values, fixed)
 
 
 def _value(e: ir.Expr, env: dict[str, int]) -> int:
