@@ -51,14 +51,12 @@ from .c_printer import BoundsCheck, CParam, _float_literal, _Printer
 from .c_printer import _ctype as c_compute_type
 from .cuda_prelude import CUDA_PRELUDE
 from .emulation import fission
-from .gpu import BLOCK_IDS, SYNC_MARK, THREAD_IDS, launch_bodies, map_gpu
+from .gpu import BLOCK_IDS, SYNC_MARK, THREAD_IDS
 from .lower import (
-    _prove_bounds,
-    _zero_init,
     kernel_header,
     kernel_params,
     kernel_stages,
-    tiled_schedule,
+    lower_gpu,
     wide_accumulators,
 )
 
@@ -270,14 +268,11 @@ def lower_cuda(
     :raises TCInternalError: the mapping put a barrier under control flow that depends on the
         thread ids (not every thread of the block would reach it).
     """
-    shapes = {t.name: tuple(s.evaluate(sizes) for s in t.shape) for t in cdef.tensor_infos}
-    scop, deps, fixed, sched = tiled_schedule(cdef, sizes, options)
-    checked = _prove_bounds(scop, fixed, shapes, sizes)
-    zero = _zero_init(scop, fixed, shapes)
-    plan = map_gpu(deps, sched, options, fixed)
+    low = lower_gpu(cdef, sizes, options)
+    scop, _, _, sched, checked, zero = low.prepared
     symbol = symbol or f"tc_{cdef.name}"
     launches = []
-    for i, (k, body) in enumerate(launch_bodies(plan, {p: sizes[p] for p in scop.params})):
+    for i, (k, body) in enumerate(low.launches):
         fission(body, k.block)  # checks that every thread of a block reaches each barrier
         launches.append((CudaLaunch(f"{symbol}_k{i}", k.grid, k.block), body))
     params = kernel_params(cdef)
@@ -299,5 +294,5 @@ def lower_cuda(
         header=header,
         wide=wide,
     )
-    stages = kernel_stages(sched, plan.schedule, plan.decisions)
+    stages = kernel_stages(sched, low.plan.schedule, low.plan.decisions)
     return CudaKernelSource(text, symbol, tuple(k for k, _ in launches), tuple(params), zero, checks, stages)

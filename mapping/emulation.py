@@ -26,15 +26,13 @@ from ..polyhedral.errors import TCInternalError
 from ..polyhedral.lang.checked import CheckedDef
 from . import ir
 from .c_printer import CParam, print_kernel
-from .gpu import SYNC_MARK, THREAD_IDS, launch_bodies, map_gpu
+from .gpu import SYNC_MARK, THREAD_IDS
 from .lower import (
     CpuKernelSource,
-    _prove_bounds,
-    _zero_init,
     kernel_header,
     kernel_params,
     kernel_stages,
-    tiled_schedule,
+    lower_gpu,
     wide_accumulators,
 )
 
@@ -111,15 +109,9 @@ def lower_emulated(
 
     Its first parameter after ``nthreads`` and ``tc_errors`` is the scalar ``tc_order``.
     """
-    shapes = {t.name: tuple(s.evaluate(sizes) for s in t.shape) for t in cdef.tensor_infos}
-    scop, deps, fixed, sched = tiled_schedule(cdef, sizes, options)
-    checked = _prove_bounds(scop, fixed, shapes, sizes)
-    zero = _zero_init(scop, fixed, shapes)
-    plan = map_gpu(deps, sched, options, fixed)
-    launches = [
-        ir.Blocks(k.grid, k.block, fission(body, k.block))
-        for k, body in launch_bodies(plan, {p: sizes[p] for p in scop.params})
-    ]
+    low = lower_gpu(cdef, sizes, options)
+    scop, _, _, sched, checked, zero = low.prepared
+    launches = [ir.Blocks(k.grid, k.block, fission(body, k.block)) for k, body in low.launches]
     params = [CParam("tc_order", "scalar", "int64_t"), *kernel_params(cdef)]
     symbol = symbol or f"tc_{cdef.name}_emulated"
     # long float32 sums and half-precision sums accumulate wide, as on the CPU (the language's
@@ -139,5 +131,5 @@ def lower_emulated(
         copy_in=frozenset(zero) & frozenset(wide),
         header=header,
     )
-    stages = kernel_stages(sched, plan.schedule, plan.decisions)
+    stages = kernel_stages(sched, low.plan.schedule, low.plan.decisions)
     return CpuKernelSource(text, symbol, tuple(params), zero, checks, tuple(wide), stages)

@@ -35,12 +35,17 @@ from ..polyhedral.scop import Dependences, Scop, build_scop, compute_dependences
 from . import ir
 from .c_printer import BoundsCheck, CParam, c_storage_type, print_kernel
 from .cpu import hoist_initialisations, map_cpu
+from .gpu import GpuKernelPlan, GpuPlan, launch_bodies, map_gpu
 
 __all__ = [
     "LONG_SUM",
     "CpuKernelSource",
+    "GpuLowering",
+    "Prepared",
     "contiguous_strides",
     "lower_cpu",
+    "lower_gpu",
+    "prepare",
     "tiled_schedule",
     "wide_accumulators",
 ]
@@ -260,6 +265,53 @@ def tiled_schedule(
     return scop, deps, fixed, sched
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """Steps 1 to 3 of the pipeline, common to every target (:func:`prepare`).
+
+    :ivar fixed: the parameters' values (a params set). :ivar sched: the tiled schedule.
+    :ivar checked: the subscripts to check at run time. :ivar zero: what the runtime must zero.
+    """
+
+    scop: Scop
+    deps: Dependences
+    fixed: isl.Set
+    sched: isl.Schedule
+    checked: frozenset[int]
+    zero: tuple[str, ...]
+
+    def __iter__(self):
+        return iter((self.scop, self.deps, self.fixed, self.sched, self.checked, self.zero))
+
+
+def prepare(cdef: CheckedDef, sizes: Mapping[str, int], options) -> Prepared:
+    """:func:`tiled_schedule`, then the proofs on it: the affine accesses stay inside their
+    tensors (:class:`TCBoundsError` otherwise), and which outputs must start zeroed."""
+    shapes = {t.name: tuple(s.evaluate(sizes) for s in t.shape) for t in cdef.tensor_infos}
+    scop, deps, fixed, sched = tiled_schedule(cdef, sizes, options)
+    checked = _prove_bounds(scop, fixed, shapes, sizes)
+    return Prepared(scop, deps, fixed, sched, checked, _zero_init(scop, fixed, shapes))
+
+
+@dataclass(frozen=True)
+class GpuLowering:
+    """The GPU mapping of one definition, ready to print (:func:`lower_gpu`): the prepared model,
+    the mapping plan and each launch's kernel IR (barriers as ``sync`` marks)."""
+
+    prepared: Prepared
+    plan: GpuPlan
+    launches: tuple[tuple[GpuKernelPlan, ir.Node], ...]
+
+
+def lower_gpu(cdef: CheckedDef, sizes: Mapping[str, int], options) -> GpuLowering:
+    """:func:`prepare`, :func:`~tcjit.mapping.gpu.map_gpu`, then one kernel IR per launch: what the
+    CUDA printer and the emulated target print."""
+    prepared = prepare(cdef, sizes, options)
+    plan = map_gpu(prepared.deps, prepared.sched, options, prepared.fixed)
+    params = {p: sizes[p] for p in prepared.scop.params}
+    return GpuLowering(prepared, plan, tuple(launch_bodies(plan, params)))
+
+
 def lower_cpu(
     cdef: CheckedDef,
     sizes: Mapping[str, int],
@@ -274,11 +326,8 @@ def lower_cpu(
     :arg options: :class:`~tcjit.mapping.option_values.OptionValues` (already validated for "cpu").
     :arg vector_bytes: the width of the target's vector registers (a register tile's partial sums).
     """
-    shapes = {t.name: tuple(s.evaluate(sizes) for s in t.shape) for t in cdef.tensor_infos}
-    scop, deps, fixed, sched = tiled_schedule(cdef, sizes, options)
+    scop, deps, fixed, sched, checked, zero = prepare(cdef, sizes, options)
     legal_sizes = {p: sizes[p] for p in scop.params} or None
-    checked = _prove_bounds(scop, fixed, shapes, sizes)
-    zero = _zero_init(scop, fixed, shapes)
     work = sum(
         math.prod(max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes)) for r in st.ranges)
         for st in cdef.statements
