@@ -353,48 +353,82 @@ def specialize(kernel, binding: Binding, inputs, outputs, options, target: str) 
             f"target {target!r} runs CPU tensors; these are on {binding.device}",
             hint="target='cuda' (or None) for CUDA tensors",
         )
-    options_json = options.to_json()
-    key = cache_key(kernel.canonical_source, cdef.name, inputs, outputs, target, options_json)
+    key = cache_key(kernel.canonical_source, cdef.name, inputs, outputs, target, options.to_json())
     layouts = (tuple(_call_layout(x) for x in inputs), _out_layouts(outputs))
     store = kernel_store()
-    if store is not None:
-        entry = store.get(key)
-        if entry is not None:
-            try:
-                blob = entry.path("kernel.so").read_bytes()
-                if hashlib.sha256(blob).hexdigest() == entry.metadata.get("so_sha256"):
-                    source = entry.path("kernel.c").read_text(encoding="utf-8")
-                    meta = _Meta.from_json(entry.metadata["kernel"])
-                    return Specialization(cdef, binding, meta, blob, source, layouts=layouts, from_disk=True)
-                _discard(store, key)  # consistent with its manifest, yet not what we stored
-            except (OSError, KeyError, ValueError, TypeError, AttributeError):
-                pass  # evicted or unusable under us: rebuild
+    found = load_stored(
+        store,
+        key,
+        ("kernel.so", "so_sha256"),
+        lambda entry, blob: Specialization(
+            cdef,
+            binding,
+            _Meta.from_json(entry.metadata["kernel"]),
+            blob,
+            entry.path("kernel.c").read_text(encoding="utf-8"),
+            layouts=layouts,
+            from_disk=True,
+        ),
+    )
+    if found is not None:
+        return found
     with _BUILD_LOCK:  # isl contexts are per compilation, but one compiler at a time keeps memory flat
         from .cpu_runtime import compile_c, vector_bytes
         from .mapping.emulation import lower_emulated
         from .mapping.lower import lower_cpu
 
-        strides = {}
-        for name, t in binding.tensors.items():
-            strides[name] = tuple(t.stride())
-        given = dict(zip(cdef.outputs, outputs)) if outputs is not None else {}
-        for name in (*cdef.outputs, *cdef.temporaries):
-            strides[name] = (
-                tuple(given[name].stride()) if name in given else _contiguous(binding.output_shapes[name])
-            )
+        strides = call_strides(cdef, binding, outputs)
         if target == "cuda-emulated":
             lowered = lower_emulated(cdef, binding.sizes, strides, options.values)
         else:
             lowered = lower_cpu(cdef, binding.sizes, strides, options.values, vector_bytes=vector_bytes())
         blob = compile_c(lowered.source, name=cdef.name)
     meta = _Meta.from_json(lowered.to_json())
-    if store is not None:
-        try:
-            store.put(
-                key,
-                {"kernel.so": blob, "kernel.c": lowered.source.encode("utf-8")},
-                {"kernel": lowered.to_json(), "so_sha256": hashlib.sha256(blob).hexdigest()},
-            )
-        except TCError as e:
-            warnings.warn(f"tcjit: could not store the compiled kernel: {e}", TCWarning, stacklevel=3)
+    save_stored(
+        store,
+        key,
+        {"kernel.so": blob, "kernel.c": lowered.source.encode("utf-8")},
+        {"kernel": lowered.to_json(), "so_sha256": hashlib.sha256(blob).hexdigest()},
+    )
     return Specialization(cdef, binding, meta, blob, lowered.source, layouts=layouts, stages=lowered.stages)
+
+
+def call_strides(cdef: CheckedDef, binding: Binding, outputs) -> dict[str, tuple[int, ...]]:
+    """Element strides of every tensor of a call: inputs as passed, ``outputs=`` as given, the
+    others as tcjit allocates them (contiguous)."""
+    strides = {name: tuple(t.stride()) for name, t in binding.tensors.items()}
+    given = dict(zip(cdef.outputs, outputs)) if outputs is not None else {}
+    for name in (*cdef.outputs, *cdef.temporaries):
+        strides[name] = (
+            tuple(given[name].stride()) if name in given else _contiguous(binding.output_shapes[name])
+        )
+    return strides
+
+
+def load_stored(store, key: str, checked: tuple[str, str], build):
+    """``build(entry, data)`` for the store's entry under ``key``, where ``data`` is the file
+    ``checked[0]`` whose sha256 the entry's metadata records under ``checked[1]``; None if there is
+    no store or entry, or the entry is unusable (evicted under us; one whose file is not what was
+    stored is discarded)."""
+    entry = store.get(key) if store is not None else None
+    if entry is None:
+        return None
+    filename, field = checked
+    try:
+        data = entry.path(filename).read_bytes()
+        if hashlib.sha256(data).hexdigest() == entry.metadata.get(field):
+            return build(entry, data)
+        _discard(store, key)  # consistent with its manifest, yet not what we stored
+    except (OSError, KeyError, ValueError, TypeError, AttributeError):
+        pass  # evicted or unusable under us: rebuild
+    return None
+
+
+def save_stored(store, key: str, files: Mapping[str, bytes], metadata: Mapping) -> None:
+    """Put a compiled kernel in the store (if any); a failure to store is a warning, not an error."""
+    if store is None:
+        return
+    try:
+        store.put(key, files, metadata)
+    except TCError as e:
+        warnings.warn(f"tcjit: could not store the compiled kernel: {e}", TCWarning, stacklevel=4)

@@ -27,7 +27,6 @@ PTX) and the mapping runs through the emulated target; the tests that launch rea
 from __future__ import annotations
 
 import hashlib
-import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -35,7 +34,7 @@ import torch
 
 from .binding import Binding, _scalar_value, torch_dtype
 from .compiler import _check_aliasing, _Compiled, allocate
-from .polyhedral.errors import TCBoundsError, TCCallError, TCError, TCWarning
+from .polyhedral.errors import TCBoundsError, TCCallError
 
 __all__ = ["NVRTC_OPTIONS", "CudaSpecialization", "specialize_cuda"]
 
@@ -175,11 +174,12 @@ def specialize_cuda(kernel, binding: Binding, inputs, outputs, options) -> CudaS
     from .compiler import (
         _BUILD_LOCK,
         _call_layout,
-        _contiguous,
-        _discard,
         _out_layouts,
         cache_key,
+        call_strides,
         kernel_store,
+        load_stored,
+        save_stored,
     )
 
     cdef = kernel.definition
@@ -191,41 +191,35 @@ def specialize_cuda(kernel, binding: Binding, inputs, outputs, options) -> CudaS
     cupy = _cupy()
     major, minor = torch.cuda.get_device_capability(binding.device)
     target = f"cuda:sm_{major}{minor}:cupy-{cupy.__version__}"
-    options_json = options.to_json()
-    key = cache_key(kernel.canonical_source, cdef.name, inputs, outputs, target, options_json)
+    key = cache_key(kernel.canonical_source, cdef.name, inputs, outputs, target, options.to_json())
     layouts = (tuple(_call_layout(x) for x in inputs), _out_layouts(outputs))
     from .mapping.cuda_printer import CudaKernelSource
 
     store = kernel_store()
-    if store is not None:
-        entry = store.get(key)
-        if entry is not None:
-            try:
-                source = entry.path("kernel.cu").read_text(encoding="utf-8")
-                if hashlib.sha256(source.encode()).hexdigest() == entry.metadata.get("cu_sha256"):
-                    lowered = CudaKernelSource.from_json(entry.metadata["cuda"], source)
-                    return CudaSpecialization(cdef, binding, lowered, layouts=layouts, from_disk=True)
-                _discard(store, key)
-            except (OSError, KeyError, ValueError, TypeError, AttributeError):
-                pass  # evicted or unusable under us: rebuild
+    found = load_stored(
+        store,
+        key,
+        ("kernel.cu", "cu_sha256"),
+        lambda entry, source: CudaSpecialization(
+            cdef,
+            binding,
+            CudaKernelSource.from_json(entry.metadata["cuda"], source.decode("utf-8")),
+            layouts=layouts,
+            from_disk=True,
+        ),
+    )
+    if found is not None:
+        return found
     with _BUILD_LOCK:
         from .mapping.cuda_printer import lower_cuda
 
-        strides = {name: tuple(t.stride()) for name, t in binding.tensors.items()}
-        given = dict(zip(cdef.outputs, outputs)) if outputs is not None else {}
-        for name in (*cdef.outputs, *cdef.temporaries):
-            strides[name] = (
-                tuple(given[name].stride()) if name in given else _contiguous(binding.output_shapes[name])
-            )
-        lowered = lower_cuda(cdef, binding.sizes, strides, options.values)
+        lowered = lower_cuda(cdef, binding.sizes, call_strides(cdef, binding, outputs), options.values)
     spec = CudaSpecialization(cdef, binding, lowered, layouts=layouts, stages=lowered.stages)
-    if store is not None:
-        try:
-            store.put(
-                key,
-                {"kernel.cu": lowered.source.encode("utf-8")},
-                {"cuda": lowered.to_json(), "cu_sha256": hashlib.sha256(lowered.source.encode()).hexdigest()},
-            )
-        except TCError as e:
-            warnings.warn(f"tcjit: could not store the compiled kernel: {e}", TCWarning, stacklevel=3)
+    source = lowered.source.encode("utf-8")
+    save_stored(
+        store,
+        key,
+        {"kernel.cu": source},
+        {"cuda": lowered.to_json(), "cu_sha256": hashlib.sha256(source).hexdigest()},
+    )
     return spec
