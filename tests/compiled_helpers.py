@@ -85,6 +85,23 @@ class Config:
 
 DEFAULT = Config()
 
+#: Option vectors of the CUDA mapping for the emulated and CUDA-compile tests: 1-D to 3-D blocks and
+#: threads, grids and blocks smaller and larger than the problems, untiled, Max and Min fusion,
+#: unrolled. "default" is what a call without options uses.
+CUDA_OPTIONS = {
+    "default": MappingOptions("naive").tile(32, 32, 32).map_to_blocks(256, 256).map_to_threads(32, 8),
+    "small": MappingOptions("naive").tile(4, 8, 2).map_to_blocks(3, 2).map_to_threads(4, 2),
+    "3d": MappingOptions("naive").tile(2, 3, 4).map_to_blocks(2, 2, 2).map_to_threads(2, 3, 4),
+    "untiled": MappingOptions("naive").tile(0).map_to_blocks(5).map_to_threads(7),
+    "max-fusion": MappingOptions("naive")
+    .outer_schedule_fusion_strategy("Max")
+    .tile(8, 8)
+    .map_to_blocks(2, 3)
+    .map_to_threads(16, 4),
+    "min-fusion": MappingOptions("naive").outer_schedule_fusion_strategy("Min").tile(3).map_to_threads(5, 5),
+    "unrolled": MappingOptions("naive").tile(4, 4, 4).map_to_blocks(8, 8).map_to_threads(4, 4).unroll(8),
+}
+
 
 def all_configs() -> list[Config]:
     """The whole cross product: fusion x tile x mapping x fix_parameters (150 configurations)."""

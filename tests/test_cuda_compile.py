@@ -18,6 +18,7 @@ import re
 import shutil
 from pathlib import Path
 
+import compiled_helpers as H
 import pytest
 import torch
 
@@ -36,20 +37,7 @@ pytestmark = pytest.mark.skipif(
     reason="no CUDA compiler: neither NVRTC (pip install nvidia-cuda-nvrtc) nor nvcc on PATH",
 )
 
-OPTIONS = {
-    "default": MappingOptions("naive").tile(32, 32, 32).map_to_blocks(256, 256).map_to_threads(32, 8),
-    "3d": MappingOptions("naive").tile(2, 3, 4).map_to_blocks(2, 2, 2).map_to_threads(2, 3, 4),
-    "untiled": MappingOptions("naive").tile(0).map_to_blocks(5).map_to_threads(7),
-    # full tier only
-    "small": MappingOptions("naive").tile(4, 8, 2).map_to_blocks(3, 2).map_to_threads(4, 2),
-    "max-fusion": MappingOptions("naive")
-    .outer_schedule_fusion_strategy("Max")
-    .tile(8, 8)
-    .map_to_blocks(2, 3)
-    .map_to_threads(16, 4),
-    "min-fusion": MappingOptions("naive").outer_schedule_fusion_strategy("Min").tile(3).map_to_threads(5, 5),
-    "unrolled": MappingOptions("naive").tile(4, 4, 4).map_to_blocks(8, 8).map_to_threads(4, 4).unroll(8),
-}
+OPTIONS = H.CUDA_OPTIONS
 BASIC = ("default", "3d", "untiled")
 DTYPES = {
     "float32": torch.float32,

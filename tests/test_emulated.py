@@ -38,19 +38,7 @@ def _private_kernel_cache(tmp_path_factory):
         yield
 
 
-OPTIONS = {
-    "default": None,  # the CUDA default: 32^3 tiles, up to 256 x 256 blocks of 32 x 8 threads
-    "small": MappingOptions("naive").tile(4, 8, 2).map_to_blocks(3, 2).map_to_threads(4, 2),
-    "3d": MappingOptions("naive").tile(2, 3, 4).map_to_blocks(2, 2, 2).map_to_threads(2, 3, 4),
-    "untiled": MappingOptions("naive").tile(0).map_to_blocks(5).map_to_threads(7),
-    "max-fusion": MappingOptions("naive")
-    .outer_schedule_fusion_strategy("Max")
-    .tile(8, 8)
-    .map_to_blocks(2, 3)
-    .map_to_threads(16, 4),
-    "min-fusion": MappingOptions("naive").outer_schedule_fusion_strategy("Min").tile(3).map_to_threads(5, 5),
-    "unrolled": MappingOptions("naive").tile(4, 4, 4).map_to_blocks(8, 8).map_to_threads(4, 4).unroll(8),
-}
+OPTIONS = {**H.CUDA_OPTIONS, "default": None}  # None: the call's own default options
 
 CASES = [(k.name, which) for k in suite.SUITE.values() for which in range(min(2, len(k.small_sizes)))]
 

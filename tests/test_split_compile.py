@@ -16,19 +16,11 @@ import pytest
 import torch
 
 import tcjit
-from tcjit import cpu_runtime
+from tcjit import cpu_runtime, suite
 from tcjit.cli import lower_for_show
 from tcjit.polyhedral.lang.check import check_source
 
-MLP3 = """def mlp3(float(B,M) I, float(N,M) W1, float(N) B1, float(P,N) W2, float(P) B2, float(Q,P) W3,
-         float(Q) B3) -> (O1, O2, O3) {
-    O1(b, n) +=! I(b, r_m) * W1(n, r_m)
-    O1(b, n)  = fmax(O1(b, n) + B1(n), 0)
-    O2(b, p) +=! O1(b, r_n) * W2(p, r_n)
-    O2(b, p)  = fmax(O2(b, p) + B2(p), 0)
-    O3(b, q) +=! O2(b, r_p) * W3(q, r_p)
-    O3(b, q)  = fmax(O3(b, q) + B3(q), 0)
-}"""
+MLP3 = suite.get("mlp3").source
 SIZES = {"B": 40, "M": 72, "N": 48, "P": 24, "Q": 16}  # enough work for threads: regions
 ADD = "def add(float(N) A, float(N) B) -> (C) { C(n) = A(n) + B(n) }"
 
