@@ -229,6 +229,8 @@ class Specialization(_Compiled):
             else:
                 plan.append(("t", n_out + cdef.temporaries.index(name)))
         self._plan = tuple(plan)
+        # error slots: bounds checks, failed allocations of wide buffers, the emulation's races
+        self._reports = bool(meta.checks or meta.wide or (plan and plan[0][0] == "r"))
         self._scalar_types = {
             i: cdef.scalars[name].dtype for name, i in index.items() if name in cdef.scalars
         }
@@ -256,8 +258,7 @@ class Specialization(_Compiled):
             else:
                 name = self.cdef.params[i]
                 args.append(_scalar_value(self.cdef, name, inputs[i], self._scalar_types[i]))
-        emulated = self._plan and self._plan[0][0] == "r"
-        errors = (ctypes.c_int64 * 2)() if self.meta.checks or self.meta.wide or emulated else None
+        errors = (ctypes.c_int64 * 2)() if self._reports else None
         self._fn(torch.get_num_threads(), errors, *args)
         if errors is not None and errors[0]:
             if errors[0] == -1:
