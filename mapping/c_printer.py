@@ -442,6 +442,27 @@ class _Printer:
         self.lines.append(f"{indent}{{ {self.bindings(node.statement, node.args)}")
         self.lines.append(f"{indent}  {self.body(node.statement)} }}")
 
+    def one_element_update(self, runs: Sequence[ir.Run], inner: set[str]) -> CheckedStatement | None:
+        """The update statement every one of ``runs`` instantiates, if they all update one element
+        that none of the loop variables ``inner`` moves, and its right-hand side does not read the
+        tensor it updates (a register or a partial result can then hold the element); else None."""
+        if not runs or len({r.statement for r in runs}) != 1:
+            return None
+        scop_st = self.statements[runs[0].statement]
+        st = scop_st.source
+        if scop_st.kind != "update" or not st.plain_lhs:
+            return None
+        if any(isinstance(a, A.Access) and a.tensor == st.tensor for a in A.walk(st.rhs)):
+            return None
+        elements = set()
+        for r in runs:
+            bound = dict(zip(scop_st.dims, r.args))
+            element = tuple(bound[v] for v in st.lhs_vars)
+            if any(ir.free_vars(e) & inner for e in element):
+                return None
+            elements.add(element)
+        return st if len(elements) == 1 else None
+
     def register_tile(self, loop: ir.For, kinds: set[str], indent: str) -> bool:
         """A register tile (see :mod:`.cpu`): the outputs the point loops below ``loop`` update
         live in a local array across ``loop``; False (print it plainly) if the nest does not fit.
@@ -471,24 +492,11 @@ class _Printer:
             points.append(node)
             node = node.body
         runs = _flat_runs(node)
-        if not points or not runs or len({r.statement for r in runs}) != 1:
-            return False
-        scop_st = self.statements[runs[0].statement]
-        st = scop_st.source
-        if scop_st.kind != "update" or not st.plain_lhs:
-            return False
-        if any(isinstance(a, A.Access) and a.tensor == st.tensor for a in A.walk(st.rhs)):
-            return False
         inner = {loop.var, *(c.var for c in chain)}
+        st = self.one_element_update(runs or [], inner) if points else None
+        if st is None:
+            return False
         pvars = {p.var for p in points}
-        lhs = None
-        for r in runs:
-            bound = dict(zip(scop_st.dims, r.args))
-            mine = tuple(bound[v] for v in st.lhs_vars)
-            if lhs is None:
-                lhs = mine
-            if mine != lhs or any(ir.free_vars(e) & inner for e in mine):
-                return False
         extents = []
         for p in points:
             if (ir.free_vars(p.init) | ir.free_vars(p.cond)) & (inner | (pvars - {p.var})):
@@ -824,22 +832,9 @@ class _Printer:
         the number of threads.
         """
         runs = _all_runs(loop.body)
-        if not runs or len({r.statement for r in runs}) != 1:
+        st = self.one_element_update(runs, {loop.var} | _loop_vars(loop.body))
+        if st is None or st.op not in _ASSOCIATIVE:
             return False
-        scop_st = self.statements[runs[0].statement]
-        st = scop_st.source
-        if scop_st.kind != "update" or not st.plain_lhs or st.op not in _ASSOCIATIVE:
-            return False
-        if any(isinstance(a, A.Access) and a.tensor == st.tensor for a in A.walk(st.rhs)):
-            return False
-        inner = {loop.var} | _loop_vars(loop.body)
-        lhs = None
-        for r in runs:
-            bound = dict(zip(scop_st.dims, r.args))
-            mine = tuple(bound[v] for v in st.lhs_vars)
-            if (lhs is not None and mine != lhs) or any(ir.free_vars(e) & inner for e in mine):
-                return False
-            lhs = mine
         hi = _constant_upper_bound(loop.cond, loop.var)
         if not isinstance(loop.init, ir.Int) or loop.step < 1 or hi is None or hi < loop.init.value:
             return False
