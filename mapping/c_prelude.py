@@ -17,7 +17,9 @@ What the prelude provides (the oracle is :mod:`tcjit.reference` with :mod:`tcjit
   rnorm3d rnorm4d normcdf normcdfinv erfinv erfcinv erfcx cyl_bessel_i0 cyl_bessel_i1 fdivide rsqrt
   sigmoid exp10``, plus ``lgamma`` through ``lgamma_r``). Like the oracle, the float version of every
   hard function computes in double and rounds once; the easy ones use glibc's float functions, which
-  are within an ulp. ``min``/``max`` are not builtins here: on floats they are ``tc_fmin_f32``...
+  are within an ulp, but for ``exp``: its float version is the prelude's ``tc_exp_f32`` (SLEEF's
+  scheme, within an ulp), which vectorises where glibc's ``expf`` is a call per element.
+  ``min``/``max`` are not builtins here: on floats they are ``tc_fmin_f32``...
   ``tc_fmax_f64`` (glibc's fmin/fmax as selects that vectorise: NaN operands ignored), on integers
   ``tc_min_<T>``/``tc_max_<T>``.
 * **Integer ``/`` and ``%`` in values**: ``tc_div_<T>``, ``tc_mod_<T>`` for ``T`` in ``i8 i16 i32
@@ -62,7 +64,7 @@ __all__ = ["PRELUDE", "builtin_callee", "int_suffix"]
 # Builtins whose C99 (glibc) functions are right for both types: double `name`, float `name` + "f"
 # (glibc 2.36's float versions of these are within an ulp of the correctly rounded result).
 _LIBM_BOTH = (
-    "acos asin asinh atan2 atan cbrt ceil copysign cos erf exp2 exp expm1 fabs fdim floor fma "
+    "acos asin asinh atan2 atan cbrt ceil copysign cos erf exp2 expm1 fabs fdim floor fma "
     "fmod hypot log1p log2 logb log nextafter pow remainder round sin sqrt tan trunc"
 ).split()
 
@@ -77,6 +79,10 @@ _OWN = (
     "cyl_bessel_i0 cyl_bessel_i1 fdivide rsqrt sigmoid exp10 lgamma fmax fmin"
 ).split()
 
+# Builtins whose float function is written in the prelude to vectorise (tc_<name>_f32, computed in
+# double and rounded once) and whose double function is glibc's: the hot ones of real kernels.
+_VECTOR_FLOAT = ["exp"]
+
 _CALLEES: dict[str, tuple[str, str]] = {}  # name -> (float callee, double callee)
 for _name in _LIBM_BOTH:
     _CALLEES[_name] = (_name + "f", _name)
@@ -84,6 +90,8 @@ for _name in _VIA_DOUBLE:
     _CALLEES[_name] = (f"tc_{_name}_f32", _name)
 for _name in _OWN:
     _CALLEES[_name] = (f"tc_{_name}_f32", f"tc_{_name}_f64")
+for _name in _VECTOR_FLOAT:
+    _CALLEES[_name] = (f"tc_{_name}_f32", _name)
 
 assert set(_CALLEES) == set(BUILTINS) - set(LANGUAGE_FUNCTIONS), sorted(
     set(_CALLEES) ^ (set(BUILTINS) - set(LANGUAGE_FUNCTIONS))
@@ -95,7 +103,7 @@ def builtin_callee(name: str, ctype: str) -> str:
     ctype ``'float'`` or ``'double'``.
 
     >>> builtin_callee("exp", "float"), builtin_callee("erfinv", "double")
-    ('expf', 'tc_erfinv_f64')
+    ('tc_exp_f32', 'tc_erfinv_f64')
     """
     if ctype not in ("float", "double"):
         raise ValueError(f"builtins compute in 'float' or 'double', not {ctype!r}")
@@ -366,6 +374,38 @@ TC_FN float tc_rsqrt_f32(float x) { return (float)(1.0 / sqrt((double)x)); }
 /* rcbrt(x) = 1 / cbrt(x): rcbrt(+-0) = +-inf, rcbrt(+-inf) = +-0. */
 TC_FN double tc_rcbrt_f64(double x) { return 1.0 / cbrt(x); }
 TC_FN float tc_rcbrt_f32(float x) { return (float)(1.0 / cbrt((double)x)); }
+
+/* exp(x) in float, vectorisable (glibc's expf is a call gcc cannot vectorise without -ffast-math),
+ * within an ulp: SLEEF's expf_u10 scheme. x = q ln2 + s with q = round(x / ln2) by the 1.5 * 2**23
+ * shift (q sits in the low bits of the sum), s by a two-part ln2 (Cody and Waite), |s| <= ln2 / 2;
+ * exp(s) = 1 + (s + s**2 P(s)) with SLEEF's minimax P; the result is scaled by 2**q in two factors,
+ * each a normal float, so results in the subnormal range and at the overflow edge are right. x is
+ * first clamped to [-104, 89], where the result still rounds to 0 or overflows to inf; a NaN passes
+ * through the clamp (comparisons are false) and stays a NaN. Branch-free and inlined, so it
+ * vectorises in an 'omp simd' loop. */
+TC_FN float tc_exp_f32(float x) {
+    x = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
+    float qs = x * 0x1.715476p+0f + 0x1.8p23f;
+    int32_t qi;
+    memcpy(&qi, &qs, sizeof qi);
+    qi -= 0x4b400000;                           /* the bits of 1.5 * 2**23: q, an int */
+    float q = qs - 0x1.8p23f;
+    float s = x - q * 0x1.62e4p-1f;             /* ln2 = 0x1.62e4p-1 + 0x1.7f7d1cp-20 */
+    s = s - q * 0x1.7f7d1cp-20f;
+    float u = 0x1.a057b4p-13f;
+    u = u * s + 0x1.6d2d92p-10f;
+    u = u * s + 0x1.11114cp-7f;
+    u = u * s + 0x1.5554f4p-5f;
+    u = u * s + 0x1.555556p-3f;
+    u = u * s + 0x1p-1f;
+    u = ((s * s) * u + s) + 1.0f;
+    int32_t h = qi >> 1;
+    int32_t b1 = (h + 127) << 23, b2 = (qi - h + 127) << 23;
+    float f1, f2;
+    memcpy(&f1, &b1, sizeof f1);
+    memcpy(&f2, &b2, sizeof f2);
+    return u * f1 * f2;
+}
 
 /* exp10(x) = 10**x through pow (10 is exact, glibc's pow is correctly rounded in practice);
  * portable (exp10 is a GNU extension). */
@@ -700,6 +740,19 @@ TC_FN float tc_fmax_f32(float a, float b) { return (a >= b || b != b) ? a : b; }
 TC_FN float tc_fmin_f32(float a, float b) { return (a <= b || b != b) ? a : b; }
 TC_FN double tc_fmax_f64(double a, double b) { return (a >= b || b != b) ? a : b; }
 TC_FN double tc_fmin_f64(double a, double b) { return (a <= b || b != b) ? a : b; }
+#ifdef _OPENMP
+/* They are associative and commutative (but for the sign of a zero result), so a max= or min=
+ * reduction loop may run in vector lanes: 'omp simd reduction(tc_fmax_f32:acc)'. The identity is
+ * the one the language's initialisation writes. */
+#pragma omp declare reduction(tc_fmax_f32 : float : omp_out = tc_fmax_f32(omp_out, omp_in)) \\
+    initializer(omp_priv = -HUGE_VALF)
+#pragma omp declare reduction(tc_fmin_f32 : float : omp_out = tc_fmin_f32(omp_out, omp_in)) \\
+    initializer(omp_priv = HUGE_VALF)
+#pragma omp declare reduction(tc_fmax_f64 : double : omp_out = tc_fmax_f64(omp_out, omp_in)) \\
+    initializer(omp_priv = -HUGE_VAL)
+#pragma omp declare reduction(tc_fmin_f64 : double : omp_out = tc_fmin_f64(omp_out, omp_in)) \\
+    initializer(omp_priv = HUGE_VAL)
+#endif
 
 """
 

@@ -654,6 +654,12 @@ class _Printer:
         pragma = None
         if vector and et.is_float and st.op in ("+=", "*="):
             pragma = f"#pragma omp simd reduction({st.op[0]}:tc_acc)"
+        elif vector and et.is_float and st.op in ("max=", "min="):
+            # the prelude's reductions; simdlen: gcc otherwise keeps 4 lanes
+            fn = builtin_callee("fmax" if st.op == "max=" else "fmin", ct)
+            pragma = f"#pragma omp simd simdlen({self.lanes(et)}) reduction({fn}:tc_acc)"
+        elif vector and et.is_integral and et.kind != "bool" and st.op in ("max=", "min="):
+            pragma = f"#pragma omp simd reduction({st.op[:3]}:tc_acc)"
         acc = self.accumulator
         redirected = acc is not None and acc.statement == run.statement
         start = acc.ref if redirected else self.load(st.tensor, addr, et)

@@ -40,7 +40,9 @@ __all__ = ["CFLAGS", "CpuKernel", "compile_c", "load", "toolchain_identity"]
 #: ``-ffast-math`` (NaN and signed zeros keep their meaning), no ``-fwrapv`` (the printer makes
 #: integer arithmetic wrap itself; ``-fwrapv`` would block vectorisation of index arithmetic). GCC's
 #: own unroll-and-jam is off: tcjit places register tiles itself, and on tiled nests GCC's pass took
-#: 36 s to compile fcrelu and produced code a thousand times slower.
+#: 36 s to compile fcrelu and produced code a thousand times slower. ``-fno-trapping-math`` changes
+#: no value (kernels never read the floating-point exception flags) but lets gcc if-convert the
+#: comparisons of clamps and selects, without which the prelude's ``tc_exp_f32`` does not vectorise.
 CFLAGS = (
     "-O3",
     "-march=native",
@@ -49,6 +51,7 @@ CFLAGS = (
     "-fno-loop-unroll-and-jam",
     "-ffp-contract=fast",
     "-fno-math-errno",
+    "-fno-trapping-math",
     "-fPIC",
     "-shared",
     "-std=gnu11",

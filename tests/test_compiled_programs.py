@@ -709,6 +709,39 @@ def test_nan_and_inf_flow_through_floats() -> None:
         assert torch.equal(F, torch.fmax(A[:, 1], torch.fmin(A[:, 2], torch.tensor(0.0))))
 
 
+def test_vector_lane_reductions_and_exp_keep_special_values() -> None:
+    """Rows long enough for vector lanes (max=/min= run in 8 lanes through the prelude's OpenMP
+    reductions; exp is the prelude's vectorised tc_exp_f32): NaN ignored by max/min wherever it
+    sits, -inf/inf identities, and exp's specials (NaN, +-inf, overflow, subnormal results, 0)."""
+    src = """
+    def lanes(float(N,M) A, int32(N,M) X) -> (Mx, Mn, IMx, IMn, E) {
+        Mx(i) max=! A(i, r_j)
+        Mn(i) min=! A(i, r_j)
+        IMx(i) max=! X(i, r_j)
+        IMn(i) min=! X(i, r_j)
+        E(i, j) = exp(A(i, j))
+    }"""
+    nan, inf = math.nan, math.inf
+    g = torch.Generator().manual_seed(7)
+    A = torch.randn(6, 83, generator=g) * 30
+    A[0, 37] = nan  # one NaN in a lane: ignored
+    A[1] = nan  # all NaN: the identities
+    A[2, ::3] = nan
+    A[3, 5], A[3, 80] = inf, -inf
+    specials = torch.tensor([nan, inf, -inf, 0.0, -0.0, 88.7, 88.8, -87.4, -103.0, -104.5, 1e-30, -1e-7])
+    A[4, : specials.numel()] = specials
+    X = torch.randint(-(2**31), 2**31 - 1, (6, 83), generator=g, dtype=torch.int32)
+    Mx, Mn, IMx, IMn, E = H.check_against_oracle(src, None, (A, X))
+    assert Mx[1].item() == -inf and Mn[1].item() == inf
+    assert Mx[3].item() == inf and Mn[3].item() == -inf
+    assert torch.equal(Mx[[0, 2]], torch.stack([r[~r.isnan()].max() for r in A[[0, 2]]]))
+    assert torch.equal(IMx, X.amax(1)) and torch.equal(IMn, X.amin(1))
+    want = torch.exp(A.double()).float()  # correctly rounded but for double rounding
+    assert torch.equal(E.isnan(), want.isnan())
+    ulps = (E.view(torch.int32).long() - want.view(torch.int32).long()).abs()[~want.isnan()]
+    assert ulps.max().item() <= 1, ulps.max()
+
+
 # ========================================================================================== zero sizes
 def test_zero_sized_inputs() -> None:
     """A zero-sized dimension: empty outputs, or sums over nothing (zero)."""
