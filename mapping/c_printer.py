@@ -238,6 +238,40 @@ class _Exprs:
         return f"((int64_t)({v}))"
 
 
+class _VectorExprs(_Exprs):
+    """Prints the right-hand side of a vector register tile (:meth:`_Printer.vector_tile`): an
+    access that moves along the vector dimension is a vector load of ``vtype`` (GCC's vector
+    extension, unaligned, may alias its element type); everything else is a scalar, which the
+    vector arithmetic broadcasts."""
+
+    def __init__(self, printer: _Printer, st: CheckedStatement, vdim: str, vtype: str):
+        super().__init__(printer, st)
+        self.vdim = vdim
+        self.vtype = vtype
+
+    def value(self, e: A.Expr) -> str:
+        if isinstance(e, A.Access) and self.p._vector_access(e.tensor, e.args, self.vdim) == "vector":
+            return f"(*(const {self.vtype} *)&t_{e.tensor}[{self.p.address(e.tensor, e.args, self, e)}])"
+        return super().value(e)
+
+
+def _mentions(e: A.Expr, index: str) -> bool:
+    """Whether the index variable ``index`` occurs in ``e``."""
+    return any(isinstance(x, A.Ident) and x.kind == "index" and x.name == index for x in A.walk(e))
+
+
+def _moves_by_one(e: ir.Expr, var: str) -> bool:
+    """Whether ``e`` is ``var`` or ``x + var`` with ``x`` free of ``var``."""
+    if e == ir.Var(var):
+        return True
+    return (
+        isinstance(e, ir.Op)
+        and e.op == "+"
+        and e.args[1] == ir.Var(var)
+        and var not in ir.free_vars(e.args[0])
+    )
+
+
 def _wrapping(op: str, a: str, b: str, t: ScalarType) -> str:
     """Integer ``a op b`` in type ``t``, wrapping as two's complement.
 
@@ -315,6 +349,7 @@ class _Printer:
         self.source_lines = cdef.source.splitlines()
         self.accumulator: _Accumulator | None = None  # inside a register tile's loop
         self.tiles = 0  # register tiles printed (their arrays are numbered)
+        self.vector_types: dict[str, tuple[str, int]] = {}  # vector tiles' types: (element, bytes)
         self.vector_bytes = 32
 
     # --------------------------------------------------------------------------------- memory
@@ -541,6 +576,8 @@ class _Printer:
         return True
 
     def _register_tile(self, loop, points, node, runs, extents, dot, name, indent) -> None:
+        if not dot and self.vector_tile(loop, points, node, name, indent):
+            return
         first = runs[0]
         st = self.statements[first.statement].source
         et = self.element_type(st.tensor).compute
@@ -608,6 +645,162 @@ class _Printer:
         self.accumulator = None
         self.point_nest(points, f"{lhs_bind} {finish}", indent + "  ")
         self.lines.append(f"{indent}}}")
+
+    def vector_tile(self, loop: ir.For, points, node, name: str, indent: str) -> bool:
+        """The outer-product form in vector registers (a micro-kernel); False if it does not apply.
+
+        A register tile whose innermost point loop is the ``simd`` loop, of a constant extent that
+        is a multiple of :attr:`lanes`, the others unrolled, around one instance of a ``+=`` whose
+        output and operands are float32 or float64 (no conversions, no wide accumulator) and whose
+        right-hand side is ``+ - *`` of accesses, literals and scalars. Every access moves by one
+        element along the vector loop (a vector load) or not at all (a scalar, broadcast). The sums
+        live in ``<lanes>``-wide vector variables (GCC's vector extension) across the reduction
+        loops, each row's operands loaded once per step: the code gcc makes of it is a BLAS
+        micro-kernel (``float[..][..]`` arrays with an ``omp simd`` loop left it spilling partial
+        sums to the stack and reached 60% of torch.matmul at 512**3).
+        """
+        runs = _flat_runs(node)
+        if not runs or self.shadowed:
+            return False
+        scop_st = self.statements[runs[0].statement]
+        st = scop_st.source
+        et = self.element_type(st.tensor)
+        if st.op != "+=" or et.name not in ("float32", "float64") or st.tensor in self.wide:
+            return False
+        if st.value_type != et or self.cdef.tensor(st.tensor).dtype != et:
+            return False
+        live = [p for p in points if not p.degenerate]
+        if not live or live[-1].kind.split("+").count("simd") != 1:
+            return False
+        extents = []
+        for p in live:
+            hi = _constant_upper_bound(p.cond, p.var)
+            if hi is None or _variable_bounds(p.cond) or p.init != ir.Int(0) or p.step != 1:
+                return False
+            if p is not live[-1] and "unroll" not in p.kind.split("+"):
+                return False
+            extents.append(hi + 1)
+        lanes = self.lanes(et)
+        if extents[-1] % lanes or math.prod(extents) // lanes > MAX_VECTOR_ACCUMULATORS:
+            return False
+        # the statement's dimension that moves along the vector loop, by one per iteration
+        simd = live[-1].var
+        vdims = set()
+        for run in runs:
+            bound = dict(zip(scop_st.dims, run.args))
+            moving = [d for d in scop_st.dims if simd in ir.free_vars(bound[d])]
+            if len(moving) != 1 or not _moves_by_one(bound[moving[0]], simd):
+                return False
+            vdims.add(moving[0])
+        if len(vdims) != 1:
+            return False
+        (vdim,) = vdims
+        if self._vector_access(st.tensor, st.lhs, vdim) != "vector" or not self._vector_value(
+            st.rhs, et, vdim
+        ):
+            return False
+        ctype = _ctype(et)
+        vtype = f"tc_v{lanes}{'f32' if ctype == 'float' else 'f64'}"
+        self.vector_types[vtype] = (ctype, lanes * _ctype_size(et))
+        chunks = extents[-1] // lanes
+        chunk = ir.For(
+            "tc_v", ir.Int(0), ir.Op("<=", (ir.Var("tc_v"), ir.Int(chunks - 1))), 1, node, kind="unroll"
+        )
+        nest = (
+            [
+                ir.For(p.var, p.init, p.cond, p.step, p.body, kind="unroll") if p.degenerate is False else p
+                for p in points[:-1]
+            ]
+            if points[-1] is live[-1]
+            else None
+        )
+        if nest is None:  # a degenerate point loop inside the vector loop: keep the plain form
+            return False
+        nest.append(chunk)
+        idx = "".join(f"[{p.var}]" for p in live[:-1]) + "[tc_v]"
+        dims = "".join(f"[{e}]" for e in extents[:-1]) + f"[{chunks}]"
+        lane0 = f"const int64_t {simd} = {lanes} * tc_v;"
+        ex = _VectorExprs(self, st, vdim, vtype)
+        addr = self.address(st.tensor, st.lhs, ex, st.source)
+        first = runs[0]
+        lhs_bind = self.bindings(first.statement, first.args, set(st.lhs_vars))
+        self.lines.append(
+            f"{indent}{{ /* register tile (outer-product form, vectors of {lanes}): '{st.tensor}' kept in"
+            f" {name} across loop {loop.var} */"
+        )
+        self.lines.append(f"{indent}  {vtype} {name}{dims};")
+        self.point_nest(
+            nest, f"{lane0} {lhs_bind} {name}{idx} = *(const {vtype} *)&t_{st.tensor}[{addr}];", indent + "  "
+        )
+        closing, inner = [], indent + "  "
+        chain = loop
+        while True:
+            self.lines.append(f"{inner}{self.loop_header(chain)} {{")
+            closing.append(f"{inner}}}")
+            inner += "  "
+            nxt = chain.body
+            while isinstance(nxt, ir.Mark):
+                nxt = nxt.body
+            if not isinstance(nxt, ir.For) or nxt.var in {p.var for p in points}:
+                break
+            chain = nxt
+        self.lines.append(f"{inner}{self.comment(first.statement)}")
+        value = ex.value(st.rhs)
+        updates = " ".join(
+            f"{{ {self.bindings(r.statement, r.args)} {name}{idx} += {value}; }}" for r in runs
+        )
+        self.point_nest(nest, f"{lane0} {updates}", inner)
+        self.lines.extend(reversed(closing))
+        self.point_nest(
+            nest, f"{lane0} {lhs_bind} *({vtype} *)&t_{st.tensor}[{addr}] = {name}{idx};", indent + "  "
+        )
+        self.lines.append(f"{indent}}}")
+        return True
+
+    def _vector_access(self, tensor: str, args: Sequence[A.Expr], vdim: str) -> str | None:
+        """How an access moves along the vector dimension ``vdim``: ``"scalar"`` (not at all),
+        ``"vector"`` (by one element: a subscript ``vdim`` or ``vdim + c`` of stride 1), or None."""
+        if tensor in self.wide or any(id(a) in self.checked for a in args):
+            return None
+        strides = self.strides[tensor]
+        moving = [k for k, a in enumerate(args) if _mentions(a, vdim)]
+        if not moving:
+            return "scalar"
+        if len(moving) != 1 or strides[moving[0]] != 1:
+            return None
+        a = args[moving[0]]
+        if isinstance(a, A.Ident):
+            return "vector"
+        if isinstance(a, A.Binary) and a.op in ("+", "-"):  # vdim + e, vdim - e, e + vdim
+            pairs = [(a.lhs, a.rhs)] + ([(a.rhs, a.lhs)] if a.op == "+" else [])
+            for this, other in pairs:
+                if isinstance(this, A.Ident) and this.name == vdim and not _mentions(other, vdim):
+                    return "vector"
+        return None
+
+    def _vector_value(self, e: A.Expr, t: ScalarType, vdim: str) -> bool:
+        """Whether :class:`_VectorExprs` can print ``e``: ``+ - *`` of type ``t`` over accesses that
+        :meth:`_vector_access` accepts, literals and scalar arguments."""
+        if e.dtype != t:
+            return False
+        if isinstance(e, (A.IntLit, A.FloatLit)):
+            return True
+        if isinstance(e, A.Ident):
+            return e.kind == "scalar"
+        if isinstance(e, A.Access):
+            return (
+                self.cdef.tensor(e.tensor).dtype == t
+                and self._vector_access(e.tensor, e.args, vdim) is not None
+            )
+        if isinstance(e, A.Unary):
+            return e.op == "-" and self._vector_value(e.arg, t, vdim)
+        if isinstance(e, A.Binary):
+            return (
+                e.op in ("+", "-", "*")
+                and self._vector_value(e.lhs, t, vdim)
+                and self._vector_value(e.rhs, t, vdim)
+            )
+        return False
 
     def point_nest(self, points: Sequence[ir.For], body: str, indent: str) -> None:
         """The point loops of a register tile around ``body`` (their bounds use only outer loops)."""
@@ -893,6 +1086,10 @@ UNROLL_PRAGMA = 64
 #: The largest register tile (local array elements) the printer emits; larger ones spill anyway.
 MAX_REGISTER_TILE = 512
 
+#: The most vector partial sums a vector register tile keeps (x86-64 has 16 vector registers with
+#: AVX2: 6 x 2 sums, 2 loaded operand vectors and a broadcast fit).
+MAX_VECTOR_ACCUMULATORS = 16
+
 #: The most iterations (partial results, on the stack) of a loop run as a parallel reduction.
 MAX_PARTIALS = 4096
 
@@ -1130,6 +1327,10 @@ def print_kernel(
         "}",
         "",
         *(EMULATION_HELPERS if _emulated(body) else ()),
+        *(
+            f"typedef {ct} {name} __attribute__((vector_size({n}), aligned(sizeof({ct})), may_alias));"
+            for name, (ct, n) in sorted(p.vector_types.items())
+        ),
         *_PARTS,
         *p.prototypes,
         "",

@@ -133,3 +133,51 @@ def test_partial_tiles_are_not_unrolled() -> None:
     for line, following in zip(partial.splitlines(), partial.splitlines()[1:]):
         if "tc_min_i64(" in following and following.lstrip().startswith("for"):
             assert "GCC unroll" not in line, (line, following)
+
+
+# ------------------------------------------------------------------------- vector register tiles
+SCALED = """def scaled(float(M,K) A, float(K,N) B, float s) -> (C) {
+    C(m, n) +=! (A(m, r_k) - s) * B(r_k, n) * 2.0 + -B(r_k, n)
+}"""
+SHIFTED = """def conv1d(float(M,K) A, float(N) X, float(K,R) W) -> (O) {
+    O(m, n) +=! A(m, r_k) * X(n + r_r) * W(r_k, r_r) where n in 0:N-R+1
+}"""
+
+
+@pytest.mark.parametrize(
+    "src, shapes, scalars",
+    [
+        (MATMUL, [(13, 11), (11, 48)], ()),  # 48 columns: 16-wide tiles of 2 vectors
+        (MATMUL, [(8, 5), (5, 40)], ()),  # 40 = 2 x 16 + 8: full tiles and a partial one
+        (CONV, [(2, 3, 9, 34), (4, 3, 3, 3)], ()),  # 32 output columns, w + r_kw subscripts
+        (SCALED, [(9, 7), (7, 32)], (1.5,)),  # scalars, literals, - and unary minus
+        (SHIFTED, [(6, 5), (36,), (5, 5)], ()),  # n + r_r, a where-bounded range
+    ],
+    ids=["matmul", "matmul-partial", "conv", "scaled", "shifted"],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_vector_tiles_are_bit_identical_to_no_tiles(src: str, shapes, scalars, dtype) -> None:
+    """The outer-product form in vector registers (GCC vector types: a micro-kernel) is used where
+    the vector loop holds whole vectors, and keeps every element's updates in schedule order."""
+    inputs = (*(x.to(dtype) for x in _inputs(shapes)), *scalars)
+    if dtype == torch.float64:
+        src = src.replace("float(", "double(").replace("float s", "double s")
+    kernel = tcjit.define(src)
+    source = tcjit.compile(kernel, *inputs, options=OPTS).source
+    assert "register tile (outer-product form, vectors of" in source
+    tiled = H.as_tuple(kernel(*inputs, options=OPTS))
+    plain = H.as_tuple(kernel(*inputs, options=OPTS.register_tile()))
+    assert all(torch.equal(a, b) for a, b in zip(tiled, plain))
+    H.check_against_oracle(src, None, inputs, options=OPTS, reduction_length=64)
+
+
+def test_vector_tiles_need_unit_strides() -> None:
+    """A column-major B moves by a whole column along the vector loop: the array form stays. A
+    column-major A is only broadcast: the vector form is kept. Both match the oracle."""
+    A, B = _inputs([(12, 9), (32, 9)])
+    kernel = tcjit.define(MATMUL)
+    for inputs in ((A, B.t()), (A.t().contiguous().t(), B.t().contiguous())):
+        source = tcjit.compile(kernel, *inputs, options=OPTS).source
+        vector = "vectors of" in source
+        assert vector == inputs[1].is_contiguous(), (vector, [x.stride() for x in inputs])
+        H.check_against_oracle(MATMUL, None, inputs, options=OPTS, reduction_length=9)
