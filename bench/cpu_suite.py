@@ -33,6 +33,7 @@ writes ``<out>.json`` (every sample, medians, min/max, machine facts) and ``<out
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -259,7 +260,23 @@ def run_suite(
         },
         "peaks": peaks,
         "kernels": results,
+        "geomean_speedup": geomean_speedups(results),
     }
+
+
+def geomean_speedups(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The geometric means over kernels of tcjit's speedups (time ratios inverted) over eager and
+    over torch.compile, each over the kernels where both contenders were timed and correct."""
+    out: dict[str, Any] = {}
+    for key, name in (("tcjit_over_eager", "eager"), ("tcjit_over_compile", "compile")):
+        ratios = [
+            r[key]
+            for r in results
+            if r.get(key) and all(r["contenders"][c]["status"] == "ok" for c in ("tcjit", name))
+        ]
+        out[name] = math.exp(-statistics.fmean(math.log(x) for x in ratios)) if ratios else None
+        out[f"{name}_kernels"] = len(ratios)
+    return out
 
 
 def practical_peaks(sizes_kind: str = "cpu") -> dict[str, Any]:
@@ -384,6 +401,7 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
         "",
         markdown_table(header, rows),
         "",
+        *_geomean_lines(doc),
         "Times are medians over interleaved rounds of the time per call. Rates: GFLOP/s (2 flops per "
         "multiply-add) or GB/s of compulsory traffic, per the kernel's metric. `tcjit/eager` and "
         "`tcjit/compile` are ratios of times (> 1: tcjit is slower); the speedup in parentheses is "
@@ -396,6 +414,16 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
     if notes:
         parts += ["", "## Failures", "", *notes]
     return "\n".join(parts)
+
+
+def _geomean_lines(doc: Mapping[str, Any]) -> list[str]:
+    g = doc.get("geomean_speedup") or geomean_speedups(doc["kernels"])
+    cells = [
+        f"{g[n]:.3g}× over {label} ({g[f'{n}_kernels']} kernels)"
+        for n, label in (("eager", "torch eager"), ("compile", "torch.compile"))
+        if g.get(n)
+    ]
+    return [f"Geometric mean of tcjit's speedups: {'; '.join(cells)}.", ""] if cells else []
 
 
 # ============================================================================================ CLI

@@ -255,11 +255,6 @@ class _VectorExprs(_Exprs):
         return super().value(e)
 
 
-def _mentions(e: A.Expr, index: str) -> bool:
-    """Whether the index variable ``index`` occurs in ``e``."""
-    return any(isinstance(x, A.Ident) and x.kind == "index" and x.name == index for x in A.walk(e))
-
-
 def _moves_by_one(e: ir.Expr, var: str) -> bool:
     """Whether ``e`` is ``var`` or ``x + var`` with ``x`` free of ``var``."""
     if e == ir.Var(var):
@@ -763,7 +758,7 @@ class _Printer:
         if tensor in self.wide or any(id(a) in self.checked for a in args):
             return None
         strides = self.strides[tensor]
-        moving = [k for k, a in enumerate(args) if _mentions(a, vdim)]
+        moving = [k for k, a in enumerate(args) if vdim in A.index_vars(a)]
         if not moving:
             return "scalar"
         if len(moving) != 1 or strides[moving[0]] != 1:
@@ -774,7 +769,7 @@ class _Printer:
         if isinstance(a, A.Binary) and a.op in ("+", "-"):  # vdim + e, vdim - e, e + vdim
             pairs = [(a.lhs, a.rhs)] + ([(a.rhs, a.lhs)] if a.op == "+" else [])
             for this, other in pairs:
-                if isinstance(this, A.Ident) and this.name == vdim and not _mentions(other, vdim):
+                if isinstance(this, A.Ident) and this.name == vdim and vdim not in A.index_vars(other):
                     return "vector"
         return None
 

@@ -171,20 +171,12 @@ def _grad_requested(inputs) -> bool:
 
 
 def default_options(cdef: CheckedDef, sizes, target: str):
-    """The options a call without ``options=`` uses when none were tuned for it.
+    """The options a call without ``options=`` uses when none were tuned for it: chosen from the
+    kernel's structure by :func:`tcjit.mapping.defaults.default_options` (its rules are documented
+    there and in docs/performance.md)."""
+    from .mapping.defaults import default_options as choose
 
-    For now one choice for every kernel (issue 5 replaces it with choices from the kernel's
-    structure and sizes): on the CPU, tiles of 64 x 256 x 512 on the outermost band (cache
-    blocks), the outermost parallel loop on OpenMP threads, the best unit-stride loop on SIMD
-    lanes, and 4 x 16 register tiles where a band carries a reduction under a parallel vector loop
-    (contractions); for CUDA (and its emulation), tiles of 32 x 32 x 32 on up to 256 x 256 blocks
-    of 32 x 8 threads.
-    """
-    from .mapping.options import MappingOptions
-
-    if target != "cpu":  # the CUDA mapping: TC's naive tiles, blocks and threads
-        return MappingOptions("naive").tile(32, 32, 32).map_to_blocks(256, 256).map_to_threads(32, 8)
-    return MappingOptions("naive").vectorize(True).tile(64, 256, 512).register_tile(4, 16)
+    return choose(cdef, sizes, target)
 
 
 class Definitions:

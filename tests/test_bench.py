@@ -257,3 +257,18 @@ def test_compile_latency_runs(bench, tmp_path: Path) -> None:
     assert k["cold_s"] > 0 and k["disk_hit_s"] > 0
     assert isinstance(k["islpy_imported_on_disk_hit"], bool)
     assert k["cold_target_s"] == 1.5 and k["disk_hit_target_s"] == 0.05
+
+
+def test_geomean_speedups_skip_wrong_and_untimed_contenders(bench) -> None:
+    """The summary line: inverted time ratios, geometric mean, only over correct timed pairs."""
+    cpu_suite = bench("cpu_suite")
+    ok = {"status": "ok"}
+
+    def record(over_eager, over_compile, compile_status="ok"):
+        contenders = {"tcjit": ok, "eager": ok, "compile": {"status": compile_status}}
+        return {"tcjit_over_eager": over_eager, "tcjit_over_compile": over_compile, "contenders": contenders}
+
+    g = cpu_suite.geomean_speedups([record(0.5, 2.0), record(2.0, 0.25, "wrong"), record(0.125, None)])
+    assert g["eager"] == pytest.approx(2.0)  # speedups 2, 0.5 and 8
+    assert g["eager_kernels"] == 3
+    assert g["compile"] == pytest.approx(0.5) and g["compile_kernels"] == 1

@@ -1,0 +1,73 @@
+"""Default mapping options: what a call without ``options=`` and without tuned options uses.
+
+The choice is made from the definition's structure and the target (the sizes are passed for rules
+that need them). TC's ``naive`` preset was one choice for every kernel; here each rule below names
+the shape it applies to and what it buys, measured with ``bench/cpu_suite.py`` on the 2-core AMD EPYC
+(Zen, AVX2) these benchmarks run on. Rules are checked in order; the first that applies wins.
+
+CPU:
+
+* **GEMM-shaped contraction** (outer-product form): one ``+=`` statement ``C(i, j) += f(...)``
+  whose output's last subscript ``j`` is the last subscript (plain ``j``) of every operand that
+  mentions it, with exactly one reduction variable (``matmul``). The register tile is 8 x 16 (16
+  vector partial sums), computed in vector registers by the printer, over cache tiles of 64 rows x
+  512 columns x 128 steps of the reduction, so a tile's operand rows stay in L1 and the 128 x 512
+  slab of the right operand in L2. matmul 512**3 went from 6.1 ms (64 x 256 x 512 tiles, 4 x 16) to
+  4.6 ms against torch's 4.0 ms.
+* **Everything else**: cache tiles of 64 x 256 x 512 on the outermost band, the outermost parallel
+  loop on OpenMP threads, the best unit-stride loop on SIMD lanes and 4 x 16 register tiles where a
+  band carries a reduction under a parallel vector loop (contractions in the dot-product form keep
+  long reduction tiles: 128-step tiles made tmm, fcrelu and mlp3 20 to 30% slower).
+
+CUDA (and its emulation): TC's naive tiles, blocks and threads (32 x 32 x 32 tiles on up to 256 x
+256 blocks of 32 x 8 threads) until the GPU issue's measurements choose better.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..polyhedral.lang import ast as A
+from ..polyhedral.lang.checked import CheckedDef, CheckedStatement
+from .options import MappingOptions
+
+__all__ = ["default_options", "is_gemm_shaped"]
+
+
+def default_options(cdef: CheckedDef, sizes: Mapping[str, int], target: str) -> MappingOptions:
+    """The options a call of ``cdef`` at ``sizes`` on ``target`` uses when none were given or tuned
+    (the rules of this module's docstring)."""
+    del sizes  # no rule needs them yet
+    if target != "cpu":
+        return MappingOptions("naive").tile(32, 32, 32).map_to_blocks(256, 256).map_to_threads(32, 8)
+    base = MappingOptions("naive").vectorize(True)
+    if is_gemm_shaped(cdef):
+        return base.tile(64, 512, 128).register_tile(8, 16)
+    return base.tile(64, 256, 512).register_tile(4, 16)
+
+
+def is_gemm_shaped(cdef: CheckedDef) -> bool:
+    """Whether ``cdef`` is one ``+=`` contraction over one reduction variable whose output's last
+    subscript is the last subscript of every operand that mentions it (the outer-product form)."""
+    if len(cdef.statements) != 1:
+        return False
+    st = cdef.statements[0]
+    if st.op != "+=" or len(st.reduction_vars) != 1 or len(st.lhs_vars) < 2 or not st.plain_lhs:
+        return False
+    j = st.lhs_vars[-1]
+    if not (isinstance(st.lhs[-1], A.Ident) and st.lhs[-1].name == j):
+        return False
+    accesses = [a for a in A.walk(st.rhs) if isinstance(a, A.Access)]
+    return len(accesses) >= 2 and all(_last_or_absent(a, j) for a in accesses) and _reads_reduction(st)
+
+
+def _last_or_absent(a: A.Access, j: str) -> bool:
+    where = [k for k, e in enumerate(a.args) if j in A.index_vars(e)]
+    if not where:
+        return True
+    return where == [len(a.args) - 1] and isinstance(a.args[-1], A.Ident)
+
+
+def _reads_reduction(st: CheckedStatement) -> bool:
+    (k,) = st.reduction_vars
+    return any(isinstance(a, A.Access) and k in A.index_vars(a) for a in A.walk(st.rhs))

@@ -1,0 +1,68 @@
+"""Default options from the kernel's structure (``tcjit.mapping.defaults``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tcjit
+from tcjit import suite
+from tcjit.mapping.defaults import default_options, is_gemm_shaped
+from tcjit.polyhedral.lang.check import check_source
+
+SHIFTED = """def f(float(M,K) A, float(K,N) B) -> (C) {
+    C(m, n) +=! A(m, r_k) * B(r_k, n + 1) where n in 0:N-1
+}"""
+
+
+def _cdef(src: str):
+    return check_source(src).entry()
+
+
+@pytest.mark.parametrize(
+    "src, gemm",
+    [
+        ("def f(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, r_k) * B(r_k, n) }", True),
+        ("def f(float(M,K) A, float(K,N) B, float s) -> (C) { C(m, n) +=! s * A(m, r_k) * B(r_k, n) }", True),
+        ("def f(float(M,K) A, float(N,K) B) -> (C) { C(m, n) +=! A(m, r_k) * B(n, r_k) }", False),
+        ("def f(float(M,K) A, float(K,N) B) -> (C) { C(m, n) max=! A(m, r_k) * B(r_k, n) }", False),
+        ("def f(float(M,K) A) -> (S) { S(m, n) +=! A(m, r_k) where n in 0:4 }", False),
+        ("def f(float(M,N) A) -> (C) { C(m, n) = A(m, n) }", False),
+        ("def f(float(B,M,K) A, float(K,N) W) -> (C) { C(b, m, n) +=! A(b, m, r_k) * W(r_k, n) }",
+         True),
+        (SHIFTED, False),
+        ("""def f(float(M,K) A, float(K,N) B) -> (C, D) {
+               C(m, n) +=! A(m, r_k) * B(r_k, n)
+               D(m, n) = C(m, n)
+           }""", False),
+    ],
+)  # fmt: skip
+def test_gemm_shape(src: str, gemm: bool) -> None:
+    assert is_gemm_shaped(_cdef(src)) is gemm
+
+
+def test_suite_kernels_get_the_rule_of_their_shape() -> None:
+    gemm = {n for n in suite.names() if is_gemm_shaped(_cdef_of(n))}
+    assert gemm == {"matmul", "tensordot"}
+    for name in suite.names():
+        k = suite.get(name)
+        o = default_options(_cdef_of(name), k.cpu_sizes, "cpu").validate("cpu").values
+        want = ((64, 512, 128), (8, 16)) if name in gemm else ((64, 256, 512), (4, 16))
+        assert (o.tile, o.register_tile) == want, name
+        assert o.vectorize and o.parallelize
+        g = default_options(_cdef_of(name), k.cpu_sizes, "cuda").validate("cuda").values
+        assert g.tile == (32, 32, 32) and g.map_to_threads == (32, 8)
+
+
+def _cdef_of(name: str):
+    k = suite.get(name)
+    return check_source(k.source).get(k.entry)
+
+
+def test_a_call_without_options_uses_the_rule() -> None:
+    """What a call compiles is what the rule chose: the options are in the kernel's header."""
+    A, B = torch.randn(24, 16), torch.randn(16, 32)
+    spec = tcjit.compile(
+        tcjit.define("def mm(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, r_k) * B(r_k, n) }"), A, B
+    )
+    assert "tile=(64, 512, 128)" in spec.source and "register_tile=(8, 16)" in spec.source
