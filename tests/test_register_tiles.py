@@ -181,3 +181,16 @@ def test_vector_tiles_need_unit_strides() -> None:
         vector = "vectors of" in source
         assert vector == inputs[1].is_contiguous(), (vector, [x.stride() for x in inputs])
         H.check_against_oracle(MATMUL, None, inputs, options=OPTS, reduction_length=9)
+
+
+@pytest.mark.parametrize("W, tile", [(34, (1, 4, 1, 1, 16)), (58, (1, 8, 1, 1, 8))])
+def test_convolutions_tile_filters_with_columns(W: int, tile: tuple) -> None:
+    """The outer-product tile pairs the vector member (w) with the filters (f), along which the
+    input's vectors stay put, not with the rows (h), along which only the weights do; where 16
+    does not divide the 56 columns, 8-wide tiles take 8 filters instead of 4."""
+    sizes = {"N": 1, "C": 3, "H": 10, "W": W, "F": 8, "KH": 3, "KW": 3}
+    low = _lowered(CONV, sizes)
+    assert f"register tile {tile} (outer-product form)" in low.stages["decisions"], low.stages["decisions"]
+    assert "vectors of 8" in low.source
+    inputs = _inputs([(1, 3, 10, W), (8, 3, 3, 3)])
+    H.check_against_oracle(CONV, None, inputs, options=OPTS, reduction_length=27)
