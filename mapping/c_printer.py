@@ -655,17 +655,8 @@ class _Printer:
         sums to the stack and reached 60% of torch.matmul at 512**3).
         """
         runs = _flat_runs(node)
-        if not runs or self.shadowed:
-            return False
-        scop_st = self.statements[runs[0].statement]
-        st = scop_st.source
-        et = self.element_type(st.tensor)
-        if st.op != "+=" or et.name not in ("float32", "float64") or st.tensor in self.wide:
-            return False
-        if st.value_type != et or self.cdef.tensor(st.tensor).dtype != et:
-            return False
         live = [p for p in points if not p.degenerate]
-        if not live or live[-1].kind.split("+").count("simd") != 1:
+        if not runs or not live or live[-1].kind.split("+").count("simd") != 1:
             return False
         extents = []
         for p in live:
@@ -675,28 +666,15 @@ class _Printer:
             if p is not live[-1] and "unroll" not in p.kind.split("+"):
                 return False
             extents.append(hi + 1)
+        simd = live[-1].var
+        plan = self._vector_plan(runs, simd, "vector")
+        if plan is None:
+            return False
+        st, et, vdim = plan
         lanes = self.lanes(et)
         if extents[-1] % lanes or math.prod(extents) // lanes > MAX_VECTOR_ACCUMULATORS:
             return False
-        # the statement's dimension that moves along the vector loop, by one per iteration
-        simd = live[-1].var
-        vdims = set()
-        for run in runs:
-            bound = dict(zip(scop_st.dims, run.args))
-            moving = [d for d in scop_st.dims if simd in ir.free_vars(bound[d])]
-            if len(moving) != 1 or not _moves_by_one(bound[moving[0]], simd):
-                return False
-            vdims.add(moving[0])
-        if len(vdims) != 1:
-            return False
-        (vdim,) = vdims
-        if self._vector_access(st.tensor, st.lhs, vdim) != "vector" or not self._vector_value(
-            st.rhs, et, vdim
-        ):
-            return False
-        ctype = _ctype(et)
-        vtype = f"tc_v{lanes}{'f32' if ctype == 'float' else 'f64'}"
-        self.vector_types[vtype] = (ctype, lanes * _ctype_size(et))
+        vtype = self.vector_type(et)
         chunks = extents[-1] // lanes
         chunk = ir.For(
             "tc_v", ir.Int(0), ir.Op("<=", (ir.Var("tc_v"), ir.Int(chunks - 1))), 1, node, kind="unroll"
@@ -751,6 +729,42 @@ class _Printer:
         )
         self.lines.append(f"{indent}}}")
         return True
+
+    def vector_type(self, t: ScalarType) -> str:
+        """The name of the vector type of ``t`` (:attr:`lanes` of them), declared in the kernel."""
+        ctype = _ctype(t)
+        vtype = f"tc_v{self.lanes(t)}{'f32' if ctype == 'float' else 'f64'}"
+        self.vector_types[vtype] = (ctype, self.lanes(t) * _ctype_size(t))
+        return vtype
+
+    def _vector_plan(self, runs: Sequence[ir.Run], var: str, output: str):
+        """``(statement, type, dimension)`` if ``runs`` (instances of one statement) can run in
+        vector registers along loop ``var``: a float32 or float64 ``+=`` without conversions or a
+        wide accumulator, one dimension moving by one along ``var``, its output moving as
+        ``output`` says (:meth:`_vector_access`) and a right-hand side :meth:`_vector_value`
+        accepts; None otherwise (and in the emulated target, which checks races per element)."""
+        if self.shadowed:
+            return None
+        scop_st = self.statements[runs[0].statement]
+        st = scop_st.source
+        et = self.element_type(st.tensor)
+        if st.op != "+=" or et.name not in ("float32", "float64") or st.tensor in self.wide:
+            return None
+        if st.value_type != et or self.cdef.tensor(st.tensor).dtype != et:
+            return None
+        vdims = set()
+        for run in runs:
+            bound = dict(zip(scop_st.dims, run.args))
+            moving = [d for d in scop_st.dims if var in ir.free_vars(bound[d])]
+            if len(moving) != 1 or not _moves_by_one(bound[moving[0]], var):
+                return None
+            vdims.add(moving[0])
+        if len(vdims) != 1:
+            return None
+        (vdim,) = vdims
+        if self._vector_access(st.tensor, st.lhs, vdim) != output or not self._vector_value(st.rhs, et, vdim):
+            return None
+        return st, et, vdim
 
     def _vector_access(self, tensor: str, args: Sequence[A.Expr], vdim: str) -> str | None:
         """How an access moves along the vector dimension ``vdim``: ``"scalar"`` (not at all),
