@@ -435,7 +435,8 @@ class _Mapper:
 
     def _sink_short(self, node: isl.ScheduleNode) -> isl.ScheduleNode:
         """Unroll innermost bands of few iterations (a window the scheduler put in bands of its
-        own) and return the band above them, which then holds the vector loop."""
+        own, perhaps after its initialisations in a sequence) and return the band above them,
+        which then holds the vector loop."""
         while True:
             total = 1
             for j in range(node.band_n_member()):
@@ -447,6 +448,9 @@ class _Mapper:
                 return node
             up = node.parent()
             while up.get_type() != isl.schedule_node_type.band:
+                if up.get_type() == isl.schedule_node_type.sequence and _beside_leaves(up):
+                    up = up.parent()  # initialisations before the window: unrolled with it
+                    continue
                 if up.n_children() != 1 or up.get_type() in (
                     isl.schedule_node_type.domain,
                     isl.schedule_node_type.sequence,
@@ -684,7 +688,7 @@ def _has_band_below(node: isl.ScheduleNode) -> bool:
 
 
 def hoist_initialisations(
-    sched: isl.Schedule, deps: Dependences, sizes: Mapping[str, int] | None
+    sched: isl.Schedule, deps: Dependences, sizes: Mapping[str, int] | None, *, window: int = 0
 ) -> isl.Schedule:
     """Run the ``!`` initialisations that share a band with other statements before that band.
 
@@ -692,6 +696,14 @@ def hoist_initialisations(
     in the innermost loops, which stops the compiler from vectorising or keeping sums in registers.
     Moving them before the band is legal when nothing else in the band must precede them; the
     legality check decides, and the schedule is kept unchanged otherwise.
+
+    With ``window`` > 0, where each reduction sums at most ``window`` points per output (a pooling
+    window), the initialisations stay inside the band: below a band over the outputs alone
+    (the scheduler's sequence there already runs each element's initialisation before its
+    reduction), else before the band's reduction members, for each output element. The element is
+    then initialised and reduced in one pass over the outputs, not two (max pooling reads its
+    output once instead of twice). Contractions' long reductions stay as they were, in the band
+    that register tiles need.
     """
     done = 0
     while True:
@@ -708,12 +720,60 @@ def hoist_initialisations(
         filt = isl.UnionSet.empty(domain.get_space())
         for n in inits:
             filt = filt.union(domain.extract_set(_space_named(domain, n)))
-        candidate = node.order_before(filt).get_schedule()
-        try:
-            check_legality(candidate, deps, sizes=sizes)
-        except TCInternalError:
-            continue
-        sched = candidate
+        candidates = []
+        if window and _reduction_points(domain, inits) <= window:
+            lead = _leading_coincident(node)
+            if lead == node.band_n_member():
+                continue  # a band over the outputs alone: each element is initialised below it
+            if lead > 0:
+                candidates.append(node.band_split(lead).child(0).order_before(filt).get_schedule())
+        candidates.append(node.order_before(filt).get_schedule())
+        for candidate in candidates:
+            try:
+                check_legality(candidate, deps, sizes=sizes)
+            except TCInternalError:
+                continue
+            sched = candidate
+            break
+
+
+def _beside_leaves(sequence: isl.ScheduleNode) -> bool:
+    """Whether all children of ``sequence`` but one run one instance per outer iteration (no
+    band below, or bands of one point: the initialisations :func:`hoist_initialisations` keeps
+    in front of a pooling window)."""
+
+    def loops(n: isl.ScheduleNode) -> bool:
+        if n.get_type() == isl.schedule_node_type.band and any(
+            (_spread(n, j) or 2) > 1 for j in range(n.band_n_member())
+        ):
+            return True
+        return any(loops(n.child(i)) for i in range(n.n_children()))
+
+    return sum(loops(sequence.child(i)) for i in range(sequence.n_children())) == 1
+
+
+def _reduction_points(domain: isl.UnionSet, inits: Sequence[str]) -> int:
+    """The most points the reductions initialised by ``inits`` (``X_init``) sum over per output:
+    the box of the update ``X``'s dimensions after the initialisation's (the reduction ones)."""
+    most = 1
+    for name in inits:
+        init = domain.extract_set(_space_named(domain, name))
+        update = domain.extract_set(_space_named(domain, name[: -len("_init")]))
+        points = 1
+        for i in range(init.dim(isl.dim_type.set), update.dim(isl.dim_type.set)):
+            lo, hi = update.dim_min_val(i), update.dim_max_val(i)
+            if not (lo.is_int() and hi.is_int()):
+                return math.inf
+            points *= max(0, int(hi.to_python()) - int(lo.to_python()) + 1)
+        most = max(most, points)
+    return most
+
+
+def _leading_coincident(band: isl.ScheduleNode) -> int:
+    n = 0
+    while n < band.band_n_member() and band.band_member_get_coincident(n):
+        n += 1
+    return n
 
 
 def _space_named(domain: isl.UnionSet, name: str) -> isl.Space:

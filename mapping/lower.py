@@ -245,11 +245,12 @@ def wide_accumulators(cdef: CheckedDef, sizes: Mapping[str, int]) -> dict[str, S
 
 
 def tiled_schedule(
-    cdef: CheckedDef, sizes: Mapping[str, int], options
+    cdef: CheckedDef, sizes: Mapping[str, int], options, *, window: int = 0
 ) -> tuple[Scop, Dependences, isl.Set, isl.Schedule]:
     """Steps 1 and 2 of the pipeline, common to every target: the Scop, its dependences, the
     parameters' values (a params set) and the schedule, specialised to ``sizes``, with the
-    initialisations hoisted and the outermost bands tiled, checked for legality."""
+    initialisations hoisted (``window``: see :func:`~tcjit.mapping.cpu.hoist_initialisations`)
+    and the outermost bands tiled, checked for legality."""
     # The parametric Scop assumes every size >= 1 (its context): at a size of 0 it would be empty,
     # and a '!' reduction over an empty range would lose its initialisation to the identity.
     fix = options.fix_parameters_before_scheduling or any(sizes[s] == 0 for s in cdef.sizes)
@@ -259,7 +260,7 @@ def tiled_schedule(
     fixed = _fixed(scop, sizes)
     sched = sched.intersect_domain(sched.get_domain().intersect_params(fixed))
     legal_sizes = {p: sizes[p] for p in scop.params} or None
-    sched = hoist_initialisations(sched, deps, legal_sizes)
+    sched = hoist_initialisations(sched, deps, legal_sizes, window=window)
     sched = tile(sched, options.tile)
     check_legality(sched, deps, sizes=legal_sizes)
     return scop, deps, fixed, sched
@@ -284,11 +285,11 @@ class Prepared:
         return iter((self.scop, self.deps, self.fixed, self.sched, self.checked, self.zero))
 
 
-def prepare(cdef: CheckedDef, sizes: Mapping[str, int], options) -> Prepared:
+def prepare(cdef: CheckedDef, sizes: Mapping[str, int], options, *, window: int = 0) -> Prepared:
     """:func:`tiled_schedule`, then the proofs on it: the affine accesses stay inside their
     tensors (:class:`TCBoundsError` otherwise), and which outputs must start zeroed."""
     shapes = {t.name: tuple(s.evaluate(sizes) for s in t.shape) for t in cdef.tensor_infos}
-    scop, deps, fixed, sched = tiled_schedule(cdef, sizes, options)
+    scop, deps, fixed, sched = tiled_schedule(cdef, sizes, options, window=window)
     checked = _prove_bounds(scop, fixed, shapes, sizes)
     return Prepared(scop, deps, fixed, sched, checked, _zero_init(scop, fixed, shapes))
 
@@ -312,6 +313,11 @@ def lower_gpu(cdef: CheckedDef, sizes: Mapping[str, int], options) -> GpuLowerin
     return GpuLowering(prepared, plan, tuple(launch_bodies(plan, params)))
 
 
+#: The CPU target keeps a ``!`` initialisation in the band of its update when the reduction takes
+#: at most this many points per output (:func:`~tcjit.mapping.cpu.hoist_initialisations`).
+INIT_WINDOW = 16
+
+
 def lower_cpu(
     cdef: CheckedDef,
     sizes: Mapping[str, int],
@@ -326,7 +332,7 @@ def lower_cpu(
     :arg options: :class:`~tcjit.mapping.option_values.OptionValues` (already validated for "cpu").
     :arg vector_bytes: the width of the target's vector registers (a register tile's partial sums).
     """
-    scop, deps, fixed, sched, checked, zero = prepare(cdef, sizes, options)
+    scop, deps, fixed, sched, checked, zero = prepare(cdef, sizes, options, window=INIT_WINDOW)
     legal_sizes = {p: sizes[p] for p in scop.params} or None
     work = sum(
         math.prod(max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes)) for r in st.ranges)

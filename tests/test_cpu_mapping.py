@@ -1,0 +1,62 @@
+"""Decisions of the CPU mapping that shape whole loop nests (``tcjit.mapping.cpu``)."""
+
+from __future__ import annotations
+
+import compiled_helpers as H
+import pytest
+import torch
+
+from tcjit.cli import lower_for_show
+from tcjit.mapping.lower import INIT_WINDOW
+from tcjit.polyhedral.lang.check import check_source
+
+
+def _pool(op: str, k: int) -> str:
+    return f"""def pool(float(N,C,H,W) I) -> (O) {{
+    O(n, c, h, w) {op} I(n, c, {k} * h + r_kh, {k} * w + r_kw) where r_kh in 0:{k}, r_kw in 0:{k}
+}}"""
+
+
+def _source(src: str, sizes: dict) -> str:
+    return lower_for_show(check_source(src).entry(), sizes).source
+
+
+@pytest.mark.parametrize("op", ["max=!", "+=!"])
+@pytest.mark.parametrize("k", [2, 4])
+def test_pooling_initialises_each_element_in_the_reduction_pass(op: str, k: int) -> None:
+    """A window of at most INIT_WINDOW points: each output element is initialised right before
+    its window is reduced, in one parallel loop and one vector loop (one pass over the output)."""
+    assert k * k <= INIT_WINDOW
+    sizes = {"N": 2, "C": 3, "H": 8 * k + 1, "W": 19 * k}
+    src = _pool(op, k)
+    text = _source(src, sizes)
+    assert _fused(text), text[text.index("(initialisation)") - 400 :][:1500]
+    g = torch.Generator().manual_seed(1)
+    (I,) = (torch.randn(2, 3, sizes["H"], sizes["W"], generator=g),)
+    H.check_against_oracle(src, None, (I,), reduction_length=k * k)
+
+
+def test_larger_windows_and_contractions_keep_a_separate_initialisation() -> None:
+    """Above INIT_WINDOW points (a 5x5 window) and for long contractions, the initialisation runs
+    in a loop nest of its own before the reduction (register tiles need the reduction's band)."""
+    pool = _source(_pool("max=!", 5), {"N": 1, "C": 2, "H": 15, "W": 20})
+    mm = _source(
+        "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, r_k) * B(r_k, n) }",
+        {"M": 64, "K": 64, "N": 64},
+    )
+    for text in (pool, mm):
+        assert not _fused(text)
+
+
+def _fused(text: str) -> bool:
+    """Whether the first update follows the initialisation in the same vector loop, no loop
+    opened or closed between them."""
+    init = text.index("(initialisation)")
+    update = text.index("/* S0, line", init)
+    loop = text.rindex("\n", 0, text.rindex("for (", 0, init))
+    between = text[init:update]
+    return (
+        "#pragma omp simd" in text[loop - 40 : init]
+        and "for (" not in between
+        and "}\n" not in between.replace("; }\n", "")
+    )
