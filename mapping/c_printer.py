@@ -23,7 +23,7 @@ kernel's error slots and is redirected to element 0, and the runtime raises ``TC
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ..polyhedral.errors import TCInternalError
@@ -165,7 +165,7 @@ class _Exprs:
             n = self.cdef.tensor(e.tensor).shape[e.dim].evaluate(self.p.sizes)
             return _int_literal(n, t) if t.is_integral else self.p.float_literal(float(n), t)
         if isinstance(e, A.Access):
-            return self.p.load(e.tensor, self.p.address(e.tensor, e.args, self, e), t)
+            return self.p.access_value(e, self, t)
         if isinstance(e, A.Cast):
             return convert(self.value(e.arg), e.arg.dtype, t)
         if isinstance(e, A.Unary):
@@ -346,6 +346,7 @@ class _Printer:
         self.tiles = 0  # register tiles printed (their arrays are numbered)
         self.vector_types: dict[str, tuple[str, int]] = {}  # vector tiles' types: (element, bytes)
         self.vector_bytes = 32
+        self.buffer_shadows: list[tuple[str, int]] = []  # the emulated target's promoted buffers
 
     # --------------------------------------------------------------------------------- memory
     def address(self, tensor: str, args: Sequence[A.Expr], ex: _Exprs, node) -> str:
@@ -383,21 +384,35 @@ class _Printer:
             f" {code}, {addr}, tc_errors)"
         )
 
+    def access_value(self, e: A.Access, ex: _Exprs, want: ScalarType) -> str:
+        """The value of the element access ``e`` reads, as ``want`` (the GPU printers redirect
+        promoted accesses)."""
+        return self.load(e.tensor, self.address(e.tensor, e.args, ex, e), want)
+
     def load(self, tensor: str, addr: str, want: ScalarType) -> str:
         check = self.race(tensor, addr, False)
         value = self._load(tensor, addr, want)
         return value if check is None else f"({check}, {value})"
 
-    def _load(self, tensor: str, addr: str, want: ScalarType) -> str:
+    def global_read(self, tensor: str, addr: str) -> str:
+        """C reading element ``addr`` of ``tensor``'s array as it is held (wide buffer, or the
+        tensor's storage; the CUDA printer may read inputs through the read-only cache)."""
+        return f"w_{tensor}[{addr}]" if tensor in self.wide else f"t_{tensor}[{addr}]"
+
+    def held_value(self, tensor: str, raw: str, want: ScalarType) -> str:
+        """An element of ``tensor`` as it is held (``raw``: storage bits, or the wide type), as
+        ``want``."""
         if tensor in self.wide:
-            return convert(f"w_{tensor}[{addr}]", self.wide[tensor], want)
+            return convert(raw, self.wide[tensor], want)
         t = self.cdef.tensor(tensor).dtype
-        raw = f"t_{tensor}[{addr}]"
         if t.name == "float16":
             raw = f"tc_h2f({raw})"
         elif t.name == "bfloat16":
             raw = f"tc_bf2f({raw})"
         return convert(raw, t, want)
+
+    def _load(self, tensor: str, addr: str, want: ScalarType) -> str:
+        return self.held_value(tensor, self.global_read(tensor, addr), want)
 
     def store(self, tensor: str, addr: str, value: str) -> str:
         """Store ``value``, already of the tensor's :meth:`element_type`."""
@@ -406,14 +421,20 @@ class _Printer:
         return text if check is None else f"{check}; {text}"
 
     def _store(self, tensor: str, addr: str, value: str) -> str:
+        lvalue = f"w_{tensor}[{addr}]" if tensor in self.wide else f"t_{tensor}[{addr}]"
+        return self.held_store(tensor, lvalue, value)
+
+    def held_store(self, tensor: str, lvalue: str, value: str) -> str:
+        """C storing ``value`` (of the tensor's :meth:`element_type`) into ``lvalue``, an element
+        as ``tensor``'s elements are held."""
         if tensor in self.wide:
-            return f"w_{tensor}[{addr}] = {value};"
+            return f"{lvalue} = {value};"
         t = self.cdef.tensor(tensor).dtype
         if t.name == "float16":
             value = f"tc_f2h({value})"
         elif t.name == "bfloat16":
             value = f"tc_f2bf({value})"
-        return f"t_{tensor}[{addr}] = {value};"
+        return f"{lvalue} = {value};"
 
     # ------------------------------------------------------------------------------ statements
     def comment(self, sname: str) -> str:
@@ -432,13 +453,24 @@ class _Printer:
                 parts.append(f"const int64_t i_{d} = {expr(a)};")
         return " ".join(parts)
 
-    def lhs_address(self, sname: str, ex: _Exprs) -> str:
+    def lhs_args(self, sname: str) -> tuple[A.Expr, ...]:
+        """The subscripts of the element an instance of ``sname`` updates."""
         scop_st = self.statements[sname]
         st = scop_st.source
         if scop_st.kind == "init" and not st.plain_lhs:
-            idents = tuple(A.Ident(d, kind="index", dtype=INT64) for d in scop_st.dims)
-            return self.address(st.tensor, idents, ex, st.source)
-        return self.address(st.tensor, st.lhs, ex, st.source)
+            return tuple(A.Ident(d, kind="index", dtype=INT64) for d in scop_st.dims)
+        return tuple(st.lhs)
+
+    def lhs_address(self, sname: str, ex: _Exprs) -> str:
+        st = self.statements[sname].source
+        return self.address(st.tensor, self.lhs_args(sname), ex, st.source)
+
+    def lhs(self, sname: str, ex: _Exprs) -> tuple[Callable[[ScalarType], str], Callable[[str], str]]:
+        """How an instance of ``sname`` reads (as a type) and writes (a value) the element it
+        updates (the GPU printers redirect promoted ones)."""
+        tensor = self.statements[sname].source.tensor
+        addr = self.lhs_address(sname, ex)
+        return (lambda want: self.load(tensor, addr, want)), (lambda value: self.store(tensor, addr, value))
 
     def body(self, sname: str) -> str:
         """The C statement performing one instance of ``sname`` (index variables bound)."""
@@ -447,14 +479,14 @@ class _Printer:
         ex = _Exprs(self, st)
         t = self.cdef.tensor(st.tensor).dtype
         et = self.element_type(st.tensor).compute
-        addr = self.lhs_address(sname, ex)
+        load, store = self.lhs(sname, ex)
         if scop_st.kind == "init":
-            return self.store(st.tensor, addr, _identity(st.op, et))
+            return store(_identity(st.op, et))
         value = convert(convert(ex.value(st.rhs), st.value_type, t), t, et)
         if scop_st.kind == "assign":
-            return self.store(st.tensor, addr, value)
-        old = self.load(st.tensor, addr, et)
-        return self.store(st.tensor, addr, _combine(st.op, old, f"({value})", et))
+            return store(value)
+        old = load(et)
+        return store(_combine(st.op, old, f"({value})", et))
 
     def run(self, node: ir.Run, indent: str) -> None:
         acc = self.accumulator
@@ -911,8 +943,8 @@ class _Printer:
                 self.lines.append(f"{indent}}}")
                 return
             self.node(n.body, indent)
-            if n.name == "sync":
-                self.lines.append(f"{indent}/* barrier */")
+            if n.name == "sync":  # the emulated target: a new barrier interval
+                self.lines.append(f"{indent}tc_phase += 1; /* barrier */")
         elif isinstance(n, ir.If):
             self.lines.append(f"{indent}if ({expr(n.cond)}) {{")
             self.node(n.then, indent + "  ")
@@ -923,23 +955,24 @@ class _Printer:
         elif isinstance(n, ir.For):
             self.loop(n, indent)
         elif isinstance(n, ir.Blocks):
-            self.ids(n.grid, "b", "blocks of one launch", n.body, indent)
+            self.ids(n.grid, "b", "blocks of one launch", n.body, indent, n.buffers)
         elif isinstance(n, ir.Threads):
             self.ids(n.block, "t", "threads of the block up to the next barrier", n.body, indent)
         else:
             raise TCInternalError(f"cannot print {n!r}")
 
-    def ids(self, dims: Sequence[int], prefix: str, what: str, body: ir.Node, indent: str) -> None:
+    def ids(
+        self, dims: Sequence[int], prefix: str, what: str, body: ir.Node, indent: str, buffers=()
+    ) -> None:
         """An emulated target's loop over block (``b``) or thread (``t``) ids, in the order the
-        call's ``tc_order`` argument selects (:data:`EMULATION_HELPERS`)."""
+        call's ``tc_order`` argument selects (:data:`EMULATION_HELPERS`); each block declares
+        ``buffers`` (:meth:`declare_buffers`)."""
         count = math.prod(dims)
         k = f"tc_{prefix}i"
         self.lines.append(f"{indent}{{ /* {what}: {' x '.join(map(str, dims))} */")
         if prefix == "b":  # the launch's blocks have global ids tc_first .. tc_first + count - 1
             self.lines.append(f"{indent}  const int64_t tc_first = {self.blocks_before};")
             self.blocks_before += count
-        else:  # a new phase: the previous loop over the threads ended at a barrier
-            self.lines.append(f"{indent}  tc_phase += 1;")
         self.lines.append(f"{indent}  const int64_t tc_{prefix}s = tc_stride({count});")
         self.lines.append(f"{indent}  for (int64_t {k} = 0; {k} < {count}; {k}++) {{")
         self.lines.append(
@@ -953,9 +986,15 @@ class _Printer:
         self.lines.append(f"{indent}    (void){prefix}0; (void){prefix}1; (void){prefix}2;")
         if prefix == "b":
             self.lines.append(f"{indent}    const int64_t tc_gb = tc_first + tc_bl; (void)tc_gb;")
+            self.declare_buffers(buffers, indent + "    ")
         self.node(body, indent + "    ")
         self.lines.append(f"{indent}  }}")
         self.lines.append(f"{indent}}}")
+
+    def declare_buffers(self, buffers: Sequence[ir.Buffer], indent: str) -> None:
+        """The emulated target: a block's promoted buffers (none here; see :mod:`.gpu_printer`)."""
+        if buffers:
+            raise TCInternalError("promoted buffers need the GPU printers")
 
     def loop(self, n: ir.For, indent: str) -> None:
         if n.degenerate:
@@ -1285,16 +1324,19 @@ def print_kernel(
     copy_in: frozenset[str] = frozenset(),
     header: str = "",
     vector_bytes: int = 32,
+    printer: Callable[..., _Printer] | None = None,
 ) -> tuple[str, tuple[BoundsCheck, ...]]:
     """The C source of one kernel and the run-time bounds checks it makes.
 
     The function is ``void symbol(int nthreads, int64_t *tc_errors, <params>)``; ``tc_errors``
     points at two int64 slots (check number, offending subscript), zero on entry.
     ``vector_bytes`` is the width of the target's vector registers (the dot-product form of a
-    register tile keeps one register of partial sums per output).
+    register tile keeps one register of partial sums per output). ``printer`` makes the printer
+    from ``(cdef, statements, sizes, strides, checked, wide)`` (the emulated target's prints
+    promoted buffers).
     """
     wide = dict(wide or {})
-    p = _Printer(cdef, statements, sizes, strides, checked, wide)
+    p = (printer or _Printer)(cdef, statements, sizes, strides, checked, wide)
     p.symbol = symbol
     p.vector_bytes = vector_bytes
     for q in params:
@@ -1398,6 +1440,20 @@ EMULATION_HELPERS = (
     "  }",
     "  if (write) { s->block = block + 1; s->thread = thread; s->phase = phase; }",
     "}",
+    "/* The same for a block's promoted buffer, reset when a block starts, with reads tracked too:",
+    " * another thread of the block reading or writing an element written in the same barrier",
+    " * interval, or writing one read in it (reader -1: several threads), is a race. */",
+    "typedef struct { int64_t writer, wphase, reader, rphase; } tc_bshadow;",
+    "static inline void tc_brace(tc_bshadow *s, int write, int64_t thread, int64_t phase, int64_t code,",
+    "                            int64_t offset, int64_t *errors) {",
+    "  int64_t me = thread + 1;",
+    "  int conflict = (s->writer && s->wphase == phase && s->writer != me)",
+    "                 || (write && s->reader && s->rphase == phase && s->reader != me);",
+    "  if (conflict && errors[0] == 0) { errors[0] = code; errors[1] = offset; }",
+    "  if (write) { s->writer = me; s->wphase = phase; }",
+    "  else if (!s->reader || s->rphase != phase) { s->reader = me; s->rphase = phase; }",
+    "  else if (s->reader != me) s->reader = -1;",
+    "}",
     "static inline int64_t tc_perm(int64_t i, int64_t n, int64_t s, int64_t order) {",
     "  if (order == 1) return n - 1 - i;",
     "  if (order == 2)",
@@ -1467,6 +1523,11 @@ def _shadows(p: _Printer, wide: Mapping[str, ScalarType]) -> tuple[list[str], li
         prologue.append(f"  tc_shadow *tc_sh_{name} = (tc_shadow *)calloc({span}, sizeof(tc_shadow));")
         prologue.append(f"  if (!tc_sh_{name}) {{ tc_errors[0] = -1; return; }}")
         epilogue.append(f"  free(tc_sh_{name});")
+    for name, size in p.buffer_shadows:  # reset by each block
+        shadow = "tc_bsh_" + name.removeprefix("tc_")
+        prologue.append(f"  tc_bshadow *{shadow} = (tc_bshadow *)malloc({size} * sizeof(tc_bshadow));")
+        prologue.append(f"  if (!{shadow}) {{ tc_errors[0] = -1; return; }}")
+        epilogue.append(f"  free({shadow});")
     return prologue, epilogue
 
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 import re
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..polyhedral.errors import TCInternalError
@@ -47,11 +47,12 @@ from ..polyhedral.lang.checked import CheckedDef
 from ..polyhedral.lang.types import ScalarType
 from ..polyhedral.scop import ScopStatement
 from . import ir
-from .c_printer import BoundsCheck, CParam, _float_literal, _Printer
+from .c_printer import BoundsCheck, CParam, _float_literal
 from .c_printer import _ctype as c_compute_type
 from .cuda_prelude import CUDA_PRELUDE
 from .emulation import fission
 from .gpu import BLOCK_IDS, SYNC_MARK, THREAD_IDS
+from .gpu_printer import GpuPrinter
 from .lower import (
     kernel_header,
     kernel_params,
@@ -138,8 +139,26 @@ def cuda_type(ctype: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------ printer
-class _CudaPrinter(_Printer):
-    """The C printer with CUDA's barriers; loops are plain (the GPU mapping marks none)."""
+class _CudaPrinter(GpuPrinter):
+    """The C printer with CUDA's barriers and buffers (``__shared__`` arrays, private arrays as
+    local ones); loops are plain (the GPU mapping marks none). With ``readonly``, inputs are
+    read through the read-only data cache (``__ldg``)."""
+
+    readonly = False
+
+    def global_read(self, tensor: str, addr: str) -> str:
+        text = super().global_read(tensor, addr)
+        if self.readonly and tensor in self.cdef.params and self.cdef.tensor(tensor).dtype.kind != "bool":
+            return f"__ldg(&{text})"  # no __ldg overload for bool
+        return text
+
+    def declarations(self, buffers, indent: str) -> list[str]:
+        """A launch's buffers: ``__shared__`` arrays for shared ones, local arrays for private."""
+        out = []
+        for b in buffers:
+            space = "__shared__ " if b.space == "shared" else ""
+            out.append(f"{indent}{space}{self.buffer_type(b)} {b.name}{''.join(f'[{n}]' for n in b.shape)};")
+        return out
 
     @staticmethod
     def float_literal(value: float, t: ScalarType) -> str:
@@ -206,14 +225,18 @@ def print_cuda(
     checked: frozenset[int] = frozenset(),
     header: str = "",
     wide: Mapping[str, ScalarType] | None = None,
+    printer: Callable[..., _CudaPrinter] | None = None,
+    buffers: Sequence[Sequence[ir.Buffer]] | None = None,
 ) -> tuple[str, tuple[BoundsCheck, ...]]:
     """The CUDA source of ``launches`` (each a launch and its kernel IR, with block and thread ids
     ``b0..b2``, ``t0..t2`` free and barriers as ``sync`` marks) and its run-time bounds checks.
 
     Each launch is ``extern "C" __global__ void __launch_bounds__(threads) name(int64_t
     *tc_errors, <params>)``; check numbers run through the whole source (one ``tc_errors``).
+    ``printer`` makes the printer (:meth:`GpuPrinter.factory`: promoted buffers), ``buffers``
+    lists each launch's buffers, declared at its top.
     """
-    p = _CudaPrinter(cdef, statements, sizes, strides, checked, dict(wide or {}))
+    p = (printer or _CudaPrinter)(cdef, statements, sizes, strides, checked, dict(wide or {}))
     decl = ", ".join(
         [
             "int64_t *__restrict__ tc_errors",
@@ -243,6 +266,7 @@ def print_cuda(
             f"  const int64_t {bids};",
             f"  const int64_t {tids};",
             f"  {unused}",
+            *p.declarations(buffers[i] if buffers else (), "  "),
             *p.lines,
             "}",
             "",
@@ -293,6 +317,8 @@ def lower_cuda(
         checked=checked,
         header=header,
         wide=wide,
+        printer=_CudaPrinter.factory(low.plan, scop, readonly=options.use_readonly_cache),
+        buffers=[k.buffers for k, _ in low.launches],
     )
     stages = kernel_stages(sched, low.plan.schedule, low.plan.decisions)
     return CudaKernelSource(text, symbol, tuple(k for k, _ in launches), tuple(params), zero, checks, stages)

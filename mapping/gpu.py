@@ -32,16 +32,17 @@ generation) and the context its AST is built in: the sizes and the ids' bounds.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import islpy as isl
 
 from ..polyhedral.errors import TCInternalError
 from ..polyhedral.schedule import bands
-from ..polyhedral.scop import Dependences
+from ..polyhedral.scop import Dependences, Scop
 from . import ir
 from .cpu import _has_band_below, _spread
 from .cpu import _statements_of as _names
+from .promotion import Copy, Graft, Promoted, TensorInfo, apply_grafts, promote_shared
 
 __all__ = [
     "BLOCK_IDS",
@@ -80,21 +81,29 @@ class GpuKernelPlan:
     :ivar block: threads along x, y, z (tightened; 1 where unmapped).
     :ivar context: parameters' values for AST generation: the sizes and ``0 <= b_i < grid_i``,
         ``0 <= t_i < block_i``.
+    :ivar buffers: the promoted buffers the kernel declares (:mod:`.promotion`).
     """
 
     domain: isl.UnionSet
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     context: isl.Set
+    buffers: tuple[ir.Buffer, ...] = ()
 
 
 @dataclass(frozen=True)
 class GpuPlan:
-    """The mapped tree, its kernels in launch order, and what the mapper decided (readable)."""
+    """The mapped tree, its kernels in launch order, and what the mapper decided (readable).
+
+    :ivar accesses: the references promoted to a buffer, by ``(statement, reference id)``.
+    :ivar copies: the copy statements promotion added, by name.
+    """
 
     schedule: isl.Schedule
     kernels: tuple[GpuKernelPlan, ...]
     decisions: tuple[str, ...]
+    accesses: Mapping[tuple[str, str], Promoted] = field(default_factory=dict)
+    copies: Mapping[str, Copy] = field(default_factory=dict)
 
 
 def _is(node: isl.ScheduleNode, kind) -> bool:
@@ -298,11 +307,12 @@ class _Mapper:
         return sched
 
     # ---------------------------------------------------------------------------------- syncs
-    def place_syncs(self, sched: isl.Schedule, start: list[int]) -> isl.Schedule:
-        """Mark ``sync`` where threads of a block must wait for each other (see the module's
-        docstring), looking at the nodes from ``start`` down to the thread filters."""
+    def place_syncs(self, sched: isl.Schedule, start: list[int]) -> list[Graft]:
+        """The barriers threads of a block need (see the module's docstring), looking at the nodes
+        from ``start`` down to the thread filters: one graft per barrier, not applied yet (the
+        caller orders them with promotion's, which edit the same tree)."""
         if not self.threads:
-            return sched
+            return []
         ids = self.threads[0]
         for fn in self.threads[1:]:
             ids = ids.union(fn)
@@ -332,19 +342,19 @@ class _Mapper:
                 visit(node.child(i))
 
         visit(_at(sched, start))
+        grafts = []
         for path, why in sorted(marks, key=lambda m: m[0], reverse=True):
             # A statement of its own, run by every thread once per iteration of the loops around
             # it (an extension node, as in TC): a mark around the subtree would end up under the
             # conditions isl derives from the thread filters below it.
-            node = _at(sched, path)
             name = f"{SYNC_PREFIX}{self.syncs}"
             self.syncs += 1
-            outer = node.get_prefix_schedule_union_map().range()
+            outer = _at(sched, path).get_prefix_schedule_union_map().range()
             stmt = isl.UnionSet.from_set(isl.Set.read_from_str(sched.get_ctx(), f"{{ {name}[] }}"))
-            graft = isl.ScheduleNode.from_extension(isl.UnionMap.from_domain_and_range(outer, stmt))
-            sched = node.graft_after(graft).get_schedule()
+            tree = isl.ScheduleNode.from_extension(isl.UnionMap.from_domain_and_range(outer, stmt))
+            grafts.append(Graft(tuple(path), (), (tree,), rank=1))
             self.decisions.append(f"sync: {why}")
-        return sched
+        return grafts
 
     def _crosses(self, src: isl.UnionSet, dst: isl.UnionSet, ids: isl.UnionMap) -> bool:
         """Whether a dependence from ``src`` to ``dst`` joins instances of different threads."""
@@ -395,12 +405,23 @@ def _set_names(domain: isl.UnionSet) -> list[str]:
     return sorted({lst.get_at(i).get_tuple_name() for i in range(lst.n_set())})
 
 
-def map_gpu(deps: Dependences, sched: isl.Schedule, options, fixed: isl.Set) -> GpuPlan:
-    """Map ``sched`` (specialised and tiled) onto CUDA kernels, blocks and threads.
+def map_gpu(
+    deps: Dependences,
+    sched: isl.Schedule,
+    options,
+    fixed: isl.Set,
+    *,
+    scop: Scop | None = None,
+    tensors: Mapping[str, TensorInfo] | None = None,
+) -> GpuPlan:
+    """Map ``sched`` (specialised and tiled) onto CUDA kernels, blocks and threads, and promote
+    to shared memory where the options ask (:func:`~tcjit.mapping.promotion.promote_shared`).
 
     :arg options: the :class:`~tcjit.mapping.option_values.OptionValues` of the call
-        (``map_to_blocks``, ``map_to_threads``).
+        (``map_to_blocks``, ``map_to_threads``, ``unroll``, ``use_shared_memory``, ...).
     :arg fixed: the parameters' values (a params set).
+    :arg scop: the Scop (its tagged accesses), and ``tensors``, each tensor's shape and element
+        size: needed by promotion.
     """
     m = _Mapper(deps, fixed)
     grid_opt = list(options.map_to_blocks)
@@ -431,11 +452,28 @@ def map_gpu(deps: Dependences, sched: isl.Schedule, options, fixed: isl.Set) -> 
             _, block = _tighten(sched, mapped, fixed, grid_used, block_opt[:threads_used])
         kernels.append(GpuKernelPlan(domain, grid, block, _context(fixed, grid, block)))
         m.decisions.append(f"kernel over {_set_names(domain)}: grid {grid}, block {block}")
-    # barriers last: isl cannot give the schedule's map (above) once it has extension nodes
+    accesses: Mapping[tuple[str, str], Promoted] = {}
+    copies: Mapping[str, Copy] = {}
+    grafts: list[Graft] = []
+    if options.use_shared_memory:
+        # after the launch bounds: copies are spread over the threads the kernel really has
+        if scop is None or tensors is None:
+            raise TCInternalError("shared-memory promotion needs the Scop and the tensors' shapes")
+        where = [
+            (start, len(grid_used), k.block) for (_, start, grid_used, *_), k in zip(per_kernel, kernels)
+        ]
+        ids = (BLOCK_IDS, THREAD_IDS, THREAD0_MARK)
+        sched, promo = promote_shared(sched, where, scop, fixed, options, tensors, ids)
+        kernels = [replace(k, buffers=b) for k, b in zip(kernels, promo.buffers)]
+        accesses, copies, grafts = promo.accesses, promo.copies, list(promo.grafts)
+        m.decisions += promo.decisions
+    # barriers last: isl cannot give the schedule's map (above), nor a node's domain below a
+    # graft, once the tree has extension nodes; so every graft is decided first, then applied
     for _, start, _, _, _, threads in reversed(per_kernel):
         m.threads = threads
-        sched = m.place_syncs(sched, start)
-    return GpuPlan(sched, tuple(kernels), tuple(m.decisions))
+        grafts += m.place_syncs(sched, start)
+    sched = apply_grafts(sched, grafts)
+    return GpuPlan(sched, tuple(kernels), tuple(m.decisions), accesses, copies)
 
 
 def _context(fixed: isl.Set, grid: Sequence[int], block: Sequence[int]) -> isl.Set:

@@ -34,6 +34,7 @@ from ..polyhedral.errors import TCInternalError
 __all__ = [
     "Block",
     "Blocks",
+    "Buffer",
     "Expr",
     "For",
     "If",
@@ -112,13 +113,27 @@ class Mark:
 
 
 @dataclass(frozen=True)
+class Buffer:
+    """A promoted part of a tensor (GPU mapping): ``shape`` elements (declared sizes, padding
+    included) of ``tensor``'s type in ``space``: ``"shared"`` (one per block, CUDA's shared
+    memory) or ``"private"`` (one per thread: registers or local memory)."""
+
+    name: str
+    tensor: str
+    space: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Blocks:
     """The emulated target only (:mod:`.emulation`): one CUDA kernel's launch, ``body`` run once
-    per block of ``grid`` (x, y, z) in the call's order, with ``b0, b1, b2`` bound."""
+    per block of ``grid`` (x, y, z) in the call's order, with ``b0, b1, b2`` bound and
+    ``buffers`` declared (each block has its own)."""
 
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     body: Node
+    buffers: tuple[Buffer, ...] = ()
 
 
 @dataclass(frozen=True)

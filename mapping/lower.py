@@ -36,6 +36,7 @@ from . import ir
 from .c_printer import BoundsCheck, CParam, c_storage_type, print_kernel
 from .cpu import hoist_initialisations, map_cpu
 from .gpu import GpuKernelPlan, GpuPlan, launch_bodies, map_gpu
+from .promotion import TensorInfo
 
 __all__ = [
     "LONG_SUM",
@@ -63,6 +64,8 @@ class CpuKernelSource:
     :ivar wide: tensors the kernel accumulates in a wider type (:func:`wide_accumulators`); it
         allocates their buffers and reports a failed allocation as error -1.
     :ivar stages: readable intermediate forms (``schedule``, ``tree``, ``decisions``).
+    :ivar buffers: the emulated target: its race-checked shared buffers, after the outputs and
+        temporaries in the numbering of race reports.
     """
 
     source: str
@@ -72,15 +75,19 @@ class CpuKernelSource:
     checks: tuple[BoundsCheck, ...]
     wide: tuple[str, ...] = ()
     stages: Mapping[str, str] = field(default_factory=dict, compare=False)
+    buffers: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
-        return {
+        out = {
             "symbol": self.symbol,
             "params": [[p.name, p.kind, p.ctype] for p in self.params],
             "zero_init": list(self.zero_init),
             "checks": [[c.tensor, c.dim, c.size, list(c.span), c.verb] for c in self.checks],
             "wide": list(self.wide),
         }
+        if self.buffers:
+            out["buffers"] = list(self.buffers)
+        return out
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -308,7 +315,16 @@ def lower_gpu(cdef: CheckedDef, sizes: Mapping[str, int], options) -> GpuLowerin
     """:func:`prepare`, :func:`~tcjit.mapping.gpu.map_gpu`, then one kernel IR per launch: what the
     CUDA printer and the emulated target print."""
     prepared = prepare(cdef, sizes, options)
-    plan = map_gpu(prepared.deps, prepared.sched, options, prepared.fixed)
+    wide = wide_accumulators(cdef, sizes)
+    tensors = {
+        t.name: TensorInfo(
+            tuple(s.evaluate(sizes) for s in t.shape), max(1, (wide.get(t.name) or t.dtype).bits // 8)
+        )
+        for t in cdef.tensor_infos
+    }
+    plan = map_gpu(
+        prepared.deps, prepared.sched, options, prepared.fixed, scop=prepared.scop, tensors=tensors
+    )
     params = {p: sizes[p] for p in prepared.scop.params}
     return GpuLowering(prepared, plan, tuple(launch_bodies(plan, params)))
 

@@ -134,6 +134,7 @@ class _Meta:
     zero_init: tuple[str, ...]
     checks: tuple[tuple, ...]
     wide: tuple[str, ...] = ()
+    buffers: tuple[str, ...] = ()  # the emulated target's race-checked shared buffers
 
     @staticmethod
     def from_json(d: Mapping) -> _Meta:
@@ -143,6 +144,7 @@ class _Meta:
             tuple(d["zero_init"]),
             tuple(tuple(c) for c in d["checks"]),
             tuple(d.get("wide", ())),
+            tuple(d.get("buffers", ())),
         )
 
 
@@ -264,10 +266,15 @@ class Specialization(_Compiled):
             if errors[0] == -1:
                 raise MemoryError(f"{self.cdef.name}: the kernel could not allocate its accumulation buffers")
             if errors[0] < 0:  # the emulated target's race check
-                tensor = (*self.cdef.outputs, *self.cdef.temporaries)[-2 - int(errors[0])]
+                index, tensors = -2 - int(errors[0]), (*self.cdef.outputs, *self.cdef.temporaries)
+                what = (
+                    f"'{tensors[index]}'"
+                    if index < len(tensors)
+                    else f"the shared-memory buffer '{self.meta.buffers[index - len(tensors)]}'"
+                )
                 raise TCInternalError(
                     f"{self.cdef.name}: the CUDA mapping lets two threads or blocks touch element offset "
-                    f"{int(errors[1])} of '{tensor}' without a barrier between them (a race; emulated target)"
+                    f"{int(errors[1])} of {what} without a barrier between them (a race; emulated target)"
                 )
             self._raise_bounds(int(errors[0]), int(errors[1]))
         return tuple(outs)

@@ -87,7 +87,8 @@ DEFAULT = Config()
 
 #: Option vectors of the CUDA mapping for the emulated and CUDA-compile tests: 1-D to 3-D blocks and
 #: threads, grids and blocks smaller and larger than the problems, untiled, Max and Min fusion,
-#: unrolled. "default" is what a call without options uses.
+#: unrolled, shared-memory promotion at the block mapping's depth and inside the tiled reduction
+#: loop. "default" is what a call without options uses.
 CUDA_OPTIONS = {
     "default": MappingOptions("naive").tile(32, 32, 32).map_to_blocks(256, 256).map_to_threads(32, 8),
     "small": MappingOptions("naive").tile(4, 8, 2).map_to_blocks(3, 2).map_to_threads(4, 2),
@@ -100,6 +101,20 @@ CUDA_OPTIONS = {
     .map_to_threads(16, 4),
     "min-fusion": MappingOptions("naive").outer_schedule_fusion_strategy("Min").tile(3).map_to_threads(5, 5),
     "unrolled": MappingOptions("naive").tile(4, 4, 4).map_to_blocks(8, 8).map_to_threads(4, 4).unroll(8),
+    "shared": MappingOptions("naive")
+    .tile(8, 8, 4)
+    .map_to_blocks(4, 4)
+    .map_to_threads(8, 4)
+    .use_shared_memory(True)
+    .use_readonly_cache(True),
+    "shared-deep": MappingOptions("naive")
+    .tile(4, 8, 2)
+    .map_to_blocks(3, 2)
+    .map_to_threads(4, 2)
+    .use_shared_memory(True)
+    .shared_depth(3)
+    .unroll(4)
+    .unroll_copy_shared(True),
 }
 
 

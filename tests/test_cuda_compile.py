@@ -117,6 +117,28 @@ def test_suite_kernel_compiles_to_ptx(name: str, dtype: str, option: str, which:
     _compile(ks, f"{name}_{dtype}_{option}.cu")
 
 
+PROMOTED = ("shared", "shared-deep")
+
+
+@pytest.mark.parametrize(
+    "name, option",
+    [
+        pytest.param(k.name, o, marks=() if i % 2 == j else (pytest.mark.full,))
+        for i, k in enumerate(suite.SUITE.values())
+        for j, o in enumerate(PROMOTED)
+    ],
+)
+def test_promoted_suite_kernel_compiles_to_ptx(name: str, option: str) -> None:
+    """Shared-memory buffers as static ``__shared__`` arrays, copies, barriers and ``__ldg``
+    compile; a kernel that promotes something uses shared memory in its PTX."""
+    k = suite.get(name)
+    ks = _lower(k.checked, k.small_sizes[1], option)
+    ptx = _compile(ks, f"{name}_{option}.cu")
+    if "__shared__" in ks.source:
+        assert ".shared" in ptx
+    assert ("__ldg(" in ks.source) == (option == "shared")
+
+
 def test_only_half_types_lack_suite_kernels() -> None:
     """Sources that do not type-check in a type are left out of the matrix: only in the half types
     (bn_reduce divides by ``float(N * H * W)``: a float32 value assigned to a float16 tensor)."""

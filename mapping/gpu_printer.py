@@ -1,0 +1,181 @@
+"""What the CUDA printer and the emulated target print alike beyond the C printer: promoted buffers.
+
+:func:`~tcjit.mapping.promotion.promote_shared` redirects some references to buffers and adds copy
+statements; here:
+
+* a redirected reference reads or writes ``buffer[(subscript_0 - offset_0) / stride_0]...``,
+  with the offsets printed from the statement's own indices, and the same conversions as the
+  tensor's element (a buffer holds elements as the tensor does: storage bits, or the wide type
+  of a long sum);
+* a copy statement ``tc_copy_in_shared_A(s..., a...)`` moves element ``a`` of the tensor into
+  the buffer (``tc_copy_out_...`` back), bits unchanged.
+
+How buffers are declared, and whether accesses are race-checked, is each target's (the CUDA
+printer's ``__shared__`` arrays; the emulation's per-block arrays filled with NaN).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from ..polyhedral.lang import ast as A
+from ..polyhedral.lang.types import ScalarType
+from ..polyhedral.scop import Scop
+from . import ir
+from .c_printer import _ctype as compute_type
+from .c_printer import _Exprs, _Printer, c_storage_type, expr
+from .gpu import GpuPlan
+from .promotion import Copy, Promoted
+
+__all__ = ["GpuPrinter", "promoted_references"]
+
+
+def promoted_references(plan: GpuPlan, scop: Scop) -> dict[tuple[str, int], Promoted]:
+    """The plan's redirected references keyed as the printers meet them: ``(statement, id(node))``
+    with ``node`` the reference's TC AST node."""
+    out = {}
+    for acc in scop.accesses:
+        p = plan.accesses.get((acc.statement, acc.ref))
+        if p is not None:
+            out[(acc.statement, id(acc.node))] = p
+    return out
+
+
+class GpuPrinter(_Printer):
+    """The C printer with promoted buffers (the CUDA printer and the emulated target's).
+
+    :ivar promoted: redirected references by ``(statement, id(node))``.
+    :ivar copies: copy statements by name. :ivar buffers: every buffer of the plan, by name.
+    """
+
+    def __init__(self, *args, promoted=None, copies=None, buffers=None, **options):
+        super().__init__(*args)
+        for name, value in options.items():  # a subclass's settings (the CUDA printer's readonly)
+            if not hasattr(type(self), name):
+                raise TypeError(f"{type(self).__name__} has no setting {name}")
+            setattr(self, name, value)
+        self.promoted: Mapping[tuple[str, int], Promoted] = promoted or {}
+        self.copies: Mapping[str, Copy] = copies or {}
+        self.buffers: Mapping[str, ir.Buffer] = buffers or {}
+        self.current: str | None = None  # the statement whose instance is printed
+
+    @classmethod
+    def factory(cls, plan: GpuPlan, scop: Scop, **kwargs) -> Callable[..., GpuPrinter]:
+        """A printer factory for :func:`~tcjit.mapping.c_printer.print_kernel` with ``plan``'s
+        promotion."""
+        buffers = {b.name: b for k in plan.kernels for b in k.buffers}
+        promoted = promoted_references(plan, scop)
+        return lambda *args: cls(*args, promoted=promoted, copies=plan.copies, buffers=buffers, **kwargs)
+
+    # ------------------------------------------------------------------------------- buffers
+    def buffer_type(self, buf: ir.Buffer) -> str:
+        """The C type of a buffer's elements: its tensor's as held (storage, or a wide sum's)."""
+        wide = self.wide.get(buf.tensor)
+        return compute_type(wide) if wide else c_storage_type(self.cdef.tensor(buf.tensor).dtype)
+
+    def element(self, buf: ir.Buffer, index: Sequence[str]) -> str:
+        """C for element ``index`` of ``buf``."""
+        return buf.name + "".join(f"[{i}]" for i in index)
+
+    def buffer_race(self, buf: ir.Buffer, index: Sequence[str], write: bool) -> str | None:
+        """The emulated target's race check of a buffer access (None: none)."""
+        return None
+
+    @staticmethod
+    def flat(buf: ir.Buffer, index: Sequence[str]) -> str:
+        """C for the position of element ``index`` in ``buf`` laid out row-major."""
+        terms, step = [], 1
+        for i, n in reversed(list(zip(index, buf.shape))):
+            terms.append(i if step == 1 else f"({i}) * {step}")
+            step *= n
+        return " + ".join(reversed(terms)) or "0"
+
+    def local(self, p: Promoted, args: Sequence[A.Expr], ex: _Exprs) -> list[str]:
+        """The buffer element a reference with subscripts ``args`` touches."""
+        out = []
+        for arg, off, stride in zip(args, p.offsets, p.strides):
+            sub = ex.index(arg)
+            local = sub if off == ir.Int(0) else f"{sub} - {expr(off)}"
+            out.append(local if stride == 1 else f"({local}) / {stride}")
+        return out
+
+    def buffer_load(self, p: Promoted, tensor: str, index: Sequence[str], want: ScalarType) -> str:
+        buf = self.buffers[p.buffer]
+        value = self.held_value(tensor, self.element(buf, index), want)
+        check = self.buffer_race(buf, index, False)
+        return value if check is None else f"({check}, {value})"
+
+    def buffer_store(self, p: Promoted, tensor: str, index: Sequence[str], value: str) -> str:
+        buf = self.buffers[p.buffer]
+        text = self.held_store(tensor, self.element(buf, index), value)
+        check = self.buffer_race(buf, index, True)
+        return text if check is None else f"{check}; {text}"
+
+    # ------------------------------------------------------------------------------ redirection
+    def access_value(self, e: A.Access, ex: _Exprs, want: ScalarType) -> str:
+        p = self.promoted.get((self.current, id(e)))
+        if p is None:
+            return super().access_value(e, ex, want)
+        return self.buffer_load(p, e.tensor, self.local(p, e.args, ex), want)
+
+    def lhs(self, sname: str, ex: _Exprs):
+        st = self.statements[sname].source
+        p = self.promoted.get((sname, id(st.source)))
+        if p is None:
+            return super().lhs(sname, ex)
+        index = self.local(p, self.lhs_args(sname), ex)
+        return (
+            lambda want: self.buffer_load(p, st.tensor, index, want),
+            lambda value: self.buffer_store(p, st.tensor, index, value),
+        )
+
+    # ------------------------------------------------------------------------------------ copies
+    def run(self, node: ir.Run, indent: str) -> None:
+        c = self.copies.get(node.statement)
+        if c is None:
+            self.current = node.statement
+            super().run(node, indent)
+            self.current = None
+            return
+        buf = self.buffers[c.buffer]
+        outer = node.args[: c.prefix]
+        element = node.args[c.prefix :]
+        binds = [f"const int64_t tc_a{k} = {expr(a)};" for k, a in enumerate(element)]
+        values = {f"s{k}": s for k, s in enumerate(outer)}
+        index = []
+        for k, (off, stride) in enumerate(zip(c.offsets, c.strides)):
+            off = ir.substitute(off, values)
+            local = f"tc_a{k}" if off == ir.Int(0) else f"tc_a{k} - {expr(off)}"
+            index.append(local if stride == 1 else f"({local}) / {stride}")
+        info = self.cdef.tensor(c.tensor)
+        strides = self.strides[c.tensor] if c.tensor not in self.wide else _dense(info, self.sizes)
+        addr = " + ".join(
+            f"tc_a{k}" if n == 1 else f"tc_a{k} * INT64_C({n})" for k, n in enumerate(strides) if n
+        )
+        addr = addr or "0"
+        held = self.element(buf, index)
+        if c.write_back:
+            what = f"write back '{c.tensor}' from {buf.name}"
+            check = self.buffer_race(buf, index, False)
+            value = held if check is None else f"({check}, {held})"
+            lvalue = f"w_{c.tensor}[{addr}]" if c.tensor in self.wide else f"t_{c.tensor}[{addr}]"
+            race = self.race(c.tensor, addr, True)
+            text = f"{lvalue} = {value};" if race is None else f"{race}; {lvalue} = {value};"
+        else:
+            what = f"copy '{c.tensor}' into {buf.name}"
+            race = self.race(c.tensor, addr, False)
+            value = self.global_read(c.tensor, addr)
+            value = value if race is None else f"({race}, {value})"
+            check = self.buffer_race(buf, index, True)
+            text = f"{held} = {value};" if check is None else f"{check}; {held} = {value};"
+        self.lines.append(f"{indent}/* {what} */")
+        self.lines.append(f"{indent}{{ {' '.join(binds)}")
+        self.lines.append(f"{indent}  {text} }}")
+
+
+def _dense(info, sizes: Mapping[str, int]) -> tuple[int, ...]:
+    out, step = [], 1
+    for n in reversed([s.evaluate(sizes) for s in info.shape]):
+        out.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(out))
