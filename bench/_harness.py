@@ -10,7 +10,10 @@ order of the contenders rotates from round to round, so none always runs just af
 A sample times enough back-to-back calls of one contender to last at least ``min_sample_s`` (about
 20 ms by default) with :func:`time.perf_counter`, with the garbage collector paused, and reports the
 time per call; the number of calls is calibrated once per contender before the first round. Caches
-are not flushed between calls (KERNELS.md: that is part of the benchmark).
+are not flushed between calls (KERNELS.md: that is part of the benchmark). On a GPU, where calls
+only queue work, the timing functions take a ``sync`` callable (:func:`device_sync`:
+``torch.cuda.synchronize``) that every sample calls right before it reads the clock at its start
+and at its end, so a sample spans the device's work and not just the launches.
 
 Importing this module does not import tcjit: a script first points ``TCJIT_CACHE_DIR`` at a fresh
 directory (:func:`fresh_cache_dir`) and only then imports tcjit.
@@ -25,10 +28,12 @@ import json
 import math
 import os
 import platform
+import re
 import statistics
 import subprocess
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -44,16 +49,20 @@ __all__ = [
     "REPO",
     "RESULTS",
     "SIZE_KINDS",
+    "SUITE_SIZE_KINDS",
     "CheckResult",
     "Timing",
     "as_tuple",
     "calibrate",
     "check_outputs",
+    "cuda_unusable",
     "describe_error",
+    "device_sync",
     "format_rate",
     "format_seconds",
     "format_sizes",
     "fresh_cache_dir",
+    "gpu_info",
     "interleaved",
     "machine_info",
     "machine_markdown",
@@ -61,6 +70,8 @@ __all__ = [
     "rate",
     "select_kernels",
     "sizes_for",
+    "sizes_list",
+    "slug",
     "write_results",
 ]
 
@@ -75,6 +86,12 @@ DEFAULT_MIN_SAMPLE_S = 0.02
 
 SIZE_KINDS = ("cpu", "small")
 """``--sizes`` choices: the suite's CPU benchmark sizes, or its first small (test) size."""
+
+SUITE_SIZE_KINDS = ("cpu", "gpu", "small")
+"""``--sizes`` choices of the suite benchmark: :data:`SIZE_KINDS` and the suite's GPU benchmark sizes."""
+
+Sync = Callable[[], object]
+"""A zero-argument callable that waits for the device (``torch.cuda.synchronize``)."""
 
 
 # ======================================================================================== timing
@@ -112,14 +129,22 @@ class Timing:
         return d
 
 
-def _sample(fn: Callable[[], object], calls: int) -> float:
-    """Time ``calls`` back-to-back calls of ``fn``; the time per call in seconds."""
+def _sample(fn: Callable[[], object], calls: int, sync: Sync | None = None) -> float:
+    """Time ``calls`` back-to-back calls of ``fn``; the time per call in seconds.
+
+    With ``sync``, it is called right before the clock is read at the start and at the end, so that
+    the sample starts on an idle device and ends when the device has done the calls' work.
+    """
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
+        if sync is not None:
+            sync()
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
+        if sync is not None:
+            sync()
         t1 = time.perf_counter()
     finally:
         if gc_was_enabled:
@@ -127,16 +152,19 @@ def _sample(fn: Callable[[], object], calls: int) -> float:
     return (t1 - t0) / calls
 
 
-def calibrate(fn: Callable[[], object], min_sample_s: float = DEFAULT_MIN_SAMPLE_S) -> tuple[int, float]:
+def calibrate(
+    fn: Callable[[], object], min_sample_s: float = DEFAULT_MIN_SAMPLE_S, *, sync: Sync | None = None
+) -> tuple[int, float]:
     """How many back-to-back calls of ``fn`` last at least ``min_sample_s``, and the time per call
     measured while finding out (seconds).
 
     Grows the call count geometrically from 1, so that a slow ``fn`` is called once and a fast one
     about ``min_sample_s`` worth of times per step. ``fn`` should be warm (called once already).
+    ``sync``: as for :func:`interleaved`.
     """
     calls = 1
     while True:
-        per_call = _sample(fn, calls)
+        per_call = _sample(fn, calls, sync)
         if per_call * calls >= min_sample_s:
             return calls, per_call
         # Aim 20% past the target, at most 100x more calls per step in case the first was an outlier.
@@ -152,6 +180,7 @@ def interleaved(
     min_rounds: int = 3,
     min_sample_s: float = DEFAULT_MIN_SAMPLE_S,
     calls_per_sample: int | None = None,
+    sync: Sync | None = None,
 ) -> dict[str, Timing]:
     """Time ``contenders`` (name -> zero-argument callable, already warmed up) round-robin.
 
@@ -163,6 +192,9 @@ def interleaved(
     :arg min_sample_s: each sample lasts at least this long (seconds); ignored when
         ``calls_per_sample`` is given.
     :arg calls_per_sample: a fixed number of calls per sample instead of calibrating.
+    :arg sync: called right before every sample (calibration included) reads the clock, at its
+        start and at its end: ``torch.cuda.synchronize`` for CUDA contenders (:func:`device_sync`),
+        ``None`` on the CPU.
     :returns: one :class:`Timing` per contender, in the order given.
 
     >>> t = interleaved({"noop": lambda: None}, max_rounds=3, budget_s=0.01, min_sample_s=1e-4)
@@ -176,9 +208,9 @@ def interleaved(
     sample_s: dict[str, float] = {}
     for name in names:
         if calls_per_sample is None:
-            n, per_call = calibrate(contenders[name], min_sample_s)
+            n, per_call = calibrate(contenders[name], min_sample_s, sync=sync)
         else:
-            n, per_call = calls_per_sample, _sample(contenders[name], 1)
+            n, per_call = calls_per_sample, _sample(contenders[name], 1, sync)
         calls[name] = n
         sample_s[name] = n * per_call
     slowest = max(sample_s.values())
@@ -187,7 +219,7 @@ def interleaved(
     for r in range(rounds):
         for i in range(len(names)):
             name = names[(r + i) % len(names)]
-            samples[name].append(_sample(contenders[name], calls[name]))
+            samples[name].append(_sample(contenders[name], calls[name], sync))
     return {name: Timing.of(samples[name], calls[name]) for name in names}
 
 
@@ -250,12 +282,21 @@ def select_kernels(names: str | None) -> list[SuiteKernel]:
 
 
 def sizes_for(kernel: SuiteKernel, kind: str) -> dict[str, int]:
-    """The sizes of ``kind`` (one of :data:`SIZE_KINDS`) for ``kernel``."""
+    """The sizes of ``kind`` (one of :data:`SUITE_SIZE_KINDS`) for ``kernel``; for ``"gpu"``, the
+    first of its GPU sizes (:func:`sizes_list` gives them all)."""
+    return sizes_list(kernel, kind)[0]
+
+
+def sizes_list(kernel: SuiteKernel, kind: str) -> list[dict[str, int]]:
+    """Every size of ``kind`` at which ``kernel`` is benchmarked: its CPU sizes, all its GPU sizes
+    (several for some kernels), or its first small size."""
     if kind == "cpu":
-        return dict(kernel.cpu_sizes)
+        return [dict(kernel.cpu_sizes)]
+    if kind == "gpu":
+        return [dict(s) for s in kernel.gpu_sizes]
     if kind == "small":
-        return dict(kernel.small_sizes[0])
-    raise ValueError(f"unknown sizes {kind!r}; expected one of {', '.join(SIZE_KINDS)}")
+        return [dict(kernel.small_sizes[0])]
+    raise ValueError(f"unknown sizes {kind!r}; expected one of {', '.join(SUITE_SIZE_KINDS)}")
 
 
 def rate(kernel: SuiteKernel, sizes: Mapping[str, int], seconds: float | None) -> float | None:
@@ -283,6 +324,47 @@ def fresh_cache_dir(prefix: str = "tcjit-bench-cache-") -> Iterator[Path]:
                 os.environ["TCJIT_CACHE_DIR"] = old
 
 
+def device_sync(device: str) -> Sync | None:
+    """What waits for ``device`` before a clock is read: ``torch.cuda.synchronize`` for ``"cuda"``,
+    nothing (``None``) for ``"cpu"``."""
+    if device == "cpu":
+        return None
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.synchronize
+    raise ValueError(f"unknown device {device!r}; expected cpu or cuda")
+
+
+def cuda_unusable() -> str | None:
+    """Why no CUDA device can run the benchmark, on one line; ``None`` when one can (torch sees a
+    device and a tensor can be made and synchronised on it). Imports torch, not tcjit."""
+    import torch
+
+    with warnings.catch_warnings(record=True) as caught:  # a broken driver warns: keep it to one line
+        warnings.simplefilter("always")
+        if not torch.cuda.is_available():
+            if torch.version.cuda is None:
+                why = f"torch {torch.__version__} is built without CUDA"
+            else:
+                why = f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no GPU"
+            if caught:
+                why += ": " + " ".join(str(caught[0].message).split())[:300]
+            return f"no usable CUDA device ({why})"
+        try:
+            torch.zeros(1, device="cuda")
+            torch.cuda.synchronize()
+        except Exception as e:  # whatever CUDA raises, the answer is "not usable"
+            return f"no usable CUDA device ({describe_error(e)})"
+    return None
+
+
+def slug(text: str) -> str:
+    """``text`` for a file name: lower case, runs of other than letters and digits as one ``_``
+    (``"NVIDIA H100 80GB HBM3"`` -> ``"nvidia_h100_80gb_hbm3"``)."""
+    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_") or "unknown"
+
+
 def _cpu_model() -> str:
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -301,14 +383,44 @@ def _git(*args: str) -> str | None:
     return out.strip()
 
 
-def machine_info() -> dict[str, Any]:
-    """Where and when a benchmark ran: CPU, threads, versions, the tcjit commit, the date (UTC)."""
+def gpu_info(device: int | None = None) -> dict[str, Any]:
+    """The CUDA device as torch reports it: name, compute capability, total memory, the driver's
+    CUDA version and torch's CUDA runtime, cuDNN's version; CuPy's version (``None`` when CuPy does
+    not import). Call it only where CUDA is usable."""
+    import torch
+
+    props = torch.cuda.get_device_properties(device)
+    driver = None
+    with contextlib.suppress(AttributeError, RuntimeError):  # a private helper, absent on CPU builds
+        v = int(torch._C._cuda_getDriverVersion())
+        driver = f"{v // 1000}.{v % 1000 // 10}"
+    try:
+        import cupy
+
+        cupy_version = cupy.__version__
+    except Exception:  # not installed, or broken: either way not usable
+        cupy_version = None
+    return {
+        "gpu_name": props.name,
+        "gpu_compute_capability": f"{props.major}.{props.minor}",
+        "gpu_total_memory_bytes": props.total_memory,
+        "gpu_count": torch.cuda.device_count(),
+        "cuda_driver_version": driver,
+        "cuda_runtime_version": torch.version.cuda,
+        "cudnn_version": torch.backends.cudnn.version(),
+        "cupy_version": cupy_version,
+    }
+
+
+def machine_info(device: str = "cpu") -> dict[str, Any]:
+    """Where and when a benchmark ran: CPU, threads, versions, the tcjit commit, the date (UTC);
+    for ``device="cuda"`` also the GPU (:func:`gpu_info`)."""
     import torch
 
     import tcjit
 
     status = _git("status", "--porcelain", "--untracked-files=no")
-    return {
+    info = {
         "cpu_model": _cpu_model(),
         "logical_cpus": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
@@ -321,6 +433,9 @@ def machine_info() -> dict[str, Any]:
         "tcjit_tree_dirty": None if status is None else bool(status),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
+    if device == "cuda":
+        info.update(gpu_info())
+    return info
 
 
 def machine_markdown(info: Mapping[str, Any]) -> str:
@@ -328,8 +443,18 @@ def machine_markdown(info: Mapping[str, Any]) -> str:
     commit = info.get("tcjit_commit") or "unknown"
     if info.get("tcjit_tree_dirty"):
         commit += " (with uncommitted changes)"
+    gpu = []
+    if info.get("gpu_name"):
+        gpu.append(
+            f"- GPU: {info['gpu_name']} (compute capability {info['gpu_compute_capability']}, "
+            f"{info['gpu_total_memory_bytes'] / 2**30:.0f} GiB), driver for CUDA "
+            f"{info['cuda_driver_version'] or 'unknown'}, "
+            f"torch's CUDA runtime {info['cuda_runtime_version']}, cuDNN {info['cudnn_version']}, "
+            f"CuPy {info['cupy_version'] or 'not importable'}"
+        )
     return "\n".join(
         [
+            *gpu,
             f"- CPU: {info['cpu_model']} ({info['logical_cpus']} logical CPUs), "
             f"torch threads: {info['torch_threads']}, OMP_NUM_THREADS: {info['omp_num_threads'] or 'unset'}",
             f"- torch {info['torch_version']}, Python {info['python_version']}, {info['platform']}",

@@ -1,4 +1,5 @@
-"""The benchmark suite on the CPU: tcjit against torch eager and torch.compile, kernel by kernel.
+"""The benchmark suite on the CPU or a CUDA GPU: tcjit against torch eager and torch.compile, kernel
+by kernel.
 
 For each kernel of :mod:`tcjit.suite` at its CPU sizes (float32, contiguous, ``make_inputs``' fixed
 seed), three contenders run in this one process:
@@ -21,13 +22,27 @@ Timing is interleaved (see ``bench/_harness.py``): one sample of each contender 
 at least ~20 ms of back-to-back calls, the median over rounds; the number of rounds is what fits in
 ``--budget`` seconds per contender (at least 3, at most ``--repeat``). Everything runs under
 ``torch.no_grad()``. Ratios are of times: ``tcjit/eager`` > 1 means tcjit is slower, and the speedup
-is its inverse.
+is its inverse. The geometric mean of the speedups weighs every kernel alike (a kernel benchmarked
+at several sizes counts once, with the geometric mean of its ratios).
+
+``--device cuda`` runs the same on the GPU: inputs are made as on the CPU and moved to the device,
+the reference outputs and the checks run there, the sizes default to the suite's GPU sizes (every
+one of them, several for some kernels), float32 matmuls and convolutions run without TF32
+(``torch.backends.cuda.matmul.allow_tf32`` and ``torch.backends.cudnn.allow_tf32`` off, recorded in
+the settings), every timed sample synchronises the device (``torch.cuda.synchronize``) before it
+reads the clock at its start and at its end, and tcjit runs with its default target (the CUDA
+backend for CUDA tensors). Without a usable GPU it exits with status 2 and one line of explanation.
 
     python bench/cpu_suite.py                                  # all kernels, CPU sizes
     python bench/cpu_suite.py --kernels matmul,abs_sum --sizes small --repeat 3 --no-compile \\
         --out /tmp/cpu_suite                                   # a quick check of the harness
+    python bench/cpu_suite.py --device cuda                    # all kernels, GPU sizes, on the GPU
+    python bench/cpu_suite.py --device cuda --kernels matmul,abs_sum --sizes small --no-compile \\
+        --out /tmp/gpu_suite                                   # a quick check on the GPU
 
-writes ``<out>.json`` (every sample, medians, min/max, machine facts) and ``<out>.md`` (a table).
+writes ``<out>.json`` (every sample, medians, min/max, machine facts) and ``<out>.md`` (a table); by
+default ``bench/results/cpu_suite``, or ``bench/results/gpu_suite_<GPU name>`` on a GPU (e.g.
+``gpu_suite_nvidia_h100_80gb_hbm3``).
 """
 
 from __future__ import annotations
@@ -45,10 +60,13 @@ from typing import TYPE_CHECKING, Any
 from _harness import (
     DEFAULT_MIN_SAMPLE_S,
     RESULTS,
-    SIZE_KINDS,
+    SUITE_SIZE_KINDS,
+    Sync,
     as_tuple,
     check_outputs,
+    cuda_unusable,
     describe_error,
+    device_sync,
     format_rate,
     format_seconds,
     format_sizes,
@@ -59,7 +77,8 @@ from _harness import (
     markdown_table,
     rate,
     select_kernels,
-    sizes_for,
+    sizes_list,
+    slug,
     write_results,
 )
 
@@ -73,6 +92,41 @@ CONTENDERS = ("tcjit", "eager", "compile")
 
 DEFAULT_REPEAT = 30
 DEFAULT_BUDGET_S = 1.5
+
+DEVICES = ("cpu", "cuda")
+"""``--device`` choices."""
+
+DEFAULT_SIZES = {"cpu": "cpu", "cuda": "gpu"}
+"""The sizes each device runs at unless ``--sizes`` says otherwise."""
+
+PEAK_SIZES = {"cpu": (2048, 64 << 20), "cuda": (4096, 256 << 20), "small": (256, 1 << 20)}
+"""The practical peaks' problems: the matmul's n (n^3) and the copy's float32 count (256 MiB on the
+CPU, 1 GiB on a GPU, 4 MiB for ``small`` sizes on either)."""
+
+
+def benchmark_name(device: str) -> str:
+    """The result document's ``"benchmark"``: ``cpu_suite`` or ``gpu_suite``."""
+    return "gpu_suite" if device == "cuda" else "cpu_suite"
+
+
+def default_out(device: str, gpu_name: str | None = None) -> Path:
+    """Where results go without ``--out``: ``bench/results/cpu_suite`` on the CPU,
+    ``bench/results/gpu_suite_<slug of the GPU's name>`` on a GPU."""
+    if device == "cuda":
+        return RESULTS / f"gpu_suite_{slug(gpu_name or 'unknown')}"
+    return RESULTS / "cpu_suite"
+
+
+def disable_tf32() -> dict[str, bool]:
+    """Turn TF32 off for float32 matmuls and cuDNN convolutions; the settings as torch now reads them."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return {
+        "cuda_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+        "cudnn": bool(torch.backends.cudnn.allow_tf32),
+    }
 
 
 def _contender(status: str, *, error: str | None = None, setup_s: float | None = None) -> dict[str, Any]:
@@ -103,11 +157,16 @@ def _checked(
 
 
 def _prepare_tcjit(
-    sk: SuiteKernel, inputs: tuple, want: Sequence[torch.Tensor], tol: Mapping[str, float]
+    sk: SuiteKernel,
+    inputs: tuple,
+    want: Sequence[torch.Tensor],
+    tol: Mapping[str, float],
+    sync: Sync | None = None,
 ) -> tuple[dict[str, Any], Callable[[], object] | None]:
     """Define and compile the TC kernel (timed), check its outputs; its record and timed callable."""
     import tcjit
 
+    sync = sync or _no_sync
     try:
         t0 = time.perf_counter()
         k = tcjit.define(sk.source, name=sk.entry)
@@ -120,6 +179,7 @@ def _prepare_tcjit(
             method = "tcjit.compile"
         else:
             result = k(*inputs)  # compiles on first call, and is the warm-up
+            sync()
             t2 = time.perf_counter()
             method = "first call"
     except Exception as e:
@@ -130,7 +190,11 @@ def _prepare_tcjit(
 
 
 def _prepare_eager(
-    sk: SuiteKernel, inputs: tuple, want: Sequence[torch.Tensor], tol: Mapping[str, float]
+    sk: SuiteKernel,
+    inputs: tuple,
+    want: Sequence[torch.Tensor],
+    tol: Mapping[str, float],
+    sync: Sync | None = None,
 ) -> tuple[dict[str, Any], Callable[[], object] | None]:
     try:
         result = sk.torch_ref(*inputs)
@@ -140,10 +204,15 @@ def _prepare_eager(
 
 
 def _prepare_compile(
-    sk: SuiteKernel, inputs: tuple, want: Sequence[torch.Tensor], tol: Mapping[str, float]
+    sk: SuiteKernel,
+    inputs: tuple,
+    want: Sequence[torch.Tensor],
+    tol: Mapping[str, float],
+    sync: Sync | None = None,
 ) -> tuple[dict[str, Any], Callable[[], object] | None]:
     import torch
 
+    sync = sync or _no_sync
     # Every suite kernel's torch_ref is the same code object (a method of SuiteKernel): without a
     # reset, dynamo's recompile limit would silently send later kernels to eager.
     torch._dynamo.reset()
@@ -151,10 +220,15 @@ def _prepare_compile(
         t0 = time.perf_counter()
         fn = torch.compile(sk.torch_ref)
         result = fn(*inputs)
+        sync()
         t1 = time.perf_counter()
     except Exception as e:
         return _contender("error", error=describe_error(e)), None
     return _checked(_contender("ok", setup_s=t1 - t0), result, want, tol), lambda: fn(*inputs)
+
+
+def _no_sync() -> None:
+    pass
 
 
 def _ratio(num: dict[str, Any], den: dict[str, Any]) -> float | None:
@@ -171,14 +245,16 @@ def bench_kernel(
     max_rounds: int,
     budget_s: float,
     min_sample_s: float,
+    device: str = "cpu",
 ) -> dict[str, Any]:
-    """Check and time the contenders on one kernel; its record for the JSON file."""
+    """Check and time the contenders on one kernel on ``device``; its record for the JSON file."""
     import torch
 
     from tcjit.testing import tolerance
 
+    sync = device_sync(device)
     with torch.no_grad():
-        inputs = sk.make_inputs(sizes)
+        inputs = sk.make_inputs(sizes, device=device)
         want = as_tuple(sk.torch_ref(*inputs))
         tol = tolerance(torch.float32, sk.reduction_length(sizes))
         records: dict[str, dict[str, Any]] = {}
@@ -187,10 +263,12 @@ def bench_kernel(
             if name == "compile" and not torch_compile:
                 records[name] = _contender("skipped", error="--no-compile")
                 continue
-            records[name], fn = prepare(sk, inputs, want, tol)
+            records[name], fn = prepare(sk, inputs, want, tol, sync)
             if fn is not None:
                 timed[name] = fn
-        timings = interleaved(timed, max_rounds=max_rounds, budget_s=budget_s, min_sample_s=min_sample_s)
+        timings = interleaved(
+            timed, max_rounds=max_rounds, budget_s=budget_s, min_sample_s=min_sample_s, sync=sync
+        )
     for name, timing in timings.items():
         records[name]["timing"] = timing.to_json()
         records[name]["rate"] = rate(sk, sizes, timing.median_s)
@@ -220,34 +298,42 @@ def run_suite(
     kernels: str | None,
     sizes_kind: str,
     *,
+    device: str = "cpu",
     torch_compile: bool = True,
     max_rounds: int = DEFAULT_REPEAT,
     budget_s: float = DEFAULT_BUDGET_S,
     min_sample_s: float = DEFAULT_MIN_SAMPLE_S,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Benchmark the named suite kernels (comma-separated; all for ``None``); the JSON document.
+    """Benchmark the named suite kernels (comma-separated; all for ``None``) on ``device`` at every
+    size of ``sizes_kind``; the JSON document.
 
-    Call it after ``TCJIT_CACHE_DIR`` points at a fresh directory (:func:`main` does).
+    Call it after ``TCJIT_CACHE_DIR`` points at a fresh directory (:func:`main` does), and for
+    ``device="cuda"`` where CUDA is usable (:func:`_harness.cuda_unusable`). On CUDA it turns TF32 off
+    for the rest of the process.
     """
-    peaks = practical_peaks(sizes_kind)
+    device_settings: dict[str, Any] = {}
+    if device == "cuda":
+        device_settings = {"device": device, "allow_tf32": disable_tf32()}
+    peaks = practical_peaks(sizes_kind, device)
     results = []
     for sk in select_kernels(kernels):
-        sizes = sizes_for(sk, sizes_kind)
-        r = bench_kernel(
-            sk,
-            sizes,
-            torch_compile=torch_compile,
-            max_rounds=max_rounds,
-            budget_s=budget_s,
-            min_sample_s=min_sample_s,
-        )
-        results.append(r)
-        if progress:
-            print(_progress_line(r), file=sys.stderr, flush=True)
+        for sizes in sizes_list(sk, sizes_kind):
+            r = bench_kernel(
+                sk,
+                sizes,
+                torch_compile=torch_compile,
+                max_rounds=max_rounds,
+                budget_s=budget_s,
+                min_sample_s=min_sample_s,
+                device=device,
+            )
+            results.append(r)
+            if progress:
+                print(_progress_line(r), file=sys.stderr, flush=True)
     return {
-        "benchmark": "cpu_suite",
-        "machine": machine_info(),
+        "benchmark": benchmark_name(device),
+        "machine": machine_info(device),
         "settings": {
             "sizes": sizes_kind,
             "dtype": "float32",
@@ -257,6 +343,7 @@ def run_suite(
             "min_sample_s": min_sample_s,
             "fresh_cache_dir": True,
             "grad_mode": "no_grad",
+            **device_settings,
         },
         "peaks": peaks,
         "kernels": results,
@@ -266,42 +353,50 @@ def run_suite(
 
 def geomean_speedups(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The geometric means over kernels of tcjit's speedups (time ratios inverted) over eager and
-    over torch.compile, each over the kernels where both contenders were timed and correct."""
+    over torch.compile, each over the kernels where both contenders were timed and correct. A kernel
+    benchmarked at several sizes (GPU sizes) counts once, with the geometric mean of its ratios."""
     out: dict[str, Any] = {}
     for key, name in (("tcjit_over_eager", "eager"), ("tcjit_over_compile", "compile")):
-        ratios = [
-            r[key]
-            for r in results
-            if r.get(key) and all(r["contenders"][c]["status"] == "ok" for c in ("tcjit", name))
-        ]
-        out[name] = math.exp(-statistics.fmean(math.log(x) for x in ratios)) if ratios else None
-        out[f"{name}_kernels"] = len(ratios)
+        logs: dict[object, list[float]] = {}
+        for i, r in enumerate(results):
+            if r.get(key) and all(r["contenders"][c]["status"] == "ok" for c in ("tcjit", name)):
+                logs.setdefault(r.get("kernel", i), []).append(math.log(r[key]))
+        per_kernel = [statistics.fmean(v) for v in logs.values()]
+        out[name] = math.exp(-statistics.fmean(per_kernel)) if per_kernel else None
+        out[f"{name}_kernels"] = len(per_kernel)
     return out
 
 
-def practical_peaks(sizes_kind: str = "cpu") -> dict[str, Any]:
+def practical_peaks(sizes_kind: str = "cpu", device: str = "cpu") -> dict[str, Any]:
     """What this machine practically does, the yardsticks of the rates: torch.matmul's float32
-    GFLOP/s on 2048^3 (2 flops per multiply-add) and ``copy_``'s GB/s on 256 MiB (bytes read plus
-    written), medians of 5 runs after a warm-up. ``"small"`` sizes measure 256^3 and 4 MiB (a quick
-    check, not a peak)."""
+    GFLOP/s (2 flops per multiply-add) and ``copy_``'s GB/s (bytes read plus written), medians of 5
+    runs after a warm-up. On the CPU: 2048^3 and 256 MiB; on a GPU (call it with TF32 off): 4096^3
+    and 1 GiB, each run between two ``torch.cuda.synchronize``. ``"small"`` sizes measure 256^3 and
+    4 MiB on either (a quick check, not a peak)."""
     import torch
 
-    n, count = (2048, 64 << 20) if sizes_kind == "cpu" else (256, 1 << 20)
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    src, dst = torch.randn(count), torch.empty(count)
+    n, count = PEAK_SIZES["small" if sizes_kind == "small" else device]
+    sync = device_sync(device) or _no_sync
 
-    def median_time(fn) -> float:
-        fn()
+    def median_time(fn, *args) -> float:
+        fn(*args)
+        sync()
         times = []
         for _ in range(5):
+            sync()
             t = time.perf_counter()
-            fn()
+            fn(*args)
+            sync()
             times.append(time.perf_counter() - t)
         return statistics.median(times)
 
     with torch.no_grad():
-        t_mm = median_time(lambda: torch.matmul(a, b))
-        t_copy = median_time(lambda: dst.copy_(src))
+        t_mm = median_time(torch.matmul, torch.randn(n, n, device=device), torch.randn(n, n, device=device))
+        src = torch.randn(count, device=device)
+        t_copy = median_time(torch.empty_like(src).copy_, src)
+    del src
+    if device == "cuda":
+        torch.cuda.empty_cache()  # give the peaks' 2 GiB back before the kernels run
     return {
         "matmul_size": n,
         "matmul_gflops": 2 * n**3 / t_mm / 1e9,
@@ -383,13 +478,28 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
             if c[n]["status"] in ("wrong", "error"):
                 notes.append(f"- {r['kernel']} / {n} ({c[n]['status']}): {c[n]['error']}")
     s = doc["settings"]
+    gpu = doc.get("benchmark") == "gpu_suite"
+    on_gpu = ""
+    if gpu:
+        tf32 = s.get("allow_tf32") or {}
+        on_gpu = (
+            f"; on the GPU, TF32 {'on' if any(tf32.values()) else 'off'}, every sample between two "
+            "torch.cuda.synchronize"
+        )
+    peaks = doc.get("peaks")
+    peak_text = (
+        f"torch.matmul's GFLOP/s on {peaks['matmul_size']}^3 or copy_'s GB/s (read plus written) on "
+        f"{peaks['copy_bytes'] / 2 / 2**20:.0f} MiB"
+        if peaks
+        else "torch.matmul's GFLOP/s or copy_'s GB/s (read plus written)"
+    )
     parts = [
-        "# CPU suite: tcjit vs torch eager vs torch.compile",
+        f"# {'GPU' if gpu else 'CPU'} suite: tcjit vs torch eager vs torch.compile",
         "",
         machine_markdown(doc["machine"]),
         f"- sizes: {s['sizes']}, {s['dtype']}, {s['grad_mode']}; interleaved rounds: up to "
         f"{s['max_rounds']} within ~{s['budget_s']} s per contender, samples of >= "
-        f"{s['min_sample_s'] * 1e3:.0f} ms; torch.compile: {'on' if s['torch_compile'] else 'off'}",
+        f"{s['min_sample_s'] * 1e3:.0f} ms; torch.compile: {'on' if s['torch_compile'] else 'off'}{on_gpu}",
         *(
             [
                 f"- practical peaks: torch.matmul {doc['peaks']['matmul_gflops']:.1f} GFLOP/s on "
@@ -406,10 +516,10 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
         "multiply-add) or GB/s of compulsory traffic, per the kernel's metric. `tcjit/eager` and "
         "`tcjit/compile` are ratios of times (> 1: tcjit is slower); the speedup in parentheses is "
         "the inverse. `% of peak`: the tcjit rate against this machine's practical peak, "
-        "torch.matmul's GFLOP/s on 2048^3 or copy_'s GB/s (read plus written) on 256 MiB "
-        "(the peaks line above; the paper peak is higher). Compile latency: tcjit's first compile "
-        "(or first call) with an empty on-disk cache, in a process that may already have compiled "
-        "other kernels. `(wrong)`: outputs differ from torch_ref beyond `tcjit.testing.tolerance`.",
+        f"{peak_text} (the peaks line above; the paper peak is higher). Compile latency: tcjit's "
+        "first compile (or first call) with an empty on-disk cache, in a process that may already "
+        "have compiled other kernels. `(wrong)`: outputs differ from torch_ref beyond "
+        "`tcjit.testing.tolerance`.",
     ]
     if notes:
         parts += ["", "## Failures", "", *notes]
@@ -428,9 +538,18 @@ def _geomean_lines(doc: Mapping[str, Any]) -> list[str]:
 
 # ============================================================================================ CLI
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    """The command line; ``sizes`` resolved (the device's default when not given), ``out`` left
+    ``None`` when not given (:func:`default_out` needs the GPU's name)."""
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    p.add_argument("--device", choices=DEVICES, default="cpu", help="where the kernels run (default: cpu)")
     p.add_argument("--kernels", default=None, help="comma-separated suite kernels (default: all)")
-    p.add_argument("--sizes", choices=SIZE_KINDS, default="cpu", help="cpu sizes or the first small size")
+    p.add_argument(
+        "--sizes",
+        choices=SUITE_SIZE_KINDS,
+        default=None,
+        help="the suite's cpu sizes, all its gpu sizes, or the first small size "
+        "(default: cpu on the CPU, gpu with --device cuda)",
+    )
     p.add_argument(
         "--repeat", type=int, default=DEFAULT_REPEAT, help="at most this many interleaved rounds per kernel"
     )
@@ -448,12 +567,26 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--no-compile", action="store_true", help="leave torch.compile out (Inductor is slow)")
     p.add_argument("--threads", type=int, default=None, help="torch threads and OMP_NUM_THREADS")
-    p.add_argument("--out", type=Path, default=RESULTS / "cpu_suite", help="writes <out>.json and <out>.md")
-    return p.parse_args(argv)
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="writes <out>.json and <out>.md (default: bench/results/cpu_suite, or "
+        "bench/results/gpu_suite_<GPU name> with --device cuda)",
+    )
+    args = p.parse_args(argv)
+    if args.sizes is None:
+        args.sizes = DEFAULT_SIZES[args.device]
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.device == "cuda":
+        why = cuda_unusable()
+        if why is not None:
+            print(f"cpu_suite.py: --device cuda: {why}", file=sys.stderr)
+            return 2
     if args.threads is not None:
         os.environ["OMP_NUM_THREADS"] = str(args.threads)
     with fresh_cache_dir():
@@ -464,12 +597,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         doc = run_suite(
             args.kernels,
             args.sizes,
+            device=args.device,
             torch_compile=not args.no_compile,
             max_rounds=args.repeat,
             budget_s=args.budget,
             min_sample_s=args.min_sample_ms / 1e3,
         )
-    json_path, md_path = write_results(args.out, doc, render_markdown(doc))
+    out = args.out or default_out(args.device, doc["machine"].get("gpu_name"))
+    json_path, md_path = write_results(out, doc, render_markdown(doc))
     print(f"wrote {json_path} and {md_path}", file=sys.stderr)
     failed = [
         k["kernel"]

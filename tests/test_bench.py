@@ -3,7 +3,9 @@
 The suite benchmark runs end to end on two kernels at their first small size with tiny repeat
 counts and without torch.compile (Inductor compiles too slowly for a unit test); whatever backs
 ``Kernel.__call__`` (the reference evaluator today, compiled code later), the harness must check its
-outputs against ``torch_ref`` before timing it and write the documented JSON structure.
+outputs against ``torch_ref`` before timing it and write the documented JSON structure. The same run
+with ``--device cuda`` is marked ``cuda`` and skipped without a GPU; what the GPU path does without
+one (sync hooks, defaults, the clean refusal) is tested on the CPU.
 """
 
 from __future__ import annotations
@@ -51,16 +53,48 @@ def _check_timing(t: dict) -> None:
 
 
 # ===================================================================================== end to end
-def test_cpu_suite_cli_writes_checked_results(tmp_path: Path) -> None:
-    out = tmp_path / "results" / "cpu_suite"
+def _run_suite_cli(out: Path, *extra: str) -> dict:
+    """Run ``bench/cpu_suite.py`` on :data:`KERNELS` at small sizes, tiny budgets, no torch.compile;
+    the JSON document it wrote to ``out``."""
     cmd = [sys.executable, str(BENCH / "cpu_suite.py"), "--kernels", ",".join(KERNELS), "--sizes", "small"]
     cmd += ["--repeat", "2", "--budget", "0.01", "--min-sample-ms", "2", "--no-compile", "--out", str(out)]
     env = {k: v for k, v in os.environ.items() if k != "TCJIT_CACHE_DIR"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    proc = subprocess.run([*cmd, *extra], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
+    return json.loads(out.with_suffix(".json").read_text())
 
-    doc = json.loads(out.with_suffix(".json").read_text())
+
+def test_cpu_suite_cli_writes_checked_results(tmp_path: Path) -> None:
+    out = tmp_path / "results" / "cpu_suite"
+    doc = _run_suite_cli(out)
     assert doc["benchmark"] == "cpu_suite"
+    assert "gpu_name" not in doc["machine"] and "allow_tf32" not in doc["settings"]
+    _check_suite_doc(doc, out)
+    assert out.with_suffix(".md").read_text().startswith("# CPU suite")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_gpu_suite_cli_writes_checked_results(tmp_path: Path) -> None:
+    out = tmp_path / "results" / "gpu_suite"
+    doc = _run_suite_cli(out, "--device", "cuda")
+    assert doc["benchmark"] == "gpu_suite"
+    machine = doc["machine"]
+    assert machine["gpu_name"] == torch.cuda.get_device_name()
+    major, minor = torch.cuda.get_device_capability()
+    assert machine["gpu_compute_capability"] == f"{major}.{minor}"
+    assert machine["gpu_total_memory_bytes"] > 0 and machine["cuda_runtime_version"] == torch.version.cuda
+    for key in ("cuda_driver_version", "cudnn_version", "cupy_version"):
+        assert key in machine
+    assert doc["settings"]["device"] == "cuda"
+    assert doc["settings"]["allow_tf32"] == {"cuda_matmul": False, "cudnn": False}
+    _check_suite_doc(doc, out)
+    md = out.with_suffix(".md").read_text()
+    assert md.startswith("# GPU suite") and f"- GPU: {machine['gpu_name']}" in md
+
+
+def _check_suite_doc(doc: dict, out: Path) -> None:
+    """What every suite run on :data:`KERNELS` at small sizes without torch.compile must write."""
     machine = doc["machine"]
     for key in ("cpu_model", "torch_threads", "torch_version", "tcjit_commit", "date"):
         assert key in machine
@@ -212,6 +246,38 @@ def test_calibrate_reaches_the_minimum_sample_time(bench) -> None:
     assert calls > 1 and calls * per_call >= 2e-3
 
 
+def test_sync_is_called_right_before_every_clock_read(bench, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU hook, with a fake sync on CPU contenders: every sample, calibration included, syncs
+    right before it reads the clock at its start and at its end, and nothing else syncs."""
+    harness = bench("_harness")
+    log: list[str] = []
+    clock = harness.time.perf_counter
+
+    def perf_counter() -> float:
+        log.append("clock")
+        return clock()
+
+    monkeypatch.setattr(harness.time, "perf_counter", perf_counter)
+    contenders = {n: (lambda n=n: log.append(n)) for n in "ab"}
+    t = harness.interleaved(
+        contenders, max_rounds=2, budget_s=0.0, calls_per_sample=3, sync=lambda: log.append("sync")
+    )
+    monkeypatch.undo()
+    assert [x.calls_per_sample for x in t.values()] == [3, 3]
+
+    def sample(name: str, calls: int) -> list[str]:
+        return ["sync", "clock", *[name] * calls, "sync", "clock"]
+
+    want = sample("a", 1) + sample("b", 1)  # one call of each, to size the rounds
+    want += sample("a", 3) + sample("b", 3) + sample("b", 3) + sample("a", 3)  # two rotated rounds
+    assert log == want
+
+    syncs = []
+    calls, _ = harness.calibrate(lambda: sum(range(100)), min_sample_s=1e-3, sync=lambda: syncs.append(1))
+    assert calls > 1 and len(syncs) >= 2 and len(syncs) % 2 == 0  # two per calibration sample
+    assert harness.device_sync("cpu") is None and harness.device_sync("cuda") is torch.cuda.synchronize
+
+
 def test_check_outputs_reports_mismatches(bench) -> None:
     harness = bench("_harness")
     a = torch.ones(3)
@@ -232,6 +298,51 @@ def test_write_results_and_fresh_cache_dir(bench, tmp_path: Path) -> None:
     with harness.fresh_cache_dir() as d:
         assert os.environ["TCJIT_CACHE_DIR"] == str(d) and not any(d.iterdir())
     assert os.environ["TCJIT_CACHE_DIR"] == before and not d.exists()
+
+
+# =========================================================================================== devices
+def test_sizes_and_outputs_follow_the_device(bench) -> None:
+    cpu_suite = bench("cpu_suite")
+    harness = bench("_harness")
+    assert (cpu_suite.parse_args([]).device, cpu_suite.parse_args([]).sizes) == ("cpu", "cpu")
+    assert cpu_suite.parse_args(["--device", "cuda"]).sizes == "gpu"
+    for device in ("cpu", "cuda"):
+        for sizes in ("cpu", "gpu", "small"):
+            assert cpu_suite.parse_args(["--device", device, "--sizes", sizes]).sizes == sizes
+    assert cpu_suite.parse_args([]).out is None  # resolved once the GPU's name is known
+    assert cpu_suite.default_out("cpu") == harness.RESULTS / "cpu_suite"
+    assert cpu_suite.default_out("cuda", "NVIDIA H100 80GB HBM3") == (
+        harness.RESULTS / "gpu_suite_nvidia_h100_80gb_hbm3"
+    )
+    assert harness.slug("  Tesla V100-SXM2-16GB ") == "tesla_v100_sxm2_16gb"
+    assert (cpu_suite.benchmark_name("cpu"), cpu_suite.benchmark_name("cuda")) == ("cpu_suite", "gpu_suite")
+
+    tmm = suite.get("tmm")  # several GPU sizes: each is benchmarked
+    assert harness.sizes_list(tmm, "gpu") == [dict(s) for s in tmm.gpu_sizes] and len(tmm.gpu_sizes) > 1
+    assert harness.sizes_list(tmm, "cpu") == [dict(tmm.cpu_sizes)]
+    assert harness.sizes_list(tmm, "small") == [dict(tmm.small_sizes[0])]
+    assert harness.sizes_for(tmm, "gpu") == dict(tmm.gpu_sizes[0])
+
+    machine = {**_machine(), "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_compute_capability": "9.0"}
+    machine.update(gpu_total_memory_bytes=80 << 30, cuda_driver_version="12.8", cuda_runtime_version="12.8")
+    machine.update(cudnn_version=90100, cupy_version=None, gpu_count=1)
+    settings = {**_settings(), "device": "cuda", "allow_tf32": {"cuda_matmul": False, "cudnn": False}}
+    doc = {"benchmark": "gpu_suite", "machine": machine, "settings": settings, "kernels": []}
+    md = cpu_suite.render_markdown(doc)
+    assert md.startswith("# GPU suite") and "- GPU: NVIDIA H100 80GB HBM3 (compute capability 9.0" in md
+    assert "TF32 off" in md and "CuPy not importable" in md
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="tests the refusal without a GPU")
+def test_cuda_device_without_a_gpu_exits_2_with_one_line(bench, tmp_path: Path, capsys) -> None:
+    cpu_suite = bench("cpu_suite")
+    out = tmp_path / "gpu"
+    assert cpu_suite.main(["--device", "cuda", "--kernels", "matmul", "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.splitlines()
+    assert line.startswith("cpu_suite.py: --device cuda: no usable CUDA device (")
+    assert not out.with_suffix(".json").exists()
 
 
 def test_call_overhead_runs(bench, tmp_path: Path) -> None:
@@ -272,3 +383,8 @@ def test_geomean_speedups_skip_wrong_and_untimed_contenders(bench) -> None:
     assert g["eager"] == pytest.approx(2.0)  # speedups 2, 0.5 and 8
     assert g["eager_kernels"] == 3
     assert g["compile"] == pytest.approx(0.5) and g["compile_kernels"] == 1
+
+    # A kernel at several (GPU) sizes counts once, with the geometric mean of its ratios.
+    sized = [{**record(x, None), "kernel": k} for k, x in (("tmm", 0.5), ("tmm", 0.125), ("abs_sum", 4.0))]
+    g = cpu_suite.geomean_speedups(sized)
+    assert g["eager_kernels"] == 2 and g["eager"] == pytest.approx(1.0)  # speedups 4 (tmm) and 0.25
