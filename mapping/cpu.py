@@ -333,8 +333,6 @@ class _Mapper:
             dot = True
         given = list(options.register_tile)[-len(free) :]
         wanted = dict(zip(free[len(free) - len(given) :], given))
-        if not dot and len(given) == 2 and len(free) > 2:
-            wanted = {self._row_member(node, free[:-1], n - 1): given[0], n - 1: given[1]}
         sizes = _fit_tile(node, wanted, dot=dot)
         if not any(v > 1 and self._reused_along(node, j) for j, v in enumerate(sizes)):
             return None  # no operand is shared by the tile's outputs (a row sum): nothing to gain
@@ -357,29 +355,6 @@ class _Mapper:
         form = "dot-product" if dot else "outer-product"
         self.decisions.append(f"register tile {tuple(sizes)} ({form} form): sums kept in registers")
         return node.get_schedule()
-
-    def _row_member(self, node: isl.ScheduleNode, candidates: Sequence[int], vector: int) -> int:
-        """The member of band ``node`` to tile with the vector member in the outer-product form:
-        the one along which most reads stay put, a read that moves along the vector member
-        counting double (a vector load shared by the tile's rows, where the other reads are
-        broadcasts). Ties go to the innermost. A convolution's filters (``f``), not its rows
-        (``h``): the input's vectors are then loaded once for all the filters of the tile, where
-        along ``h`` each row loads its own."""
-
-        def score(j: int) -> int:
-            total = 0
-            for stmt in _statements_of(node):
-                st = self.scop.statement(stmt)
-                kj = _member_dim(node, j, stmt, len(st.dims))
-                kv = _member_dim(node, vector, stmt, len(st.dims))
-                if st.kind == "init" or kj is None or kv is None:
-                    continue
-                along_j = self._access_steps(stmt, st.dims[kj])[1:]
-                along_v = self._access_steps(stmt, st.dims[kv])[1:]
-                total += sum((2 if v != 0 else 1) for a, v in zip(along_j, along_v) if a == 0)
-            return total
-
-        return max(reversed(candidates), key=score)
 
     def _register_tile_over_window(self, node: isl.ScheduleNode, options) -> isl.Schedule | None:
         """The outer-product register tile of a parallel band above a sunk reduction window.
@@ -597,7 +572,7 @@ def _fit_tile(node: isl.ScheduleNode, wanted: Mapping[int, int], *, dot: bool) -
     the C compiler's 1.1 s. So among the tiles of at least half the largest size, those that tile
     every member evenly (:func:`_tiles_evenly`) come first, then the largest. In the
     outer-product form a size may be halved or doubled, the tile holding at most as many outputs
-    as ``wanted`` asks (a convolution's 56 columns take 8-wide vector tiles, its filters then 8
+    as ``wanted`` asks (a convolution's 56 columns take 8-wide vector tiles, its rows then 8
     instead of 4); in the dot-product form, where every output holds
     a vector of partial sums, sizes go up to :data:`DOT_TILE` + 1 with at most ``DOT_TILE ** 2``
     outputs (3x3, 4x2, ...).
