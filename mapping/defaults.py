@@ -28,7 +28,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..polyhedral.lang import ast as A
-from ..polyhedral.lang.checked import CheckedDef, CheckedStatement
+from ..polyhedral.lang.checked import CheckedDef
+from .cpu import outer_product_shaped
 from .options import MappingOptions
 
 __all__ = ["default_options", "is_gemm_shaped"]
@@ -47,27 +48,13 @@ def default_options(cdef: CheckedDef, sizes: Mapping[str, int], target: str) -> 
 
 
 def is_gemm_shaped(cdef: CheckedDef) -> bool:
-    """Whether ``cdef`` is one ``+=`` contraction over one reduction variable whose output's last
-    subscript is the last subscript of every operand that mentions it (the outer-product form)."""
+    """Whether ``cdef`` is one ``+=`` contraction over one reduction variable, of at least two
+    operands, in the outer-product form (:func:`~tcjit.mapping.cpu.outer_product_shaped`)."""
     if len(cdef.statements) != 1:
         return False
     st = cdef.statements[0]
-    if st.op != "+=" or len(st.reduction_vars) != 1 or len(st.lhs_vars) < 2 or not st.plain_lhs:
-        return False
-    j = st.lhs_vars[-1]
-    if not (isinstance(st.lhs[-1], A.Ident) and st.lhs[-1].name == j):
+    if st.op != "+=" or len(st.reduction_vars) != 1 or len(st.lhs_vars) < 2:
         return False
     accesses = [a for a in A.walk(st.rhs) if isinstance(a, A.Access)]
-    return len(accesses) >= 2 and all(_last_or_absent(a, j) for a in accesses) and _reads_reduction(st)
-
-
-def _last_or_absent(a: A.Access, j: str) -> bool:
-    where = [k for k, e in enumerate(a.args) if j in A.index_vars(e)]
-    if not where:
-        return True
-    return where == [len(a.args) - 1] and isinstance(a.args[-1], A.Ident)
-
-
-def _reads_reduction(st: CheckedStatement) -> bool:
     (k,) = st.reduction_vars
-    return any(isinstance(a, A.Access) and k in A.index_vars(a) for a in A.walk(st.rhs))
+    return len(accesses) >= 2 and outer_product_shaped(st) and any(k in A.index_vars(a) for a in accesses)

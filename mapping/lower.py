@@ -34,7 +34,7 @@ from ..polyhedral.schedule import check_legality, schedule, tile
 from ..polyhedral.scop import Dependences, Scop, build_scop, compute_dependences
 from . import ir
 from .c_printer import BoundsCheck, CParam, c_storage_type, print_kernel
-from .cpu import hoist_initialisations, map_cpu
+from .cpu import hoist_initialisations, initialised_in_place, map_cpu
 from .gpu import GpuKernelPlan, GpuPlan, launch_bodies, map_gpu
 from .promotion import TensorInfo
 
@@ -267,7 +267,8 @@ def tiled_schedule(
     fixed = _fixed(scop, sizes)
     sched = sched.intersect_domain(sched.get_domain().intersect_params(fixed))
     legal_sizes = {p: sizes[p] for p in scop.params} or None
-    sched = hoist_initialisations(sched, deps, legal_sizes, window=window)
+    windows = initialised_in_place(scop) if window else frozenset()
+    sched = hoist_initialisations(sched, deps, legal_sizes, window=window, windows=windows)
     sched = tile(sched, options.tile)
     check_legality(sched, deps, sizes=legal_sizes)
     return scop, deps, fixed, sched

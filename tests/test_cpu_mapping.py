@@ -60,3 +60,26 @@ def _fused(text: str) -> bool:
         and "for (" not in between
         and "}\n" not in between.replace("; }\n", "")
     )
+
+
+def test_short_contractions_keep_their_register_tiles() -> None:
+    """A contraction over few points (K = 11) is not a pooling window: an operand is shared
+    between outputs, so the initialisation is hoisted and the register tile applies."""
+    src = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, r_k) * B(r_k, n) }"
+    low = lower_for_show(check_source(src).entry(), {"M": 13, "K": 11, "N": 48})
+    assert "register tile" in low.stages["decisions"]
+    assert not _fused(low.source)
+
+
+def test_short_dot_product_contractions_initialise_in_place() -> None:
+    """A 16-term contraction without the outer-product form (``W(d, r)`` moves along the output's
+    last index but is not read along it): initialised in its loop nest, the 16 terms unrolled
+    under the vector loop (kronecker3's first product), and no more than 16 unrolled in all."""
+    src = "def k(float(M,R) X, float(D,R) W) -> (C) { C(m, d) +=! X(m, r_r) * W(d, r_r) }"
+    sizes = {"M": 64, "R": 16, "D": 32}
+    low = lower_for_show(check_source(src).entry(), sizes)
+    assert _fused(low.source), low.stages["decisions"]
+    assert low.source.count("/* S0, line") == 16
+    g = torch.Generator().manual_seed(3)
+    X, W = torch.randn(64, 16, generator=g), torch.randn(32, 16, generator=g)
+    H.check_against_oracle(src, None, (X, W), reduction_length=16)
