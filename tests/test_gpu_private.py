@@ -190,6 +190,14 @@ def test_a_skipped_copy_in_reads_the_poisoned_register(monkeypatch) -> None:
     for order in ORDERS:
         got = TGP._run(kernel, (a, b), PRIVATE["private"], order)[0]
         assert torch.isnan(got).all(), got
+    # integers start at their type's minimum: with no copy in, each thread's register keeps
+    # summing from it over the tiles and elements it runs, so every element is the minimum plus
+    # some sum of products (not the oracle's)
+    src = "def imm(int32(M,K) A, int32(K,N) B) -> (C) { C(m, n) +=! A(m, r_k) * B(r_k, n) }"
+    a, b = torch.randint(0, 5, (13, 11), dtype=torch.int32), torch.randint(0, 5, (11, 9), dtype=torch.int32)
+    got = TGP._run(tcjit.define(src), (a, b), PRIVATE["private"])[0].to(torch.int64) + 2**31
+    want = a.to(torch.int64) @ b.to(torch.int64)
+    assert (got >= 0).all() and (got < 2**16).all() and not torch.equal(got, want), got
 
 
 def test_a_skipped_write_back_is_caught(monkeypatch) -> None:
