@@ -42,7 +42,7 @@ from ..polyhedral.scop import Dependences, Scop
 from . import ir
 from .cpu import _has_band_below, _spread
 from .cpu import _statements_of as _names
-from .promotion import Copy, Graft, Promoted, TensorInfo, apply_grafts, promote_shared
+from .promotion import Copy, Graft, Promoted, TensorInfo, apply_grafts, promote_private, promote_shared
 
 __all__ = [
     "BLOCK_IDS",
@@ -467,6 +467,21 @@ def map_gpu(
         kernels = [replace(k, buffers=b) for k, b in zip(kernels, promo.buffers)]
         accesses, copies, grafts = promo.accesses, promo.copies, list(promo.grafts)
         m.decisions += promo.decisions
+    if options.use_private_memory:
+        # after shared promotion (whose tensors it leaves alone); below the thread mapping only
+        if scop is None or tensors is None:
+            raise TCInternalError("private promotion needs the Scop and the tensors' shapes")
+        where = [
+            (start, len(grid_used), k.block) for (_, start, grid_used, *_), k in zip(per_kernel, kernels)
+        ]
+        ids = (BLOCK_IDS, THREAD_IDS, THREAD0_MARK)
+        shared = [k.buffers for k in kernels]
+        sched, priv = promote_private(sched, where, scop, fixed, options, tensors, ids, shared)
+        kernels = [replace(k, buffers=k.buffers + b) for k, b in zip(kernels, priv.buffers)]
+        accesses = {**accesses, **priv.accesses}
+        copies = {**copies, **priv.copies}
+        grafts += list(priv.grafts)
+        m.decisions += priv.decisions
     # barriers last: isl cannot give the schedule's map (above), nor a node's domain below a
     # graft, once the tree has extension nodes; so every graft is decided first, then applied
     for _, start, _, _, _, threads in reversed(per_kernel):

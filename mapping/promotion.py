@@ -58,6 +58,7 @@ __all__ = [
     "TensorInfo",
     "aff_expr",
     "apply_grafts",
+    "promote_private",
     "promote_shared",
 ]
 
@@ -765,6 +766,235 @@ def promote_shared(
                     n = what.dim(isl.dim_type.in_)
                     stmt = _copy_name(prefix, name)
                     copies[stmt] = Copy(stmt, name, d.buffer.tensor, back, n, d.offsets, d.strides)
+    return sched, Promotion(
+        tuple(tuple(b) for b in buffers), accesses, copies, tuple(grafts), tuple(p.decisions)
+    )
+
+
+# ======================================================================== private (registers)
+#: The most elements a private buffer may have (registers are few; a larger one would spill).
+MAX_PRIVATE_ELEMENTS = 64
+
+
+def _thread_filters(node: isl.ScheduleNode, thread_ids: Sequence[str]) -> list[list[int]]:
+    """The paths of the thread-mapping filters at or below ``node``."""
+    out: list[list[int]] = []
+
+    def visit(n: isl.ScheduleNode) -> None:
+        if _is(n, isl.schedule_node_type.filter) and _mentions(n.filter_get_filter(), thread_ids):
+            out.append(_path(n))
+            return
+        for i in range(n.n_children()):
+            visit(n.child(i))
+
+    visit(node)
+    return out
+
+
+def _unrolled_members(node: isl.ScheduleNode) -> list[isl.UnionPwAff]:
+    """The partial schedules of the band members at or below ``node`` that isl's AST unrolls."""
+    out = []
+
+    def visit(n: isl.ScheduleNode) -> None:
+        if _is(n, isl.schedule_node_type.band):
+            sched = n.band_get_partial_schedule()
+            for j in range(n.band_n_member()):
+                if n.band_member_get_ast_loop_type(j) == isl.ast_loop_type.unroll:
+                    out.append(sched.get_union_pw_aff(j).intersect_domain(n.get_domain()))
+        for i in range(n.n_children()):
+            visit(n.child(i))
+
+    visit(node)
+    return out
+
+
+class _PrivatePromoter(_Promoter):
+    """Private promotion (notes/polyhedral.md 2(f)): per thread, below the thread mapping."""
+
+    def analyse_private(self, node: isl.ScheduleNode, kernel: int, depth: int, threads, shared):
+        """The private decisions of the scope at ``node``; ``threads`` maps an instance to (the
+        block's schedule above the thread-mapped band, the band's point: its thread)."""
+        prefix = node.get_prefix_schedule_union_map()
+        outer = prefix.range()
+        scoped = prefix.project_out_all_params()  # instance -> scope point: one thread's iteration
+        domain = scoped.domain()
+        refs = []
+        for acc, rel in self.refs:
+            inside = rel.intersect_domain(rel.domain().unwrap().intersect_domain(domain).wrap())
+            if inside.is_empty():
+                continue
+            refs.append(_Ref(acc, inside, scoped.reverse().apply_range(inside.domain_factor_domain())))
+        unrolled = _unrolled_members(node)
+        order = sorted(_groups(refs), key=lambda g: (-len(g.refs), g.tensor, g.refs[0].access.ref))
+        promoted = []
+        for g in order:
+            d = self._decide_private(g, scoped, outer, threads, unrolled, depth, shared)
+            if d is not None:
+                promoted.append(d)
+        return _Scope(tuple(_path(node)), kernel, outer, False, False, tuple(promoted))
+
+    def _decide_private(self, g: _Group, scoped, outer, threads, unrolled, depth, shared) -> _Decision | None:
+        stmts = sorted({r.access.statement for r in g.refs})
+        where = f"{g.tensor} at depth {depth} over {stmts}"
+
+        def refuse(why: str) -> None:
+            self.decisions.append(f"private: {where} not promoted ({why})")
+
+        if g.tensor in shared:
+            return refuse("in shared memory already")
+        if not all(r.access.exact for r in g.refs):
+            return refuse("a gather: its subscripts depend on data")
+        if not self.tensors[g.tensor].shape:
+            return refuse("a scalar")
+        for r in g.refs:  # subscripts: functions of the scope point and the unrolled loops only
+            access = r.tagged.domain_factor_domain()
+            key = scoped.intersect_domain(access.domain())
+            for upa in unrolled:
+                part = (
+                    isl.UnionMap.from_union_pw_aff(upa)
+                    .project_out_all_params()
+                    .intersect_domain(access.domain())
+                )
+                if not part.domain().is_empty():
+                    if not access.domain().is_subset(part.domain()):
+                        return refuse(f"{r.access.ref} is only partly below an unrolled loop")
+                    key = key.flat_range_product(part)
+            if not key.reverse().apply_range(access).is_single_valued():
+                return refuse(f"{r.access.ref} depends on a loop that is not unrolled")
+        tagged = g.refs[0].tagged.domain_factor_domain()
+        for r in g.refs[1:]:
+            tagged = tagged.union(r.tagged.domain_factor_domain())
+        # one thread per element in each iteration of the block's schedule above the threads
+        above, point = threads
+        here = above.intersect_domain(tagged.domain())
+        owner = here.range_product(tagged).reverse().apply_range(point.intersect_domain(tagged.domain()))
+        if not owner.is_single_valued():
+            return refuse("an element is touched by two threads")
+        if not self._reuse(g, scoped):
+            return refuse("no reuse within a thread")
+        footprint = isl.Map.from_union_map(g.footprint())
+        box = _box(footprint)
+        if isinstance(box, str):
+            return refuse(box)
+        if math.prod(box.sizes) > MAX_PRIVATE_ELEMENTS:
+            return refuse(f"{math.prod(box.sizes)} elements, more than {MAX_PRIVATE_ELEMENTS}")
+        names = [ir.Var(f"s{k}") for k in range(footprint.dim(isl.dim_type.in_))]
+        offsets = tuple(aff_expr(a, names, self.params) for a in box.offsets)
+        k = self.named.get(g.tensor, 0)
+        name = f"tc_private_{g.tensor}" + (f"_{k}" if k else "")
+        accesses = {}
+        for r in g.refs:
+            sname = r.access.statement
+            local = [ir.Var(f"i_{d}") for d in self.dims[sname]]
+            at = isl.PwMultiAff.from_map(
+                isl.Map.from_union_map(scoped.intersect_domain(r.tagged.domain_factor_domain().domain()))
+            )
+            exprs = []
+            for off in box.offsets:
+                aff = _single_aff(isl.PwAff.from_aff(off).pullback_pw_multi_aff(at))
+                if aff is None:
+                    return refuse(f"its offset is not affine in the dimensions of {sname}")
+                exprs.append(aff_expr(aff, local, self.params))
+            accesses[(sname, r.access.ref)] = Promoted(name, tuple(exprs), box.strides)
+        self.named[g.tensor] = k + 1
+        reads = [r for r in g.refs if not r.access.write]
+        writes = [r for r in g.refs if r.access.write]
+        # exactly the elements read (in) and written (out): the accesses stay inside the tensor
+        outer_set = isl.Set.from_union_set(outer)
+        copy_in = isl.Map.from_union_map(g.footprint(reads)).intersect_domain(outer_set) if reads else None
+        copy_out = isl.Map.from_union_map(g.footprint(writes)).intersect_domain(outer_set) if writes else None
+        copies = [w for w, c in (("copy in", copy_in), ("write back", copy_out)) if c is not None]
+        dims = "".join(f"[{n}]" for n in box.sizes)
+        self.decisions.append(
+            f"private: {g.tensor}{dims} at depth {depth} over {stmts} as {name} ({', '.join(copies)}; reuse)"
+        )
+        buf = ir.Buffer(name, g.tensor, "private", tuple(box.sizes))
+        return _Decision(buf, accesses, copy_in, copy_out, offsets, box.strides, box.sizes)
+
+    def private_copy(self, what: isl.Map, name: str) -> isl.ScheduleNode:
+        """The extension tree of private copy ``name`` over ``what`` (scope point -> elements): run
+        by the owning thread alone, a loop per tensor dimension, every one unrolled (register
+        indices are then constants)."""
+        ext = what.domain_map().reverse().flatten_range().set_tuple_name(isl.dim_type.out, name)
+        rank = what.dim(isl.dim_type.out)
+        dims = [f"s{k}" for k in range(what.dim(isl.dim_type.in_))] + [f"a{k}" for k in range(rank)]
+        tup = f"{name}[{', '.join(dims)}]"
+        band = isl.MultiUnionPwAff.read_from_str(
+            self.ctx, "[" + ", ".join(f"{{ {tup} -> [(a{k})] }}" for k in range(rank)) + "]"
+        )
+        tree = isl.ScheduleNode.from_extension(isl.UnionMap.from_map(ext)).child(0)
+        tree = tree.insert_partial_schedule(band)
+        for k in range(rank):
+            tree = tree.band_member_set_ast_loop_type(k, isl.ast_loop_type.unroll)
+        return tree.root()
+
+    def private_graft(self, scope: _Scope) -> Graft:
+        """The copies around ``scope``: no barriers, only the owning thread touches its elements."""
+        before = tuple(
+            self.private_copy(d.copy_in, _copy_name(COPY_IN, d.buffer.name))
+            for d in scope.promoted
+            if d.copy_in is not None
+        )
+        after = tuple(
+            self.private_copy(d.copy_out, _copy_name(COPY_OUT, d.buffer.name))
+            for d in scope.promoted
+            if d.copy_out is not None
+        )
+        return Graft(scope.path, before, after)
+
+
+def promote_private(
+    sched: isl.Schedule,
+    kernels: Sequence[tuple[Sequence[int], int, Sequence[int]]],
+    scop: Scop,
+    fixed: isl.Set,
+    options,
+    tensors: Mapping[str, TensorInfo],
+    ids: tuple[Sequence[str], Sequence[str], str],
+    shared: Sequence[Sequence[ir.Buffer]] = (),
+) -> tuple[isl.Schedule, Promotion]:
+    """Promote per-thread footprints to private buffers (registers) in every kernel of ``sched``
+    (after shared promotion, whose tensors ``shared`` per kernel it leaves alone).
+
+    Scopes: below each thread-mapped band, at ``private_depth`` (default and minimum: just below
+    the band; a private scope is never above the thread mapping, so it needs no barrier). A group
+    is promoted when its references are affine, its subscripts depend only on the scope's
+    schedule (the block and thread mapping, outer loops) and on loops isl unrolls, no two threads
+    touch one element in one iteration of the block's schedule, one thread reuses an element, and
+    its box has at most :data:`MAX_PRIVATE_ELEMENTS` elements. The owning thread copies in what the
+    group reads and writes back what it writes, around the scope (loops unrolled)."""
+    p = _PrivatePromoter(scop, fixed, options, tensors, ids)
+    scopes: list[_Scope] = []
+    for i, (start, _, _) in enumerate(kernels):
+        in_shared = {b.tensor for b in shared[i]} if i < len(shared) else set()
+        for fpath in _thread_filters(_at(sched, start), p.thread_ids):
+            band = _at(sched, fpath).child(0)  # the thread-mapped band
+            below = band.get_schedule_depth() + band.band_n_member()
+            depth = below if options.private_depth is None else max(options.private_depth, below)
+            if options.private_depth is not None and options.private_depth < below:
+                p.decisions.append(
+                    f"private: depth {options.private_depth} raised to {below} (below the thread mapping)"
+                )
+            threads = (
+                band.get_prefix_schedule_union_map().project_out_all_params(),
+                band.child(0).get_prefix_schedule_union_map().project_out_all_params(),
+            )
+            sched, paths = _scopes(sched, [*fpath, 0, 0], depth, p.thread_ids, p.thread0)
+            for path in paths:
+                scopes.append(p.analyse_private(_at(sched, path), i, depth, threads, in_shared))
+    grafts = [p.private_graft(scope) for scope in scopes if scope.promoted]
+    buffers: list[list[ir.Buffer]] = [[] for _ in kernels]
+    accesses: dict[tuple[str, str], Promoted] = {}
+    copies: dict[str, Copy] = {}
+    for scope in scopes:
+        for d in scope.promoted:
+            buffers[scope.kernel].append(d.buffer)
+            accesses.update(d.accesses)
+            for prefix, what, back in ((COPY_IN, d.copy_in, False), (COPY_OUT, d.copy_out, True)):
+                if what is not None:
+                    stmt = _copy_name(prefix, d.buffer.name)
+                    n = what.dim(isl.dim_type.in_)
+                    copies[stmt] = Copy(stmt, d.buffer.name, d.buffer.tensor, back, n, d.offsets, d.strides)
     return sched, Promotion(
         tuple(tuple(b) for b in buffers), accesses, copies, tuple(grafts), tuple(p.decisions)
     )

@@ -115,6 +115,12 @@ CUDA_OPTIONS = {
     .shared_depth(3)
     .unroll(4)
     .unroll_copy_shared(True),
+    "private": MappingOptions("naive")
+    .tile(4, 8, 2)
+    .map_to_blocks(3, 2)
+    .map_to_threads(4, 2)
+    .unroll(4)
+    .use_private_memory(True),
 }
 
 

@@ -117,20 +117,21 @@ def test_suite_kernel_compiles_to_ptx(name: str, dtype: str, option: str, which:
     _compile(ks, f"{name}_{dtype}_{option}.cu")
 
 
-PROMOTED = ("shared", "shared-deep")
+PROMOTED = ("shared", "shared-deep", "private")
 
 
 @pytest.mark.parametrize(
     "name, option",
     [
-        pytest.param(k.name, o, marks=() if i % 2 == j else (pytest.mark.full,))
+        pytest.param(k.name, o, marks=() if i % len(PROMOTED) == j else (pytest.mark.full,))
         for i, k in enumerate(suite.SUITE.values())
         for j, o in enumerate(PROMOTED)
     ],
 )
 def test_promoted_suite_kernel_compiles_to_ptx(name: str, option: str) -> None:
-    """Shared-memory buffers as static ``__shared__`` arrays, copies, barriers and ``__ldg``
-    compile; a kernel that promotes something uses shared memory in its PTX."""
+    """Shared-memory buffers as static ``__shared__`` arrays, private ones as local arrays,
+    copies, barriers and ``__ldg`` compile; a kernel that promotes something to shared memory uses
+    it in its PTX."""
     k = suite.get(name)
     ks = _lower(k.checked, k.small_sizes[1], option)
     ptx = _compile(ks, f"{name}_{option}.cu")

@@ -375,12 +375,21 @@ SPACE = search_space("cuda-emulated")
 
 @st.composite
 def promoted_points(draw) -> MappingOptions:
-    """A point of the CUDA search space with shared memory on, at a random depth and budget."""
+    """A point of the CUDA search space with shared memory, registers or both, at random depths
+    (the private one no shallower than the shared one) and budget: with both, registers get only
+    what shared memory leaves, so each alone too."""
     options = SPACE.decode([draw(st.integers(0, len(p.choices) - 1)) for p in SPACE.parameters])
+    kind = draw(st.sampled_from(("shared", "private", "both")))
+    shared = draw(st.sampled_from((None, 0, 1, 2, 3, 4, 6)))
+    private = draw(st.sampled_from((None, 0, 2, 4, 5, 7, 9)))
+    if shared is not None and private is not None and private < shared:
+        private = None
     return (
-        options.use_shared_memory(True)
-        .shared_depth(draw(st.sampled_from((None, 0, 1, 2, 3, 4, 6))))
+        options.use_shared_memory(kind != "private")
+        .use_private_memory(kind != "shared")
+        .shared_depth(shared)
         .max_shared_memory(draw(st.sampled_from((None, 256, 4096))))
+        .private_depth(private)
     )
 
 
