@@ -45,10 +45,10 @@ import islpy as isl
 
 from ..polyhedral.errors import TCInternalError
 from ..polyhedral.lang import ast as A
-from ..polyhedral.lang.checked import CheckedStatement
 from ..polyhedral.lang.ranges import affine_form
 from ..polyhedral.schedule import bands, check_legality
 from ..polyhedral.scop import Dependences, Scop
+from .defaults import outer_product_shaped
 
 __all__ = [
     "MIN_PARALLEL_WORK",
@@ -58,7 +58,6 @@ __all__ = [
     "initialised_in_place",
     "loop_mark",
     "map_cpu",
-    "outer_product_shaped",
 ]
 
 #: Reduction loops of at most this many iterations (together) are unrolled inside the vector loop.
@@ -730,10 +729,11 @@ def initialised_in_place(scop: Scop) -> frozenset[str]:
     loop nest (:func:`hoist_initialisations`' ``windows``): pooling windows, where every operand
     moves with every output index (max pooling's ``I(n, c, 2 * h + r_kh, 2 * w + r_kw)``: no
     operand is shared between outputs, no register tile applies), and contractions without the
-    outer-product form (:func:`outer_product_shaped`), whose dot-product register tile holds
-    few partial sums over so short a reduction: kronecker3's first product (16 terms) ran in
-    0.85x eager's time so, 1.08x with its tile (one thread). Short contractions with the
-    outer-product form (a matrix product with K = 16) are faster with their register tile."""
+    outer-product form (:func:`~tcjit.mapping.defaults.outer_product_shaped`), whose
+    dot-product register tile holds few partial sums over so short a reduction: kronecker3's
+    first product (16 terms) ran in 0.85x eager's time so, 1.08x with its tile (one thread).
+    Short contractions with the outer-product form (a matrix product with K = 16) are faster
+    with their register tile."""
     out = set()
     for st in scop.statements:
         src = st.source
@@ -744,23 +744,6 @@ def initialised_in_place(scop: Scop) -> frozenset[str]:
         if window or not outer_product_shaped(src):
             out.add(st.name)
     return frozenset(out)
-
-
-def outer_product_shaped(st: CheckedStatement) -> bool:
-    """Whether the output's last subscript is a plain index ``j`` that every operand mentioning
-    ``j`` has as its plain last subscript: the vector loop along ``j`` then reads whole vectors
-    of every operand or broadcasts it (``C(m, n) += A(m, k) * B(k, n)``)."""
-    if not st.lhs_vars or not st.plain_lhs:
-        return False
-    j = st.lhs_vars[-1]
-    if not (isinstance(st.lhs[-1], A.Ident) and st.lhs[-1].name == j):
-        return False
-    for a in A.walk(st.rhs):
-        if isinstance(a, A.Access):
-            where = [k for k, e in enumerate(a.args) if j in A.index_vars(e)]
-            if where and (where != [len(a.args) - 1] or not isinstance(a.args[-1], A.Ident)):
-                return False
-    return True
 
 
 def _beside_leaves(sequence: isl.ScheduleNode) -> bool:

@@ -28,11 +28,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..polyhedral.lang import ast as A
-from ..polyhedral.lang.checked import CheckedDef
-from .cpu import outer_product_shaped
+from ..polyhedral.lang.checked import CheckedDef, CheckedStatement
 from .options import MappingOptions
 
-__all__ = ["default_options", "is_gemm_shaped"]
+__all__ = ["default_options", "is_gemm_shaped", "outer_product_shaped"]
 
 
 def default_options(cdef: CheckedDef, sizes: Mapping[str, int], target: str) -> MappingOptions:
@@ -49,7 +48,7 @@ def default_options(cdef: CheckedDef, sizes: Mapping[str, int], target: str) -> 
 
 def is_gemm_shaped(cdef: CheckedDef) -> bool:
     """Whether ``cdef`` is one ``+=`` contraction over one reduction variable, of at least two
-    operands, in the outer-product form (:func:`~tcjit.mapping.cpu.outer_product_shaped`)."""
+    operands, in the outer-product form (:func:`outer_product_shaped`)."""
     if len(cdef.statements) != 1:
         return False
     st = cdef.statements[0]
@@ -58,3 +57,20 @@ def is_gemm_shaped(cdef: CheckedDef) -> bool:
     accesses = [a for a in A.walk(st.rhs) if isinstance(a, A.Access)]
     (k,) = st.reduction_vars
     return len(accesses) >= 2 and outer_product_shaped(st) and any(k in A.index_vars(a) for a in accesses)
+
+
+def outer_product_shaped(st: CheckedStatement) -> bool:
+    """Whether the output's last subscript is a plain index ``j`` that every operand mentioning
+    ``j`` has as its plain last subscript: the vector loop along ``j`` then reads whole vectors
+    of every operand or broadcasts it (``C(m, n) += A(m, k) * B(k, n)``)."""
+    if not st.lhs_vars or not st.plain_lhs:
+        return False
+    j = st.lhs_vars[-1]
+    if not (isinstance(st.lhs[-1], A.Ident) and st.lhs[-1].name == j):
+        return False
+    for a in A.walk(st.rhs):
+        if isinstance(a, A.Access):
+            where = [k for k, e in enumerate(a.args) if j in A.index_vars(e)]
+            if where and (where != [len(a.args) - 1] or not isinstance(a.args[-1], A.Ident)):
+                return False
+    return True
