@@ -37,10 +37,10 @@ from dataclasses import dataclass, field, replace
 import islpy as isl
 
 from ..polyhedral.errors import TCInternalError
-from ..polyhedral.schedule import bands
+from ..polyhedral.schedule import bands, node_at, node_path
 from ..polyhedral.scop import Dependences, Scop
 from . import ir
-from .cpu import _has_band_below, _spread
+from .cpu import _has_band_below, _leading_coincident, _spread
 from .cpu import _statements_of as _names
 from .promotion import Copy, Graft, Promoted, TensorInfo, apply_grafts, promote_private, promote_shared
 
@@ -119,22 +119,6 @@ def _kernel_roots(sched: isl.Schedule) -> list[isl.ScheduleNode]:
     return [top]
 
 
-def _path(node: isl.ScheduleNode) -> list[int]:
-    """Child positions from the root down to ``node`` (to find it again in an edited tree)."""
-    out = []
-    while node.has_parent():
-        out.append(node.get_child_position())
-        node = node.parent()
-    return list(reversed(out))
-
-
-def _at(sched: isl.Schedule, path: Sequence[int]) -> isl.ScheduleNode:
-    node = sched.get_root()
-    for i in path:
-        node = node.child(i)
-    return node
-
-
 def _first_band(node: isl.ScheduleNode) -> isl.ScheduleNode | None:
     """The first band at or below ``node`` along single-child nodes (None at a branch or leaf)."""
     while not _is(node, isl.schedule_node_type.band):
@@ -142,13 +126,6 @@ def _first_band(node: isl.ScheduleNode) -> isl.ScheduleNode | None:
             return None
         node = node.child(0)
     return node
-
-
-def _leading_coincident(band: isl.ScheduleNode) -> int:
-    n = 0
-    while n < band.band_n_member() and band.band_member_get_coincident(n):
-        n += 1
-    return n
 
 
 def _id_filter(band: isl.ScheduleNode, member: int, size: int, name: str) -> isl.UnionSet:
@@ -183,14 +160,14 @@ class _Mapper:
     def map_blocks(self, sched, path, grid_opt) -> tuple[isl.Schedule, list[int], list[int] | None]:
         """Map the kernel at ``path``'s outermost band to blocks; the new tree, the per-id option
         sizes used, and the path of the band (None if the kernel has no band)."""
-        band = _first_band(_at(sched, path))
+        band = _first_band(node_at(sched, path))
         if band is None:
-            self.decisions.append(f"blocks: none (no band) for {_names(_at(sched, path))}")
+            self.decisions.append(f"blocks: none (no band) for {_names(node_at(sched, path))}")
             return sched, [], None
         n = min(_leading_coincident(band), len(grid_opt), 3)
         if n == 0:
             self.decisions.append(f"blocks: none (no coincident outer member) for {_names(band)}")
-            return sched, [], _path(band)
+            return sched, [], node_path(band)
         filt = band.get_domain()
         for i in range(n):
             filt = filt.intersect(_id_filter(band, i, grid_opt[i], BLOCK_IDS[i]))
@@ -198,7 +175,7 @@ class _Mapper:
             f"blocks: members 0..{n - 1} of the band over {_names(band)} -> "
             + ", ".join(f"{'xyz'[i]} ({grid_opt[i]})" for i in range(n))
         )
-        band_path = _path(band)
+        band_path = node_path(band)
         node = band.insert_filter(filt)  # the band is now this filter's child
         return node.get_schedule(), list(grid_opt[:n]), [*band_path, 0]
 
@@ -206,7 +183,7 @@ class _Mapper:
     def map_threads(self, sched, block_path, kernel_path, block_opt) -> tuple[isl.Schedule, int]:
         """Map the innermost band with a coincident member on every path below the block band to
         threads; paths without one run on thread 0. Returns the tree and the thread dims used."""
-        start = _at(sched, block_path) if block_path is not None else _at(sched, kernel_path)
+        start = node_at(sched, block_path) if block_path is not None else node_at(sched, kernel_path)
         leaves: list[list[int]] = []  # paths of the bands to map, innermost first per branch
         unmapped: list[list[int]] = []  # paths of the subtrees that run on thread 0
 
@@ -219,7 +196,7 @@ class _Mapper:
                     return True
                 if under_block_band or _leading_coincident(node) == 0:
                     return False  # never the block band itself: nested bands are not both mapped
-                leaves.append(_path(node))
+                leaves.append(node_path(node))
                 return True
             if node.n_children() == 0:
                 return False
@@ -228,23 +205,25 @@ class _Mapper:
                 if any(results):
                     for i, r in enumerate(results):
                         if not r:
-                            unmapped.append(_path(node.child(i)))
+                            unmapped.append(node_path(node.child(i)))
                     return True
                 return False
             return visit(node.child(0), False)
 
         found = visit(start, block_path is not None)
         if not found:
-            unmapped.append(_path(start.child(0) if block_path is not None and start.n_children() else start))
+            unmapped.append(
+                node_path(start.child(0) if block_path is not None and start.n_children() else start)
+            )
         # a sequence's children are filters: the thread-0 mark goes below them (and below the sync
         # marks that may come later). A mark, not a filter 't = 0': isl would hoist the filter's
         # condition above the sync marks, and a barrier under a thread condition deadlocks.
-        unmapped = [[*p, 0] if _is(_at(sched, p), isl.schedule_node_type.filter) else p for p in unmapped]
+        unmapped = [[*p, 0] if _is(node_at(sched, p), isl.schedule_node_type.filter) else p for p in unmapped]
         used = 0
         # edit bottom-up so that earlier paths stay valid: deeper and later paths first
         edits = [(p, "map") for p in leaves] + [(p, "zero") for p in unmapped]
         for p, what in sorted(edits, key=lambda e: e[0], reverse=True):
-            node = _at(sched, p)
+            node = node_at(sched, p)
             if what == "zero":
                 self.threads.append(_constant_ids(node.get_domain()))
                 node = node.insert_mark(isl.Id(THREAD0_MARK, context=node.get_ctx()))
@@ -290,7 +269,7 @@ class _Mapper:
         for band in bands(sched):
             if _has_band_below(band):
                 continue
-            node = _at(sched, _path(band))
+            node = node_at(sched, node_path(band))
             total, done = 1, []
             for j in reversed(range(node.band_n_member())):
                 spread = _spread(node, j)
@@ -332,16 +311,18 @@ class _Mapper:
                         dst = dst.union(node.child(j).get_domain())
                     if self._crosses(src, dst, ids):
                         why = f"after child {i} of a sequence over {_names(node)}"
-                        marks.append(([*_path(node), i, 0], why))
+                        marks.append(([*node_path(node), i, 0], why))
             elif _is(node, isl.schedule_node_type.band) and node.n_children() == 1:
                 carried = not all(node.band_member_get_coincident(j) for j in range(node.band_n_member()))
                 dom = node.get_domain()
                 if carried and self._crosses(dom, dom, ids):
-                    marks.append(([*_path(node), 0], f"after each iteration of the band over {_names(node)}"))
+                    marks.append(
+                        ([*node_path(node), 0], f"after each iteration of the band over {_names(node)}")
+                    )
             for i in range(node.n_children()):
                 visit(node.child(i))
 
-        visit(_at(sched, start))
+        visit(node_at(sched, start))
         grafts = []
         for path, why in sorted(marks, key=lambda m: m[0], reverse=True):
             # A statement of its own, run by every thread once per iteration of the loops around
@@ -349,7 +330,7 @@ class _Mapper:
             # conditions isl derives from the thread filters below it.
             name = f"{SYNC_PREFIX}{self.syncs}"
             self.syncs += 1
-            outer = _at(sched, path).get_prefix_schedule_union_map().range()
+            outer = node_at(sched, path).get_prefix_schedule_union_map().range()
             stmt = isl.UnionSet.from_set(isl.Set.read_from_str(sched.get_ctx(), f"{{ {name}[] }}"))
             tree = isl.ScheduleNode.from_extension(isl.UnionMap.from_domain_and_range(outer, stmt))
             grafts.append(Graft(tuple(path), (), (tree,), rank=1))
@@ -426,7 +407,7 @@ def map_gpu(
     m = _Mapper(deps, fixed)
     grid_opt = list(options.map_to_blocks)
     block_opt = list(options.map_to_threads)
-    roots = [_path(r) for r in _kernel_roots(sched)]
+    roots = [node_path(r) for r in _kernel_roots(sched)]
     per_kernel = []
     # later kernels first: editing one kernel's subtree leaves the earlier ones' paths intact
     for path in reversed(roots):
@@ -444,7 +425,7 @@ def map_gpu(
         sched = m.unroll(sched, options.unroll)
     kernels = []
     for path, _, grid_used, threads_used, mapped, _ in per_kernel:
-        node = _at(sched, path)
+        node = node_at(sched, path)
         domain = node.child(0).get_domain() if _is(node, isl.schedule_node_type.filter) else node.get_domain()
         grid, _ = _tighten(sched, domain, fixed, grid_used, [])
         block = (1, 1, 1)

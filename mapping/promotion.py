@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from ..polyhedral.errors import TCInternalError
+from ..polyhedral.schedule import node_at, node_path
 from ..polyhedral.scop import Access, Scop
 from . import ir
 
@@ -138,7 +139,7 @@ def apply_grafts(sched: isl.Schedule, grafts: Sequence[Graft]) -> isl.Schedule:
     """``sched`` with ``grafts`` applied, deepest and latest paths first so that the paths of the
     others stay valid (a graft only inserts nodes above the node at its path)."""
     for g in sorted(grafts, key=lambda g: (g.path, g.rank), reverse=True):
-        node = _at(sched, g.path)
+        node = node_at(sched, g.path)
         for tree in g.before:
             node = node.graft_before(tree)
         for tree in reversed(g.after):
@@ -150,21 +151,6 @@ def apply_grafts(sched: isl.Schedule, grafts: Sequence[Graft]) -> isl.Schedule:
 # ------------------------------------------------------------------------------------ isl helpers
 def _is(node: isl.ScheduleNode, kind) -> bool:
     return node.get_type() == kind
-
-
-def _path(node: isl.ScheduleNode) -> list[int]:
-    out = []
-    while node.has_parent():
-        out.append(node.get_child_position())
-        node = node.parent()
-    return list(reversed(out))
-
-
-def _at(sched: isl.Schedule, path: Sequence[int]) -> isl.ScheduleNode:
-    node = sched.get_root()
-    for i in path:
-        node = node.child(i)
-    return node
 
 
 def _maps(um: isl.UnionMap) -> list[isl.Map]:
@@ -324,7 +310,7 @@ def _scopes(sched: isl.Schedule, start: Sequence[int], depth: int, thread_ids: S
     stack = [list(start)]
     while stack:
         path = stack.pop()
-        node = _at(sched, path)
+        node = node_at(sched, path)
         d = node.get_schedule_depth()
         if _is(node, isl.schedule_node_type.band):
             n = node.band_n_member()
@@ -356,7 +342,7 @@ def _earlier(node: isl.ScheduleNode, stop: int) -> tuple[bool, bool]:
     """Whether something runs before and after ``node`` in its kernel (whose root is ``stop``
     nodes deep): a sequence or set above it, below the root, where it is not the first or last."""
     before = after = False
-    while node.has_parent() and len(_path(node)) > stop:
+    while node.has_parent() and len(node_path(node)) > stop:
         parent = node.parent()
         if _is(parent, isl.schedule_node_type.sequence) or _is(parent, isl.schedule_node_type.set):
             pos = node.get_child_position()
@@ -508,7 +494,7 @@ class _Promoter:
             d = self._decide(g, scoped, outer, bands, depth, block, budget)
             if d is not None:
                 promoted.append(d)
-        return _Scope(tuple(_path(node)), kernel, outer, before, again, tuple(promoted))
+        return _Scope(tuple(node_path(node)), kernel, outer, before, again, tuple(promoted))
 
     def _decide(self, g: _Group, scoped, outer, bands, depth, block, budget) -> _Decision | None:
         stmts = sorted({r.access.statement for r in g.refs})
@@ -540,20 +526,9 @@ class _Promoter:
         offsets = tuple(aff_expr(a, names, self.params) for a in box.offsets)
         k = self.named.get(g.tensor, 0)
         name = f"tc_shared_{g.tensor}" + (f"_{k}" if k else "")
-        accesses = {}
-        for r in g.refs:
-            sname = r.access.statement
-            local = [ir.Var(f"i_{d}") for d in self.dims[sname]]
-            at = isl.PwMultiAff.from_map(
-                isl.Map.from_union_map(scoped.intersect_domain(r.tagged.domain_factor_domain().domain()))
-            )
-            exprs = []
-            for off in box.offsets:
-                aff = _single_aff(isl.PwAff.from_aff(off).pullback_pw_multi_aff(at))
-                if aff is None:
-                    return refuse(f"its offset is not affine in the dimensions of {sname}")
-                exprs.append(aff_expr(aff, local, self.params))
-            accesses[(sname, r.access.ref)] = Promoted(name, tuple(exprs), box.strides)
+        accesses = self._redirected(g, box, scoped, name)
+        if isinstance(accesses, str):
+            return refuse(accesses)
         self.named[g.tensor] = k + 1
         budget[0] -= size
         reads = [r for r in g.refs if not r.access.write]
@@ -581,6 +556,25 @@ class _Promoter:
         )
         buf = ir.Buffer(name, g.tensor, "shared", tuple(declared))
         return _Decision(buf, accesses, copy_in, copy_out, offsets, box.strides, box.sizes)
+
+    def _redirected(self, g: _Group, box: _Box, scoped: isl.UnionMap, name: str) -> dict | str:
+        """How each reference of ``g`` reads buffer ``name``: its offsets as functions of its own
+        statement's dimensions; or why not (an offset that is not affine in them)."""
+        accesses = {}
+        for r in g.refs:
+            sname = r.access.statement
+            local = [ir.Var(f"i_{d}") for d in self.dims[sname]]
+            at = isl.PwMultiAff.from_map(
+                isl.Map.from_union_map(scoped.intersect_domain(r.tagged.domain_factor_domain().domain()))
+            )
+            exprs = []
+            for off in box.offsets:
+                aff = _single_aff(isl.PwAff.from_aff(off).pullback_pw_multi_aff(at))
+                if aff is None:
+                    return f"its offset is not affine in the dimensions of {sname}"
+                exprs.append(aff_expr(aff, local, self.params))
+            accesses[(sname, r.access.ref)] = Promoted(name, tuple(exprs), box.strides)
+        return accesses
 
     def _reuse(self, g: _Group, scoped: isl.UnionMap) -> bool:
         """Whether two statement instances, or two references of one, touch one element in one
@@ -742,7 +736,7 @@ def promote_shared(
             p.decisions.append(
                 f"shared: depth {options.shared_depth} raised to {n_block} (the block mapping) in kernel {i}"
             )
-        node = _at(sched, start)
+        node = node_at(sched, start)
         if _is(node, isl.schedule_node_type.filter) and (
             _is(node.parent(), isl.schedule_node_type.sequence)
             or _is(node.parent(), isl.schedule_node_type.set)
@@ -751,7 +745,7 @@ def promote_shared(
         sched, paths = _scopes(sched, start, depth, p.thread_ids, p.thread0)
         budget = [min(DEFAULT_MAX_SHARED_MEMORY, options.max_shared_memory or DEFAULT_MAX_SHARED_MEMORY)]
         for path in paths:
-            scopes.append(p.analyse(_at(sched, path), i, depth, block, budget))
+            scopes.append(p.analyse(node_at(sched, path), i, depth, block, budget))
     grafts = [p.graft(scope, kernels[scope.kernel][2]) for scope in scopes if scope.promoted]
     buffers: list[list[ir.Buffer]] = [[] for _ in kernels]
     accesses: dict[tuple[str, str], Promoted] = {}
@@ -782,7 +776,7 @@ def _thread_filters(node: isl.ScheduleNode, thread_ids: Sequence[str]) -> list[l
 
     def visit(n: isl.ScheduleNode) -> None:
         if _is(n, isl.schedule_node_type.filter) and _mentions(n.filter_get_filter(), thread_ids):
-            out.append(_path(n))
+            out.append(node_path(n))
             return
         for i in range(n.n_children()):
             visit(n.child(i))
@@ -831,7 +825,7 @@ class _PrivatePromoter(_Promoter):
             d = self._decide_private(g, scoped, outer, threads, unrolled, depth, shared)
             if d is not None:
                 promoted.append(d)
-        return _Scope(tuple(_path(node)), kernel, outer, False, False, tuple(promoted))
+        return _Scope(tuple(node_path(node)), kernel, outer, False, False, tuple(promoted))
 
     def _decide_private(self, g: _Group, scoped, outer, threads, unrolled, depth, shared) -> _Decision | None:
         stmts = sorted({r.access.statement for r in g.refs})
@@ -882,20 +876,9 @@ class _PrivatePromoter(_Promoter):
         offsets = tuple(aff_expr(a, names, self.params) for a in box.offsets)
         k = self.named.get(g.tensor, 0)
         name = f"tc_private_{g.tensor}" + (f"_{k}" if k else "")
-        accesses = {}
-        for r in g.refs:
-            sname = r.access.statement
-            local = [ir.Var(f"i_{d}") for d in self.dims[sname]]
-            at = isl.PwMultiAff.from_map(
-                isl.Map.from_union_map(scoped.intersect_domain(r.tagged.domain_factor_domain().domain()))
-            )
-            exprs = []
-            for off in box.offsets:
-                aff = _single_aff(isl.PwAff.from_aff(off).pullback_pw_multi_aff(at))
-                if aff is None:
-                    return refuse(f"its offset is not affine in the dimensions of {sname}")
-                exprs.append(aff_expr(aff, local, self.params))
-            accesses[(sname, r.access.ref)] = Promoted(name, tuple(exprs), box.strides)
+        accesses = self._redirected(g, box, scoped, name)
+        if isinstance(accesses, str):
+            return refuse(accesses)
         self.named[g.tensor] = k + 1
         reads = [r for r in g.refs if not r.access.write]
         writes = [r for r in g.refs if r.access.write]
@@ -967,8 +950,8 @@ def promote_private(
     scopes: list[_Scope] = []
     for i, (start, _, _) in enumerate(kernels):
         in_shared = {b.tensor for b in shared[i]} if i < len(shared) else set()
-        for fpath in _thread_filters(_at(sched, start), p.thread_ids):
-            band = _at(sched, fpath).child(0)  # the thread-mapped band
+        for fpath in _thread_filters(node_at(sched, start), p.thread_ids):
+            band = node_at(sched, fpath).child(0)  # the thread-mapped band
             below = band.get_schedule_depth() + band.band_n_member()
             depth = below if options.private_depth is None else max(options.private_depth, below)
             if options.private_depth is not None and options.private_depth < below:
@@ -981,7 +964,7 @@ def promote_private(
             )
             sched, paths = _scopes(sched, [*fpath, 0, 0], depth, p.thread_ids, p.thread0)
             for path in paths:
-                scopes.append(p.analyse_private(_at(sched, path), i, depth, threads, in_shared))
+                scopes.append(p.analyse_private(node_at(sched, path), i, depth, threads, in_shared))
     grafts = [p.private_graft(scope) for scope in scopes if scope.promoted]
     buffers: list[list[ir.Buffer]] = [[] for _ in kernels]
     accesses: dict[tuple[str, str], Promoted] = {}

@@ -33,7 +33,7 @@ import islpy as isl
 from .errors import TCInternalError
 from .scop import Dependences, Scop
 
-__all__ = ["FUSION_STRATEGIES", "bands", "check_legality", "schedule", "tile"]
+__all__ = ["FUSION_STRATEGIES", "bands", "check_legality", "node_at", "node_path", "schedule", "tile"]
 
 FUSION_STRATEGIES = ("Max", "Preserve3Coincident", "Min")
 
@@ -112,6 +112,23 @@ def check_legality(sched: isl.Schedule, deps: Dependences, *, sizes: Mapping[str
         bad = d.subtract(positive)
         if not bad.is_empty():
             raise TCInternalError(f"schedule violates dependences: distance vectors {bad} are not positive")
+
+
+def node_path(node: isl.ScheduleNode) -> list[int]:
+    """Child positions from the root down to ``node`` (to find it again in an edited tree)."""
+    out = []
+    while node.has_parent():
+        out.append(node.get_child_position())
+        node = node.parent()
+    return list(reversed(out))
+
+
+def node_at(sched: isl.Schedule, path: Sequence[int]) -> isl.ScheduleNode:
+    """The node of ``sched`` at ``path`` (:func:`node_path`)."""
+    node = sched.get_root()
+    for i in path:
+        node = node.child(i)
+    return node
 
 
 def bands(sched: isl.Schedule, *, outermost: bool = False) -> list[isl.ScheduleNode]:
