@@ -475,26 +475,31 @@ class _Promoter:
 
     # ------------------------------------------------------------------------------- analysis
     def analyse(self, node: isl.ScheduleNode, kernel: int, depth: int, block, budget: list[int]) -> _Scope:
-        prefix = node.get_prefix_schedule_union_map()
-        outer = prefix.range()
-        scoped = prefix.project_out_all_params()  # instance -> scope point, every block
-        domain = scoped.domain()
+        outer, scoped, order = self._scope_groups(node)  # scoped: instance -> scope point, every block
         before, after = _earlier(node, 2)
         again = after or not _once_per_block(outer, self.block_ids)
-        refs = []
-        for acc, rel in self.refs:
-            inside = rel.intersect_domain(rel.domain().unwrap().intersect_domain(domain).wrap())
-            if inside.is_empty():
-                continue
-            refs.append(_Ref(acc, inside, scoped.reverse().apply_range(inside.domain_factor_domain())))
         bands = self._thread_bands(node)
-        order = sorted(_groups(refs), key=lambda g: (-len(g.refs), g.tensor, g.refs[0].access.ref))
         promoted = []
         for g in order:
             d = self._decide(g, scoped, outer, bands, depth, block, budget)
             if d is not None:
                 promoted.append(d)
         return _Scope(tuple(node_path(node)), kernel, outer, before, again, tuple(promoted))
+
+    def _scope_groups(self, node: isl.ScheduleNode) -> tuple[isl.UnionSet, isl.UnionMap, list[_Group]]:
+        """The scope at ``node``: its outer schedule's points, the map from statement instances to
+        them, and the groups of the references inside, those with more references first."""
+        prefix = node.get_prefix_schedule_union_map()
+        scoped = prefix.project_out_all_params()
+        domain = scoped.domain()
+        refs = []
+        for acc, rel in self.refs:
+            inside = rel.intersect_domain(rel.domain().unwrap().intersect_domain(domain).wrap())
+            if inside.is_empty():
+                continue
+            refs.append(_Ref(acc, inside, scoped.reverse().apply_range(inside.domain_factor_domain())))
+        order = sorted(_groups(refs), key=lambda g: (-len(g.refs), g.tensor, g.refs[0].access.ref))
+        return prefix.range(), scoped, order
 
     def _decide(self, g: _Group, scoped, outer, bands, depth, block, budget) -> _Decision | None:
         stmts = sorted({r.access.statement for r in g.refs})
@@ -808,18 +813,8 @@ class _PrivatePromoter(_Promoter):
     def analyse_private(self, node: isl.ScheduleNode, kernel: int, depth: int, threads, shared):
         """The private decisions of the scope at ``node``; ``threads`` maps an instance to (the
         block's schedule above the thread-mapped band, the band's point: its thread)."""
-        prefix = node.get_prefix_schedule_union_map()
-        outer = prefix.range()
-        scoped = prefix.project_out_all_params()  # instance -> scope point: one thread's iteration
-        domain = scoped.domain()
-        refs = []
-        for acc, rel in self.refs:
-            inside = rel.intersect_domain(rel.domain().unwrap().intersect_domain(domain).wrap())
-            if inside.is_empty():
-                continue
-            refs.append(_Ref(acc, inside, scoped.reverse().apply_range(inside.domain_factor_domain())))
+        outer, scoped, order = self._scope_groups(node)  # scoped: instance -> one thread's iteration
         unrolled = _unrolled_members(node)
-        order = sorted(_groups(refs), key=lambda g: (-len(g.refs), g.tensor, g.refs[0].access.ref))
         promoted = []
         for g in order:
             d = self._decide_private(g, scoped, outer, threads, unrolled, depth, shared)
