@@ -527,14 +527,10 @@ class _Promoter:
         uncoalesced = [r.access.ref for r in g.refs if not self._coalesced(r, bands)]
         if not reuse and not uncoalesced:
             return refuse("no reuse, coalesced")
-        names = [ir.Var(f"s{k}") for k in range(footprint.dim(isl.dim_type.in_))]
-        offsets = tuple(aff_expr(a, names, self.params) for a in box.offsets)
-        k = self.named.get(g.tensor, 0)
-        name = f"tc_shared_{g.tensor}" + (f"_{k}" if k else "")
-        accesses = self._redirected(g, box, scoped, name)
-        if isinstance(accesses, str):
-            return refuse(accesses)
-        self.named[g.tensor] = k + 1
+        named = self._buffer(g, box, footprint, scoped, "shared")
+        if isinstance(named, str):
+            return refuse(named)
+        name, offsets, accesses = named
         budget[0] -= size
         reads = [r for r in g.refs if not r.access.write]
         writes = [r for r in g.refs if r.access.write]
@@ -561,6 +557,19 @@ class _Promoter:
         )
         buf = ir.Buffer(name, g.tensor, "shared", tuple(declared))
         return _Decision(buf, accesses, copy_in, copy_out, offsets, box.strides, box.sizes)
+
+    def _buffer(self, g: _Group, box: _Box, footprint: isl.Map, scoped: isl.UnionMap, kind: str):
+        """The buffer of ``kind`` (``"shared"``, ``"private"``) for group ``g``: its name (numbered
+        per tensor), the box's offsets as functions of the scope's points ``s0, s1...``, and how
+        each reference reads it; or why not."""
+        k = self.named.get(g.tensor, 0)
+        name = f"tc_{kind}_{g.tensor}" + (f"_{k}" if k else "")
+        accesses = self._redirected(g, box, scoped, name)
+        if isinstance(accesses, str):
+            return accesses
+        self.named[g.tensor] = k + 1
+        names = [ir.Var(f"s{k}") for k in range(footprint.dim(isl.dim_type.in_))]
+        return name, tuple(aff_expr(a, names, self.params) for a in box.offsets), accesses
 
     def _redirected(self, g: _Group, box: _Box, scoped: isl.UnionMap, name: str) -> dict | str:
         """How each reference of ``g`` reads buffer ``name``: its offsets as functions of its own
@@ -644,10 +653,10 @@ class _Promoter:
         stmt = isl.UnionSet.from_set(isl.Set.read_from_str(self.ctx, f"{{ {name}[] }}"))
         return isl.ScheduleNode.from_extension(isl.UnionMap.from_domain_and_range(outer, stmt))
 
-    def copy(self, what: isl.Map, name: str, d: _Decision, block: Sequence[int]) -> isl.ScheduleNode:
-        """The extension tree of copy statement ``name`` over ``what`` (scope point -> elements):
-        instances ``name[s, a]``, a loop per tensor dimension, the innermost on threadIdx.x
-        (element ``offset + k`` of the box on thread ``k`` modulo the block)."""
+    def _copy_band(self, what: isl.Map, name: str) -> tuple[isl.ScheduleNode, int, str]:
+        """The extension tree of copy statement ``name`` over ``what`` (scope point -> elements),
+        at its band of one loop per tensor dimension; the rank and the instances' tuple
+        ``name[s.., a..]`` (isl text)."""
         ext = what.domain_map().reverse().flatten_range().set_tuple_name(isl.dim_type.out, name)
         rank = what.dim(isl.dim_type.out)
         dims = [f"s{k}" for k in range(what.dim(isl.dim_type.in_))] + [f"a{k}" for k in range(rank)]
@@ -656,7 +665,13 @@ class _Promoter:
             self.ctx, "[" + ", ".join(f"{{ {tup} -> [(a{k})] }}" for k in range(rank)) + "]"
         )
         tree = isl.ScheduleNode.from_extension(isl.UnionMap.from_map(ext)).child(0)
-        tree = tree.insert_partial_schedule(band)
+        return tree.insert_partial_schedule(band), rank, tup
+
+    def copy(self, what: isl.Map, name: str, d: _Decision, block: Sequence[int]) -> isl.ScheduleNode:
+        """The extension tree of copy statement ``name`` over ``what`` (scope point -> elements):
+        instances ``name[s, a]``, a loop per tensor dimension, the innermost on threadIdx.x
+        (element ``offset + k`` of the box on thread ``k`` modulo the block)."""
+        tree, rank, tup = self._copy_band(what, name)
         cons = []
         for j, (t, n) in enumerate(zip(self.thread_ids, block)):
             k = rank - 1 - j  # innermost dimension on x
@@ -752,22 +767,24 @@ def promote_shared(
         for path in paths:
             scopes.append(p.analyse(node_at(sched, path), i, depth, block, budget))
     grafts = [p.graft(scope, kernels[scope.kernel][2]) for scope in scopes if scope.promoted]
-    buffers: list[list[ir.Buffer]] = [[] for _ in kernels]
+    return sched, _promotion(len(kernels), scopes, grafts, p.decisions)
+
+
+def _promotion(n_kernels: int, scopes: Sequence[_Scope], grafts, decisions) -> Promotion:
+    """What a pass promoted: the buffers per kernel, the redirected references and the copies."""
+    buffers: list[list[ir.Buffer]] = [[] for _ in range(n_kernels)]
     accesses: dict[tuple[str, str], Promoted] = {}
     copies: dict[str, Copy] = {}
     for scope in scopes:
         for d in scope.promoted:
             buffers[scope.kernel].append(d.buffer)
             accesses.update(d.accesses)
-            name = d.buffer.name
             for prefix, what, back in ((COPY_IN, d.copy_in, False), (COPY_OUT, d.copy_out, True)):
                 if what is not None:
+                    stmt = _copy_name(prefix, d.buffer.name)
                     n = what.dim(isl.dim_type.in_)
-                    stmt = _copy_name(prefix, name)
-                    copies[stmt] = Copy(stmt, name, d.buffer.tensor, back, n, d.offsets, d.strides)
-    return sched, Promotion(
-        tuple(tuple(b) for b in buffers), accesses, copies, tuple(grafts), tuple(p.decisions)
-    )
+                    copies[stmt] = Copy(stmt, d.buffer.name, d.buffer.tensor, back, n, d.offsets, d.strides)
+    return Promotion(tuple(tuple(b) for b in buffers), accesses, copies, tuple(grafts), tuple(decisions))
 
 
 # ======================================================================== private (registers)
@@ -867,14 +884,10 @@ class _PrivatePromoter(_Promoter):
             return refuse(box)
         if math.prod(box.sizes) > MAX_PRIVATE_ELEMENTS:
             return refuse(f"{math.prod(box.sizes)} elements, more than {MAX_PRIVATE_ELEMENTS}")
-        names = [ir.Var(f"s{k}") for k in range(footprint.dim(isl.dim_type.in_))]
-        offsets = tuple(aff_expr(a, names, self.params) for a in box.offsets)
-        k = self.named.get(g.tensor, 0)
-        name = f"tc_private_{g.tensor}" + (f"_{k}" if k else "")
-        accesses = self._redirected(g, box, scoped, name)
-        if isinstance(accesses, str):
-            return refuse(accesses)
-        self.named[g.tensor] = k + 1
+        named = self._buffer(g, box, footprint, scoped, "private")
+        if isinstance(named, str):
+            return refuse(named)
+        name, offsets, accesses = named
         reads = [r for r in g.refs if not r.access.write]
         writes = [r for r in g.refs if r.access.write]
         # exactly the elements read (in) and written (out): the accesses stay inside the tensor
@@ -893,15 +906,7 @@ class _PrivatePromoter(_Promoter):
         """The extension tree of private copy ``name`` over ``what`` (scope point -> elements): run
         by the owning thread alone, a loop per tensor dimension, every one unrolled (register
         indices are then constants)."""
-        ext = what.domain_map().reverse().flatten_range().set_tuple_name(isl.dim_type.out, name)
-        rank = what.dim(isl.dim_type.out)
-        dims = [f"s{k}" for k in range(what.dim(isl.dim_type.in_))] + [f"a{k}" for k in range(rank)]
-        tup = f"{name}[{', '.join(dims)}]"
-        band = isl.MultiUnionPwAff.read_from_str(
-            self.ctx, "[" + ", ".join(f"{{ {tup} -> [(a{k})] }}" for k in range(rank)) + "]"
-        )
-        tree = isl.ScheduleNode.from_extension(isl.UnionMap.from_map(ext)).child(0)
-        tree = tree.insert_partial_schedule(band)
+        tree, rank, _ = self._copy_band(what, name)
         for k in range(rank):
             tree = tree.band_member_set_ast_loop_type(k, isl.ast_loop_type.unroll)
         return tree.root()
@@ -961,18 +966,4 @@ def promote_private(
             for path in paths:
                 scopes.append(p.analyse_private(node_at(sched, path), i, depth, threads, in_shared))
     grafts = [p.private_graft(scope) for scope in scopes if scope.promoted]
-    buffers: list[list[ir.Buffer]] = [[] for _ in kernels]
-    accesses: dict[tuple[str, str], Promoted] = {}
-    copies: dict[str, Copy] = {}
-    for scope in scopes:
-        for d in scope.promoted:
-            buffers[scope.kernel].append(d.buffer)
-            accesses.update(d.accesses)
-            for prefix, what, back in ((COPY_IN, d.copy_in, False), (COPY_OUT, d.copy_out, True)):
-                if what is not None:
-                    stmt = _copy_name(prefix, d.buffer.name)
-                    n = what.dim(isl.dim_type.in_)
-                    copies[stmt] = Copy(stmt, d.buffer.name, d.buffer.tensor, back, n, d.offsets, d.strides)
-    return sched, Promotion(
-        tuple(tuple(b) for b in buffers), accesses, copies, tuple(grafts), tuple(p.decisions)
-    )
+    return sched, _promotion(len(kernels), scopes, grafts, p.decisions)
