@@ -436,26 +436,20 @@ def map_gpu(
     accesses: Mapping[tuple[str, str], Promoted] = {}
     copies: Mapping[str, Copy] = {}
     grafts: list[Graft] = []
+    if options.use_shared_memory or options.use_private_memory:
+        if scop is None or tensors is None:
+            raise TCInternalError("memory promotion needs the Scop and the tensors' shapes")
+        ids = (BLOCK_IDS, THREAD_IDS, THREAD0_MARK)
+        # per kernel: where it starts, its block-mapped members and its (tightened) block
+        where = [(start, len(used), k.block) for (_, start, used, *_), k in zip(per_kernel, kernels)]
     if options.use_shared_memory:
         # after the launch bounds: copies are spread over the threads the kernel really has
-        if scop is None or tensors is None:
-            raise TCInternalError("shared-memory promotion needs the Scop and the tensors' shapes")
-        where = [
-            (start, len(grid_used), k.block) for (_, start, grid_used, *_), k in zip(per_kernel, kernels)
-        ]
-        ids = (BLOCK_IDS, THREAD_IDS, THREAD0_MARK)
         sched, promo = promote_shared(sched, where, scop, fixed, options, tensors, ids)
         kernels = [replace(k, buffers=b) for k, b in zip(kernels, promo.buffers)]
         accesses, copies, grafts = promo.accesses, promo.copies, list(promo.grafts)
         m.decisions += promo.decisions
     if options.use_private_memory:
         # after shared promotion (whose tensors it leaves alone); below the thread mapping only
-        if scop is None or tensors is None:
-            raise TCInternalError("private promotion needs the Scop and the tensors' shapes")
-        where = [
-            (start, len(grid_used), k.block) for (_, start, grid_used, *_), k in zip(per_kernel, kernels)
-        ]
-        ids = (BLOCK_IDS, THREAD_IDS, THREAD0_MARK)
         shared = [k.buffers for k in kernels]
         sched, priv = promote_private(sched, where, scop, fixed, options, tensors, ids, shared)
         kernels = [replace(k, buffers=k.buffers + b) for k, b in zip(kernels, priv.buffers)]
