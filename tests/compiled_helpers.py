@@ -338,3 +338,49 @@ def pairwise_configs() -> list[Config]:
         seen = {(fa(c), fb(c)) for c in out}
         assert seen == set(itertools.product(va, vb)), "not pairwise"
     return out
+
+
+def check_fuzz_program_emulated(program, options, order: str, *, what: str) -> None:
+    """A hypothesis-drawn program (tests/fuzz's ``programs()``) at ``options``, emulated in
+    ``order``, against the oracle; programs the front end refuses are discarded (``assume``), and
+    a ``TCError`` at the call is accepted when the oracle raised the same class (checked)."""
+    from hypothesis import assume, note
+
+    from tcjit.testing import emulation_order
+
+    note(program.source)
+    note(f"sizes: {program.sizes}; options: {options!r}; order: {order}")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TCWarning)
+            tcjit.define(program.source)
+    except TCError:
+        assume(False)
+    inputs = program.make_inputs(seed=sum(program.sizes.values()))
+    biggest = max(program.sizes.values())
+    try:
+        with emulation_order(order):
+            check_against_oracle(
+                program.source,
+                None,
+                inputs,
+                options=options,
+                reduction_length=biggest * biggest * program.statements,
+                what=what,
+                target="cuda-emulated",
+            )
+    except TCError:
+        return  # the oracle refused too, with the same class (checked)
+
+
+def rotation_params(kernels: Sequence[str], options: Sequence[str]) -> list:
+    """``(kernel, option name, small size 1 or 2)`` for every suite kernel, option vector and
+    size; the default tier keeps one option vector per kernel (a rotation) at the first of the
+    two sizes, the rest is ``full``."""
+    out = []
+    for i, name in enumerate(kernels):
+        for j, option in enumerate(options):
+            for which in (1, 2):
+                marks = () if which == 1 and i % len(options) == j else (pytest.mark.full,)
+                out.append(pytest.param(name, option, which, id=f"{name}-{option}-{which}", marks=marks))
+    return out

@@ -19,7 +19,7 @@ import test_reference_kernels as TRK
 import test_reference_programs as TRP
 import torch
 from conftest import examples
-from hypothesis import assume, given, note, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tcjit
@@ -211,29 +211,7 @@ def space_points(draw) -> MappingOptions:
 )
 def test_random_programs_at_random_points_of_the_search_space(program, options, order) -> None:
     """Every drawn point must compile and give the oracle's answer under emulation."""
-    note(program.source)
-    note(f"sizes: {program.sizes}; options: {options!r}; order: {order}")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", tcjit.TCWarning)
-            tcjit.define(program.source)
-    except tcjit.TCError:
-        assume(False)
-    inputs = program.make_inputs(seed=sum(program.sizes.values()))
-    biggest = max(program.sizes.values())
-    try:
-        with emulation_order(order):
-            H.check_against_oracle(
-                program.source,
-                None,
-                inputs,
-                options=options,
-                reduction_length=biggest * biggest * program.statements,
-                what="emulated fuzz",
-                target="cuda-emulated",
-            )
-    except tcjit.TCError:
-        return  # the oracle refused too, with the same class (checked)
+    H.check_fuzz_program_emulated(program, options, order, what="emulated fuzz")
 
 
 def test_empty_reductions_hold_the_identity_emulated() -> None:

@@ -102,6 +102,15 @@ def _executed(plan, sizes: dict) -> tuple[Counter, Counter]:
     """Instances run (with multiplicity), and the (kernel, block, thread) that ran each."""
     runs: Counter = Counter()
     where: dict = {}
+    for k, b, t, inst in instances_run(plan, sizes):
+        runs[inst] += 1
+        where[inst] = (k, b, t)
+    return runs, Counter(where.values())
+
+
+def instances_run(plan, sizes: dict):
+    """Every statement instance each launch's isl AST runs, interpreted block by block and thread
+    by thread: ``(kernel, block, thread, (statement, args))``."""
     for k, kernel in enumerate(plan.kernels):
         ast = isl.AstBuild.from_context(kernel.context).node_from_schedule(
             plan.schedule.intersect_domain(kernel.domain)
@@ -109,13 +118,10 @@ def _executed(plan, sizes: dict) -> tuple[Counter, Counter]:
         body = barriers(ir.from_isl_ast(ast, params=dict(sizes)))
         for b in itertools.product(*(range(g) for g in kernel.grid)):
             for t in itertools.product(*(range(n) for n in kernel.block)):
-                env = dict(zip(BLOCK_IDS, b)) | dict(zip(THREAD_IDS, t))
                 out: list = []
-                _run(body, env, out)
+                _run(body, dict(zip(BLOCK_IDS, b)) | dict(zip(THREAD_IDS, t)), out)
                 for inst in out:
-                    runs[inst] += 1
-                    where[inst] = (k, b, t)
-    return runs, Counter(where.values())
+                    yield k, b, t, inst
 
 
 def _domain(scop, sizes: dict) -> set:

@@ -63,19 +63,7 @@ def _lowered(name: str, option: str, which: int):
     return lower_gpu(k.checked, k.small_sizes[which], PRIVATE[option].values)
 
 
-def _params():
-    """Every kernel x option vector x size; the default tier one option vector per kernel (a
-    rotation) at the second small size."""
-    out = []
-    for i, name in enumerate(KERNELS):
-        for j, option in enumerate(PRIVATE):
-            for which in (1, 2):
-                marks = () if which == 1 and i % len(PRIVATE) == j else (pytest.mark.full,)
-                out.append(pytest.param(name, option, which, id=f"{name}-{option}-{which}", marks=marks))
-    return out
-
-
-@pytest.mark.parametrize("name, option, which", _params())
+@pytest.mark.parametrize("name, option, which", H.rotation_params(KERNELS, PRIVATE))
 def test_private_suite_kernel_matches_the_oracle_in_every_order(name: str, option: str, which: int) -> None:
     k = suite.get(name)
     decisions = _lowered(name, option, which).plan.decisions

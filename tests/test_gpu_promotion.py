@@ -11,8 +11,6 @@ a copy that misses part of the tile (NaN), a copy that is not clipped to its ten
 from __future__ import annotations
 
 import functools
-import itertools
-import warnings
 from collections import Counter
 from dataclasses import replace
 
@@ -23,14 +21,13 @@ import test_compiled_fuzz as FUZZ
 import test_gpu_mapping as TGM
 import torch
 from conftest import examples
-from hypothesis import assume, given, note, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tcjit
 from tcjit import nvrtc, suite
-from tcjit.mapping import emulation, ir, promotion
+from tcjit.mapping import emulation, promotion
 from tcjit.mapping.cuda_printer import lower_cuda
-from tcjit.mapping.gpu import BLOCK_IDS, THREAD_IDS, barriers
 from tcjit.mapping.lower import contiguous_strides, lower_gpu
 from tcjit.mapping.options import MappingOptions
 from tcjit.mapping.search_space import search_space
@@ -52,14 +49,7 @@ PROMOTED = {
     .map_to_blocks(4, 4)
     .map_to_threads(8, 4)
     .use_shared_memory(True),
-    "shared-deep": MappingOptions("naive")
-    .tile(4, 8, 2)
-    .map_to_blocks(3, 2)
-    .map_to_threads(4, 2)
-    .use_shared_memory(True)
-    .shared_depth(3)
-    .unroll(4)
-    .unroll_copy_shared(True),
+    "shared-deep": H.CUDA_OPTIONS["shared-deep"],
     "shared-3d": MappingOptions("naive")
     .tile(2, 3, 4)
     .map_to_blocks(2, 2, 2)
@@ -98,20 +88,8 @@ def _run(kernel: tcjit.Kernel, inputs, options, order: str = "forward") -> tuple
         return H.as_tuple(kernel(*inputs, options=options, target="cuda-emulated"))
 
 
-def _params():
-    """Every kernel x option vector x size; the default tier one option vector per kernel (a
-    rotation) at the second small size."""
-    out = []
-    for i, name in enumerate(KERNELS):
-        for j, option in enumerate(PROMOTED):
-            for which in (1, 2):
-                marks = () if which == 1 and i % len(PROMOTED) == j else (pytest.mark.full,)
-                out.append(pytest.param(name, option, which, id=f"{name}-{option}-{which}", marks=marks))
-    return out
-
-
 # ============================================================================ the suite, promoted
-@pytest.mark.parametrize("name, option, which", _params())
+@pytest.mark.parametrize("name, option, which", H.rotation_params(KERNELS, PROMOTED))
 def test_promoted_suite_kernel_matches_the_oracle_in_every_order(name: str, option: str, which: int) -> None:
     k = suite.get(name)
     opts = PROMOTED[option]
@@ -198,18 +176,9 @@ def _copy_instances(plan, sizes) -> Counter:
     """(kernel, block, copy statement, args) -> how many threads run it, over every block and
     thread of each launch's isl AST (interpreted as test_gpu_mapping does)."""
     runs: Counter = Counter()
-    for k, kernel in enumerate(plan.kernels):
-        ast = isl.AstBuild.from_context(kernel.context).node_from_schedule(
-            plan.schedule.intersect_domain(kernel.domain)
-        )
-        body = barriers(ir.from_isl_ast(ast, params=dict(sizes)))
-        for b in itertools.product(*(range(g) for g in kernel.grid)):
-            for t in itertools.product(*(range(n) for n in kernel.block)):
-                out: list = []
-                TGM._run(body, dict(zip(BLOCK_IDS, b)) | dict(zip(THREAD_IDS, t)), out)
-                for stmt, args in out:
-                    if stmt in plan.copies:
-                        runs[(k, b, stmt, args)] += 1
+    for k, b, _, (stmt, args) in TGM.instances_run(plan, sizes):
+        if stmt in plan.copies:
+            runs[(k, b, stmt, args)] += 1
     return runs
 
 
@@ -397,26 +366,4 @@ def promoted_points(draw) -> MappingOptions:
 @given(program=FUZZ.programs(), options=promoted_points(), order=st.sampled_from(ORDERS))
 def test_random_programs_promoted_at_random_points_of_the_search_space(program, options, order) -> None:
     """Every drawn point with promotion on must compile and give the oracle's answer."""
-    note(program.source)
-    note(f"sizes: {program.sizes}; options: {options!r}; order: {order}")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", tcjit.TCWarning)
-            tcjit.define(program.source)
-    except tcjit.TCError:
-        assume(False)
-    inputs = program.make_inputs(seed=sum(program.sizes.values()))
-    biggest = max(program.sizes.values())
-    try:
-        with emulation_order(order):
-            H.check_against_oracle(
-                program.source,
-                None,
-                inputs,
-                options=options,
-                reduction_length=biggest * biggest * program.statements,
-                what="emulated fuzz, promoted",
-                target="cuda-emulated",
-            )
-    except tcjit.TCError:
-        return  # the oracle refused too, with the same class (checked)
+    H.check_fuzz_program_emulated(program, options, order, what="emulated fuzz, promoted")
