@@ -7,6 +7,7 @@ A plain module (not a conftest): the test files import it as ``import compiled_h
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import warnings
@@ -384,3 +385,31 @@ def rotation_params(kernels: Sequence[str], options: Sequence[str]) -> list:
                 marks = () if which == 1 and i % len(options) == j else (pytest.mark.full,)
                 out.append(pytest.param(name, option, which, id=f"{name}-{option}-{which}", marks=marks))
     return out
+
+
+# ------------------------------------------------------------------ suite kernels at small sizes
+@functools.cache
+def suite_kernel(name: str) -> tcjit.Kernel:
+    """The suite kernel ``name``, defined once per test session."""
+    from tcjit import suite
+
+    k = suite.get(name)
+    return tcjit.define(k.source, k.entry)
+
+
+@functools.cache
+def suite_inputs(name: str, which: int) -> tuple[torch.Tensor, ...]:
+    """The inputs of suite kernel ``name`` at its small size number ``which`` (seeded by it)."""
+    from tcjit import suite
+
+    k = suite.get(name)
+    return k.make_inputs(k.small_sizes[which], seed=which)
+
+
+@functools.cache
+def suite_oracle(name: str, which: int) -> tuple[torch.Tensor, ...]:
+    """The oracle's outputs for :func:`suite_inputs`."""
+    from tcjit import suite
+
+    k = suite.get(name)
+    return as_tuple(ORACLE(k.source, k.entry, *suite_inputs(name, which)))

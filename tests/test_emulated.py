@@ -8,7 +8,6 @@ race or a missing barrier shows up as a difference between orders.
 
 from __future__ import annotations
 
-import functools
 import warnings
 
 import compiled_helpers as H
@@ -43,27 +42,11 @@ OPTIONS = {**H.CUDA_OPTIONS, "default": None}  # None: the call's own default op
 CASES = [(k.name, which) for k in suite.SUITE.values() for which in range(min(2, len(k.small_sizes)))]
 
 
-@functools.cache
-def _kernel(name: str) -> tcjit.Kernel:
-    k = suite.get(name)
-    return tcjit.define(k.source, k.entry)
-
-
-@functools.cache
-def _inputs(name: str, which: int) -> tuple[torch.Tensor, ...]:
-    k = suite.get(name)
-    return k.make_inputs(k.small_sizes[which], seed=which)
-
-
-@functools.cache
-def _oracle(name: str, which: int) -> tuple[torch.Tensor, ...]:
-    k = suite.get(name)
-    return H.as_tuple(H.ORACLE(k.source, k.entry, *_inputs(name, which)))
-
-
 def _emulated(name: str, which: int, options, order: str) -> tuple[torch.Tensor, ...]:
     with emulation_order(order):
-        return H.as_tuple(_kernel(name)(*_inputs(name, which), options=options, target="cuda-emulated"))
+        return H.as_tuple(
+            H.suite_kernel(name)(*H.suite_inputs(name, which), options=options, target="cuda-emulated")
+        )
 
 
 def _suite_params() -> list:
@@ -84,7 +67,9 @@ def test_suite_kernel_emulated_matches_the_oracle_in_every_order(name: str, whic
     k = suite.get(name)
     sizes = k.small_sizes[which]
     first = _emulated(name, which, OPTIONS[option], "forward")
-    H.assert_all_same(first, _oracle(name, which), k.reduction_length(sizes), k.checked.outputs, what=name)
+    H.assert_all_same(
+        first, H.suite_oracle(name, which), k.reduction_length(sizes), k.checked.outputs, what=name
+    )
     for order in ("reversed", "shuffled"):
         again = _emulated(name, which, OPTIONS[option], order)
         for o, a, b in zip(k.checked.outputs, first, again):
@@ -131,9 +116,9 @@ def test_unknown_orders_are_refused() -> None:
 
 def test_cuda_itself_is_refused_plainly_on_cpu_tensors() -> None:
     """No silent fallback: target='cuda' on CPU tensors is an error, whatever is installed."""
-    k = _kernel("matmul")
+    k = H.suite_kernel("matmul")
     with pytest.raises(tcjit.TCCallError, match="needs CUDA tensors"):
-        k(*_inputs("matmul", 0), target="cuda")
+        k(*H.suite_inputs("matmul", 0), target="cuda")
 
 
 SUMPOOL = """def sumpool(float(N,C,H,W) I) -> (O) {

@@ -73,14 +73,14 @@ def test_private_suite_kernel_matches_the_oracle_in_every_order(name: str, optio
         d for d in decisions if d.startswith("private: ") and (" as tc_private_" in d or option != "private")
     ]
     assert promoted, decisions
-    inputs = TGP._inputs(name, which)
-    first = TGP._run(TGP._kernel(name), inputs, PRIVATE[option])
+    inputs = H.suite_inputs(name, which)
+    first = TGP._run(H.suite_kernel(name), inputs, PRIVATE[option])
     sizes = k.small_sizes[which]
     H.assert_all_same(
-        first, TGP._oracle(name, which), k.reduction_length(sizes), k.checked.outputs, what=name
+        first, H.suite_oracle(name, which), k.reduction_length(sizes), k.checked.outputs, what=name
     )
     for order in ORDERS[1:]:
-        again = TGP._run(TGP._kernel(name), inputs, PRIVATE[option], order)
+        again = TGP._run(H.suite_kernel(name), inputs, PRIVATE[option], order)
         for o, a, b in zip(k.checked.outputs, first, again):
             assert torch.equal(a, b), f"{name}.{o}: {order} order differs from forward (a race?)"
 

@@ -10,7 +10,6 @@ a copy that misses part of the tile (NaN), a copy that is not clipped to its ten
 
 from __future__ import annotations
 
-import functools
 from collections import Counter
 from dataclasses import replace
 
@@ -65,24 +64,6 @@ PARTIAL = {"M": 37, "K": 53, "N": 29}
 SMALL_PARTIAL = {"M": 13, "K": 11, "N": 9}  # for the AST interpreted in Python, thread by thread
 
 
-@functools.cache
-def _kernel(name: str) -> tcjit.Kernel:
-    k = suite.get(name)
-    return tcjit.define(k.source, k.entry)
-
-
-@functools.cache
-def _inputs(name: str, which: int) -> tuple[torch.Tensor, ...]:
-    k = suite.get(name)
-    return k.make_inputs(k.small_sizes[which], seed=which)
-
-
-@functools.cache
-def _oracle(name: str, which: int) -> tuple[torch.Tensor, ...]:
-    k = suite.get(name)
-    return H.as_tuple(H.ORACLE(k.source, k.entry, *_inputs(name, which)))
-
-
 def _run(kernel: tcjit.Kernel, inputs, options, order: str = "forward") -> tuple[torch.Tensor, ...]:
     with emulation_order(order):
         return H.as_tuple(kernel(*inputs, options=options, target="cuda-emulated"))
@@ -93,13 +74,17 @@ def _run(kernel: tcjit.Kernel, inputs, options, order: str = "forward") -> tuple
 def test_promoted_suite_kernel_matches_the_oracle_in_every_order(name: str, option: str, which: int) -> None:
     k = suite.get(name)
     opts = PROMOTED[option]
-    spec = tcjit.compile(_kernel(name), *_inputs(name, which), options=opts, target="cuda-emulated")
+    spec = tcjit.compile(
+        H.suite_kernel(name), *H.suite_inputs(name, which), options=opts, target="cuda-emulated"
+    )
     assert " as tc_shared_" in spec.stages["decisions"], spec.stages["decisions"]
-    first = _run(_kernel(name), _inputs(name, which), opts)
+    first = _run(H.suite_kernel(name), H.suite_inputs(name, which), opts)
     sizes = k.small_sizes[which]
-    H.assert_all_same(first, _oracle(name, which), k.reduction_length(sizes), k.checked.outputs, what=name)
+    H.assert_all_same(
+        first, H.suite_oracle(name, which), k.reduction_length(sizes), k.checked.outputs, what=name
+    )
     for order in ORDERS[1:]:
-        again = _run(_kernel(name), _inputs(name, which), opts, order)
+        again = _run(H.suite_kernel(name), H.suite_inputs(name, which), opts, order)
         for o, a, b in zip(k.checked.outputs, first, again):
             assert torch.equal(a, b), f"{name}.{o}: {order} order differs from forward (a race?)"
 
@@ -115,7 +100,7 @@ def test_promotion_shows_in_the_decisions_the_cuda_source_and_the_emulation() ->
     memory, C is copied in and written back; the innermost dimension is padded to an odd length."""
     opts = PROMOTED["shared-deep"].shared_depth(3)
     a, b = torch.randn(37, 53), torch.randn(53, 29)
-    spec = tcjit.compile(_kernel("matmul"), a, b, options=opts, target="cuda-emulated")
+    spec = tcjit.compile(H.suite_kernel("matmul"), a, b, options=opts, target="cuda-emulated")
     decisions = spec.stages["decisions"]
     assert "shared: A[4][3] at depth 3 over ['S0'] as tc_shared_A, 48 bytes (copy in; reuse)" in decisions
     assert "shared: B[2][9] at depth 3 over ['S0'] as tc_shared_B" in decisions
@@ -217,7 +202,7 @@ def test_partial_tiles_match_the_oracle() -> None:
     a, b = torch.randn(37, 53), torch.randn(53, 29)
     for option in ("shared", "shared-deep"):
         for order in ORDERS:
-            got = _run(_kernel("matmul"), (a, b), PROMOTED[option], order)[0]
+            got = _run(H.suite_kernel("matmul"), (a, b), PROMOTED[option], order)[0]
             torch.testing.assert_close(got, a @ b, rtol=1e-4, atol=1e-4)
 
 
