@@ -649,3 +649,22 @@ def test_narrowing_to_half_and_bfloat16(libs, portable: bool) -> None:
         via_float = _torch_narrow(x64[differs].astype(np.float32), bf)
         assert _same_bits(torch_bits[differs], via_float, bf).all()
         assert differs[:crafted].sum() > 1000  # the near-ties crafted above do show it
+
+
+@pytest.mark.parametrize(
+    "step",
+    [pytest.param(997, id="4 million floats"), pytest.param(61, marks=pytest.mark.full, id="70 million")],
+)
+def test_vectorised_exp_is_within_one_ulp_everywhere(lib: _Lib, step: int) -> None:
+    """The prelude's own float exp (``tc_exp_f32``, SLEEF's scheme) against float64 exp rounded
+    to float, over float bit patterns spread evenly across the whole range (every sign, exponent,
+    NaN and infinity): never more than 1 ulp off, NaN exactly where the reference has NaN."""
+    x = np.arange(0, 1 << 32, step, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    got = lib("apply_exp_f32", np.float32, x)
+    with np.errstate(all="ignore"):
+        want = np.exp(x.astype(np.float64)).astype(np.float32)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    finite = ~np.isnan(want)
+    assert np.array_equal(np.isinf(got[finite]), np.isinf(want[finite]))
+    ulps = _ulps(got[finite], want[finite])
+    assert ulps.max() <= 1, (x[finite][ulps > 1][:5], got[finite][ulps > 1][:5])
