@@ -47,7 +47,7 @@ from ..polyhedral.lang.checked import CheckedDef
 from ..polyhedral.lang.types import ScalarType
 from ..polyhedral.scop import ScopStatement
 from . import ir
-from .c_printer import BoundsCheck, CParam, _float_literal
+from .c_printer import BoundsCheck, CParam, _combine, _float_literal
 from .c_printer import _ctype as c_compute_type
 from .cuda_prelude import CUDA_PRELUDE
 from .emulation import fission
@@ -60,6 +60,7 @@ from .lower import (
     lower_gpu,
     wide_accumulators,
 )
+from .reduction import BlockReduction, shuffle_types
 
 __all__ = ["CudaKernelSource", "CudaLaunch", "cuda_type", "lower_cuda", "print_cuda"]
 
@@ -177,10 +178,44 @@ class _CudaPrinter(GpuPrinter):
         if isinstance(n, ir.Mark) and n.name == SYNC_MARK:
             self.node(n.body, indent)
             self.lines.append(f"{indent}__syncthreads();")
+        elif isinstance(n, ir.Mark) and n.name in self.reductions:
+            self.warp_steps(self.reductions[n.name], n, indent)
         elif isinstance(n, (ir.Blocks, ir.Threads)):
             raise TCInternalError("the CUDA printer takes one launch's IR, not the emulation's loops")
         else:
             super().node(n, indent)
+
+    def warp_steps(self, red: BlockReduction, n: ir.Mark, indent: str) -> None:
+        """The steps of ``red``'s tree below 32 (mark ``n``): one warp per thread row (the
+        block's x size is a multiple of 32) adds its 32 partial results with register shuffles,
+        where the type has them; else the steps as they are (shared memory and barriers)."""
+        et = self.element_type(red.tensor).compute
+        ct = c_compute_type(et)
+        if ct not in shuffle_types():
+            self.node(n.body, indent)
+            return
+        mine = ["t2", "t1", "t0"]
+        self.lines.append(
+            f"{indent}if (t0 < 32) {{ /* block reduction {red.number}: the last warp's steps */"
+        )
+        self.lines.append(f"{indent}  {ct} tc_v = {self.buffer_load(red.part, red.tensor, mine, et)};")
+        for s in (16, 8, 4, 2, 1):
+            other = f"__shfl_down_sync(0xffffffffu, tc_v, {s})"
+            self.lines.append(f"{indent}  tc_v = {_combine(red.op, 'tc_v', other, et)};")
+        store = self.buffer_store(red.part, red.tensor, ["t2", "t1", "0"], "tc_v")
+        self.lines.append(f"{indent}  if (t0 == 0) {{ {store} }}")
+        self.lines.append(f"{indent}}}")
+
+    def combine_store(self, red: BlockReduction, addr: str, value: str, et: ScalarType) -> str:
+        if not red.atomic:
+            return super().combine_store(red, addr, value, et)
+        lvalue = f"w_{red.tensor}[{addr}]" if red.tensor in self.wide else f"t_{red.tensor}[{addr}]"
+        ct = c_compute_type(et)
+        native = {"int32_t": "int", "uint32_t": "unsigned int", "int64_t": "unsigned long long"}
+        native["uint64_t"] = "unsigned long long"
+        if ct in native:  # two's complement: a signed 64-bit sum is an unsigned one
+            return f"atomicAdd(({native[ct]} *)&{lvalue}, ({native[ct]})({value}));"
+        return f"atomicAdd(&{lvalue}, {value});"
 
     def loop(self, n: ir.For, indent: str) -> None:
         if n.degenerate or n.kind == "serial":

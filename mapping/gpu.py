@@ -37,12 +37,21 @@ from dataclasses import dataclass, field, replace
 import islpy as isl
 
 from ..polyhedral.errors import TCInternalError
+from ..polyhedral.lang import ast as A
 from ..polyhedral.schedule import bands, node_at, node_path
 from ..polyhedral.scop import Dependences, Scop
 from . import ir
 from .cpu import _has_band_below, _leading_coincident, _spread
 from .cpu import _statements_of as _names
 from .promotion import Copy, Graft, Promoted, TensorInfo, apply_grafts, promote_private, promote_shared
+from .reduction import (
+    REDUCE_MARK,
+    BlockReduction,
+    combine_extension,
+    expand_trees,
+    extension,
+    single_owner,
+)
 
 __all__ = [
     "BLOCK_IDS",
@@ -97,6 +106,8 @@ class GpuPlan:
 
     :ivar accesses: the references promoted to a buffer, by ``(statement, reference id)``.
     :ivar copies: the copy statements promotion added, by name.
+    :ivar reductions: the block reductions (:mod:`.reduction`), by the name of each statement
+        and mark they involve (their update statement's included).
     """
 
     schedule: isl.Schedule
@@ -104,6 +115,7 @@ class GpuPlan:
     decisions: tuple[str, ...]
     accesses: Mapping[tuple[str, str], Promoted] = field(default_factory=dict)
     copies: Mapping[str, Copy] = field(default_factory=dict)
+    reductions: Mapping[str, BlockReduction] = field(default_factory=dict)
 
 
 def _is(node: isl.ScheduleNode, kind) -> bool:
@@ -142,18 +154,56 @@ def _id_function(band: isl.ScheduleNode, member: int, size: int) -> isl.UnionMap
     return isl.UnionMap.from_union_pw_aff(upa).intersect_domain(band.get_domain())
 
 
+def _unused_threads_zero(filt: isl.UnionSet, n: int) -> isl.UnionSet:
+    """``filt`` (a thread filter over the first ``n`` thread ids) with the other ids 0: in a kernel
+    whose block has more dimensions than this band uses, one thread of each such line runs it."""
+    if n >= 3:
+        return filt
+    cons = " and ".join(f"{t} = 0" for t in THREAD_IDS[n:])
+    zero = isl.Set.read_from_str(filt.get_ctx(), f"[{', '.join(THREAD_IDS[n:])}] -> {{ : {cons} }}")
+    return filt.intersect_params(zero)
+
+
 def _constant_ids(domain: isl.UnionSet, n: int = 3) -> isl.UnionMap:
     """Instance -> ``n`` zeros (thread 0)."""
     zeros = isl.Set.read_from_str(domain.get_ctx(), f"{{ [{', '.join(['0'] * n)}] }}")
     return isl.UnionMap.from_domain_and_range(domain, isl.UnionSet.from_set(zeros))
 
 
+@dataclass(frozen=True)
+class _Reduction:
+    """A reduction mapped to threads whose statements are not grafted yet: its mark's name, its
+    update statement, and the thread row ``[t1, t2]`` of each instance."""
+
+    mark: str
+    number: int
+    update: str
+    tensor: str
+    op: str
+    rows: isl.UnionMap
+    atomic: bool
+
+
+#: A block reduction whose outputs give fewer blocks than this spreads its reduction loop over
+#: blocks too (``_Mapper._spread_reduction``): an H100 has 132 multiprocessors.
+REDUCTION_BLOCKS = 128
+
+#: The tensor types whose sums CUDA adds atomically (half types sum in float32).
+ATOMIC_SUMS = frozenset({"float16", "bfloat16", "float32", "float64", "int32", "int64", "uint32", "uint64"})
+
+
 class _Mapper:
-    def __init__(self, deps: Dependences, fixed: isl.Set):
+    def __init__(self, deps: Dependences, fixed: isl.Set, scop: Scop | None = None, reduce: bool = False):
         self.deps = deps.all.intersect_params(fixed)
+        self.fixed = fixed
+        self.scop = scop
+        self.reduce = reduce and scop is not None
         self.decisions: list[str] = []
         self.threads: list[isl.UnionMap] = []  # statement instance -> its thread ids (x, y, z)
         self.mapped: list[isl.UnionSet] = []  # instances under thread filters (this kernel)
+        self.pending: list[_Reduction] = []  # block reductions mapped in this kernel
+        self.n_reductions = 0
+        self.spread = False  # this kernel's block band holds a reduction member (map_blocks)
         self.syncs = 0
 
     # -------------------------------------------------------------------------------- blocks
@@ -165,6 +215,9 @@ class _Mapper:
             self.decisions.append(f"blocks: none (no band) for {_names(node_at(sched, path))}")
             return sched, [], None
         n = min(_leading_coincident(band), len(grid_opt), 3)
+        self.spread = self._spread_reduction(band, n, grid_opt)
+        if self.spread:
+            n += 1
         if n == 0:
             self.decisions.append(f"blocks: none (no coincident outer member) for {_names(band)}")
             return sched, [], node_path(band)
@@ -174,13 +227,16 @@ class _Mapper:
         self.decisions.append(
             f"blocks: members 0..{n - 1} of the band over {_names(band)} -> "
             + ", ".join(f"{'xyz'[i]} ({grid_opt[i]})" for i in range(n))
+            + (f" (member {n - 1}: a reduction, its blocks' results added atomically)" if self.spread else "")
         )
         band_path = node_path(band)
         node = band.insert_filter(filt)  # the band is now this filter's child
         return node.get_schedule(), list(grid_opt[:n]), [*band_path, 0]
 
     # ------------------------------------------------------------------------------- threads
-    def map_threads(self, sched, block_path, kernel_path, block_opt) -> tuple[isl.Schedule, int]:
+    def map_threads(
+        self, sched, block_path, kernel_path, block_opt, blocks_mapped: bool = True
+    ) -> tuple[isl.Schedule, int]:
         """Map the innermost band with a coincident member on every path below the block band to
         threads; paths without one run on thread 0. Returns the tree and the thread dims used."""
         start = node_at(sched, block_path) if block_path is not None else node_at(sched, kernel_path)
@@ -194,8 +250,10 @@ class _Mapper:
                 found = below is not None and visit(below, False)
                 if found:
                     return True
-                if under_block_band or _leading_coincident(node) == 0:
+                if under_block_band:
                     return False  # never the block band itself: nested bands are not both mapped
+                if _leading_coincident(node) == 0 and not (self.reduce and self._reduction_update(node)):
+                    return False
                 leaves.append(node_path(node))
                 return True
             if node.n_children() == 0:
@@ -210,7 +268,7 @@ class _Mapper:
                 return False
             return visit(node.child(0), False)
 
-        found = visit(start, block_path is not None)
+        found = visit(start, block_path is not None and blocks_mapped)
         if not found:
             unmapped.append(
                 node_path(start.child(0) if block_path is not None and start.n_children() else start)
@@ -229,6 +287,11 @@ class _Mapper:
                 node = node.insert_mark(isl.Id(THREAD0_MARK, context=node.get_ctx()))
                 sched = node.get_schedule()
                 self.decisions.append(f"threads: none for {_names(node)} (thread 0 runs it)")
+                continue
+            reduced = self.map_reduction(node, block_opt)
+            if reduced is not None:
+                sched, n = reduced
+                used = max(used, n)
                 continue
             first = _leading_coincident(node)
             n = min(first, len(block_opt), 3)
@@ -249,6 +312,7 @@ class _Mapper:
             self.threads.append(fn)
             for k, m in enumerate(reversed(range(n))):
                 filt = filt.intersect(_id_filter(node, m, block_opt[k], THREAD_IDS[k]))
+            filt = _unused_threads_zero(filt, n)
             self.mapped.append(node.get_domain())
             node = node.insert_filter(filt)
             used = max(used, n)
@@ -260,6 +324,136 @@ class _Mapper:
             sched = node.get_schedule()
         # threads beyond the mapped dims: fixed to 0 by the context
         return sched, used
+
+    # ----------------------------------------------------------------------------- reductions
+    def _reduction_update(self, node: isl.ScheduleNode) -> str | None:
+        """The update statement a block reduction may take over at band ``node``: the only
+        statement below it, an associative update of one element whose right-hand side does not
+        read the tensor it updates (module :mod:`.reduction`)."""
+        names = _set_names(node.get_domain())
+        if len(names) != 1:
+            return None
+        red = next((r for r in self.scop.reductions if r.statement == names[0]), None)
+        st = self.scop.statement(names[0])
+        if (
+            red is None
+            or st.kind != "update"
+            or red.op not in ("+=", "*=", "max=", "min=")
+            or not st.source.plain_lhs
+        ):
+            return None
+        if any(isinstance(a, A.Access) and a.tensor == st.source.tensor for a in A.walk(st.source.rhs)):
+            return None
+        return names[0]
+
+    def _spread_reduction(self, band: isl.ScheduleNode, n: int, grid_opt) -> bool:
+        """Whether the block band ``band`` (``n`` coincident members on blocks) maps its next
+        member, a reduction loop, to blocks too: a block reduction (:meth:`map_reduction`) of a
+        sum whose type CUDA adds atomically, with fewer than :data:`REDUCTION_BLOCKS` blocks over
+        its outputs (too few to fill the device; TC's 'reductions too large for one block')."""
+        if not self.reduce or n >= min(len(grid_opt), 3) or n >= band.band_n_member():
+            return False
+        update = self._reduction_update(band)
+        if update is None or _leading_coincident(band) > n:
+            return False
+        st = self.scop.statement(update).source
+        if st.op != "+=" or self.scop.cdef.tensor(st.tensor).dtype.name not in ATOMIC_SUMS:
+            return False
+        blocks = 1
+        for i in range(n):
+            blocks *= min(grid_opt[i], _spread(band, i) or grid_opt[i])
+        return blocks < REDUCTION_BLOCKS
+
+    def map_reduction(self, node: isl.ScheduleNode, block_opt) -> tuple[isl.Schedule, int] | None:
+        """Map band ``node`` as a block reduction (module :mod:`.reduction`): its innermost
+        member to x, the innermost coincident ones to y and z, a band of the coincident members
+        above it (those on y and z divided by the block size). None (nothing changed) where the
+        band is no such reduction or a thread row would own two elements."""
+        if not self.reduce or block_opt[0] <= 1:
+            return None
+        update = self._reduction_update(node)
+        first = _leading_coincident(node)
+        if update is None or first >= node.band_n_member():
+            return None
+        x = node.band_n_member() - 1  # the innermost member: consecutive threads, consecutive elements
+        ctx = node.get_ctx()
+        n_c = min(first, len(block_opt) - 1, 2)
+        above = ""
+        if first:
+            part = node.band_get_partial_schedule()
+            outer = part.drop_dims(isl.dim_type.set, first, node.band_n_member() - first)
+            for j in range(1, n_c + 1):  # member first - j goes to thread dimension j (y, z)
+                k = first - j
+                size = isl.Val.int_from_si(ctx, block_opt[j])
+                outer = outer.set_union_pw_aff(k, part.get_union_pw_aff(k).scale_down_val(size).floor())
+            node = node.insert_partial_schedule(outer)
+            for k in range(first):
+                node = node.band_member_set_coincident(k, True)
+            node = node.child(0)
+            above = f"; a band of members {list(range(first))} above it (one output per row)"
+        domain = node.get_domain()
+        rows = None
+        for j in (1, 2):
+            part_j = _id_function(node, first - j, block_opt[j]) if j <= n_c else _constant_ids(domain, 1)
+            rows = part_j if rows is None else rows.flat_range_product(part_j)
+        out = self.scop.untagged_writes.intersect_params(self.fixed).intersect_domain(domain)
+        if not single_owner(node.get_prefix_schedule_union_map(), rows, out):
+            self.decisions.append(
+                f"reduction: not mapped for {_names(node)} (a thread row would own two elements)"
+            )
+            return None
+        filt = domain.intersect(_id_filter(node, x, block_opt[0], THREAD_IDS[0]))
+        for j in range(1, n_c + 1):
+            filt = filt.intersect(_id_filter(node, first - j, block_opt[j], THREAD_IDS[j]))
+        filt = _unused_threads_zero(filt, 1 + n_c)
+        anywhere = isl.UnionSet.from_set(isl.Set.read_from_str(ctx, f"{{ [v] : 0 <= v < {block_opt[0]} }}"))
+        # the update's element is written by thread x 0 of its row: barriers must treat the
+        # instance as any thread of the row
+        self.threads.append(isl.UnionMap.from_domain_and_range(domain, anywhere).flat_range_product(rows))
+        self.mapped.append(domain)
+        number = self.n_reductions
+        self.n_reductions += 1
+        mark = f"{REDUCE_MARK}{number}"
+        red = next(r for r in self.scop.reductions if r.statement == update)
+        tensor = self.scop.statement(update).source.tensor
+        self.pending.append(_Reduction(mark, number, update, tensor, red.op, rows, self.spread))
+        node = node.insert_filter(filt).insert_mark(isl.Id(mark, context=ctx))
+        self.decisions.append(
+            f"reduction: member {x} of the band over {_names(node)} -> x ({block_opt[0]}), "
+            + "".join(f"member {first - j} -> {'xyz'[j]} ({block_opt[j]}), " for j in range(1, n_c + 1))
+            + f"combined by a block tree reduction into {tensor} ({red.op}){above}"
+        )
+        return node.get_schedule(), 1 + n_c
+
+    def reduction_grafts(
+        self, sched: isl.Schedule, reductions: Sequence[tuple[_Reduction, BlockReduction]]
+    ) -> list[Graft]:
+        """The statements of the block ``reductions`` around their marks in ``sched`` (before any
+        graft: isl gives no node's domain below an extension node)."""
+        marks = {}
+
+        def visit(n: isl.ScheduleNode) -> None:
+            if _is(n, isl.schedule_node_type.mark) and n.mark_get_id().get_name().startswith(REDUCE_MARK):
+                marks[n.mark_get_id().get_name()] = n
+            for i in range(n.n_children()):
+                visit(n.child(i))
+
+        visit(sched.get_root())
+        grafts = []
+        for r, red in reductions:
+            node = marks[r.mark]
+            ctx = node.get_ctx()
+            prefix = node.get_prefix_schedule_union_map()
+            outer = prefix.range()
+            out = self.scop.untagged_writes.intersect_params(self.fixed).intersect_domain(node.get_domain())
+            before = (extension(outer, red.init, ctx),)
+            after = (
+                extension(outer, red.store, ctx),
+                extension(outer, red.tree, ctx),
+                combine_extension(prefix, r.rows, out, red.combine, ctx),
+            )
+            grafts.append(Graft(tuple(node_path(node)), before, after))
+        return grafts
 
     # --------------------------------------------------------------------------------- unroll
     def unroll(self, sched: isl.Schedule, factor: int) -> isl.Schedule:
@@ -349,13 +543,16 @@ class _Mapper:
 
 def launch_bodies(plan: GpuPlan, params: Mapping[str, int]) -> list:
     """The kernel IR of each launch of ``plan`` (isl's AST over the launch's instances, in its
-    context; barriers as ``sync`` marks), with the size ``params`` as numbers: ``[(launch, body)]``."""
+    context; barriers as ``sync`` marks, block reductions' trees as their steps:
+    :func:`~tcjit.mapping.reduction.expand_trees`), with the size ``params`` as numbers:
+    ``[(launch, body)]``."""
     out = []
     for k in plan.kernels:
         ast = isl.AstBuild.from_context(k.context).node_from_schedule(
             plan.schedule.intersect_domain(k.domain)
         )
-        out.append((k, barriers(ir.from_isl_ast(ast, params=dict(params)))))
+        body = barriers(ir.from_isl_ast(ast, params=dict(params)))
+        out.append((k, expand_trees(body, plan.reductions) if plan.reductions else body))
     return out
 
 
@@ -404,7 +601,7 @@ def map_gpu(
     :arg scop: the Scop (its tagged accesses), and ``tensors``, each tensor's shape and element
         size: needed by promotion.
     """
-    m = _Mapper(deps, fixed)
+    m = _Mapper(deps, fixed, scop, reduce=options.match_library_calls)
     grid_opt = list(options.map_to_blocks)
     block_opt = list(options.map_to_threads)
     roots = [node_path(r) for r in _kernel_roots(sched)]
@@ -412,19 +609,20 @@ def map_gpu(
     # later kernels first: editing one kernel's subtree leaves the earlier ones' paths intact
     for path in reversed(roots):
         sched, grid_used, band_path = m.map_blocks(sched, path, grid_opt)
-        sched, threads_used = m.map_threads(sched, band_path, path, block_opt)
+        sched, threads_used = m.map_threads(sched, band_path, path, block_opt, bool(grid_used))
         mapped = m.mapped[0] if m.mapped else None
         for d in m.mapped[1:]:
             mapped = mapped.union(d)
         start = band_path if band_path is not None else path
-        per_kernel.append((path, start, grid_used, threads_used, mapped, list(m.threads)))
+        per_kernel.append((path, start, grid_used, threads_used, mapped, list(m.threads), list(m.pending)))
         m.threads.clear()
         m.mapped.clear()
+        m.pending.clear()
     per_kernel.reverse()
     if options.unroll > 1:
         sched = m.unroll(sched, options.unroll)
     kernels = []
-    for path, _, grid_used, threads_used, mapped, _ in per_kernel:
+    for path, _, grid_used, threads_used, mapped, _, _ in per_kernel:
         node = node_at(sched, path)
         domain = node.child(0).get_domain() if _is(node, isl.schedule_node_type.filter) else node.get_domain()
         grid, _ = _tighten(sched, domain, fixed, grid_used, [])
@@ -433,6 +631,20 @@ def map_gpu(
             _, block = _tighten(sched, mapped, fixed, grid_used, block_opt[:threads_used])
         kernels.append(GpuKernelPlan(domain, grid, block, _context(fixed, grid, block)))
         m.decisions.append(f"kernel over {_set_names(domain)}: grid {grid}, block {block}")
+    # the block reductions' buffers, now that the blocks are known: a register per thread and
+    # the tree's shared array (its bytes are not promotion's to spend; its tensor is not promoted)
+    reductions: list[tuple[_Reduction, BlockReduction]] = []
+    kept: list[tuple[ir.Buffer, ...]] = [() for _ in kernels]
+    reserved = [0 for _ in kernels]
+    for i, (*_, pending) in enumerate(per_kernel):
+        for r in pending:
+            bx, by, bz = kernels[i].block
+            acc = ir.Buffer(f"tc_private_red{r.number}", r.tensor, "private", (1,))
+            part = ir.Buffer(f"tc_shared_red{r.number}", r.tensor, "shared", (bz, by, bx))
+            reductions.append((r, BlockReduction(r.number, r.update, r.tensor, r.op, acc, part, r.atomic)))
+            kept[i] += (acc, part)
+            if tensors is not None:
+                reserved[i] += bx * by * bz * tensors[r.tensor].bytes
     accesses: Mapping[tuple[str, str], Promoted] = {}
     copies: Mapping[str, Copy] = {}
     grafts: list[Graft] = []
@@ -444,26 +656,35 @@ def map_gpu(
         where = [(start, len(used), k.block) for (_, start, used, *_), k in zip(per_kernel, kernels)]
     if options.use_shared_memory:
         # after the launch bounds: copies are spread over the threads the kernel really has
-        sched, promo = promote_shared(sched, where, scop, fixed, options, tensors, ids)
+        keep = [frozenset(b.tensor for b in bs) for bs in kept]
+        sched, promo = promote_shared(
+            sched, where, scop, fixed, options, tensors, ids, keep=keep, reserved=reserved
+        )
         kernels = [replace(k, buffers=b) for k, b in zip(kernels, promo.buffers)]
         accesses, copies, grafts = promo.accesses, promo.copies, list(promo.grafts)
         m.decisions += promo.decisions
     if options.use_private_memory:
         # after shared promotion (whose tensors it leaves alone); below the thread mapping only
-        shared = [k.buffers for k in kernels]
+        shared = [k.buffers + extra for k, extra in zip(kernels, kept)]
         sched, priv = promote_private(sched, where, scop, fixed, options, tensors, ids, shared)
         kernels = [replace(k, buffers=k.buffers + b) for k, b in zip(kernels, priv.buffers)]
         accesses = {**accesses, **priv.accesses}
         copies = {**copies, **priv.copies}
         grafts += list(priv.grafts)
         m.decisions += priv.decisions
+    kernels = [replace(k, buffers=k.buffers + extra) for k, extra in zip(kernels, kept)]
+    grafts += m.reduction_grafts(sched, reductions)
     # barriers last: isl cannot give the schedule's map (above), nor a node's domain below a
     # graft, once the tree has extension nodes; so every graft is decided first, then applied
-    for _, start, _, _, _, threads in reversed(per_kernel):
+    for _, start, _, _, _, threads, _ in reversed(per_kernel):
         m.threads = threads
         grafts += m.place_syncs(sched, start)
     sched = apply_grafts(sched, grafts)
-    return GpuPlan(sched, tuple(kernels), tuple(m.decisions), accesses, copies)
+    by_name = {}
+    for _, red in reductions:
+        for name in (red.update, red.warp, *red.statements()):
+            by_name[name] = red
+    return GpuPlan(sched, tuple(kernels), tuple(m.decisions), accesses, copies, by_name)
 
 
 def _context(fixed: isl.Set, grid: Sequence[int], block: Sequence[int]) -> isl.Set:

@@ -18,14 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from ..polyhedral.errors import TCInternalError
 from ..polyhedral.lang import ast as A
 from ..polyhedral.lang.types import ScalarType
 from ..polyhedral.scop import Scop
 from . import ir
+from .c_printer import _combine, _Exprs, _identity, _Printer, c_storage_type, expr
 from .c_printer import _ctype as compute_type
-from .c_printer import _Exprs, _Printer, c_storage_type, expr
 from .gpu import GpuPlan
 from .promotion import Copy, Promoted
+from .reduction import BlockReduction
 
 __all__ = ["GpuPrinter", "promoted_references"]
 
@@ -48,7 +50,7 @@ class GpuPrinter(_Printer):
     :ivar copies: copy statements by name. :ivar buffers: every buffer of the plan, by name.
     """
 
-    def __init__(self, *args, promoted=None, copies=None, buffers=None, **options):
+    def __init__(self, *args, promoted=None, copies=None, buffers=None, reductions=None, **options):
         super().__init__(*args)
         for name, value in options.items():  # a subclass's settings (the CUDA printer's readonly)
             if not hasattr(type(self), name):
@@ -57,6 +59,7 @@ class GpuPrinter(_Printer):
         self.promoted: Mapping[tuple[str, int], Promoted] = promoted or {}
         self.copies: Mapping[str, Copy] = copies or {}
         self.buffers: Mapping[str, ir.Buffer] = buffers or {}
+        self.reductions: Mapping[str, BlockReduction] = reductions or {}
         self.current: str | None = None  # the statement whose instance is printed
 
     @classmethod
@@ -65,7 +68,14 @@ class GpuPrinter(_Printer):
         promotion."""
         buffers = {b.name: b for k in plan.kernels for b in k.buffers}
         promoted = promoted_references(plan, scop)
-        return lambda *args: cls(*args, promoted=promoted, copies=plan.copies, buffers=buffers, **kwargs)
+        return lambda *args: cls(
+            *args,
+            promoted=promoted,
+            copies=plan.copies,
+            buffers=buffers,
+            reductions=plan.reductions,
+            **kwargs,
+        )
 
     # ------------------------------------------------------------------------------- buffers
     def buffer_type(self, buf: ir.Buffer) -> str:
@@ -99,14 +109,14 @@ class GpuPrinter(_Printer):
             out.append(local if stride == 1 else f"({local}) / {stride}")
         return out
 
-    def buffer_load(self, p: Promoted, tensor: str, index: Sequence[str], want: ScalarType) -> str:
-        buf = self.buffers[p.buffer]
+    def buffer_load(self, buf: ir.Buffer, tensor: str, index: Sequence[str], want: ScalarType) -> str:
+        """C reading element ``index`` of ``buf`` (holding ``tensor``'s elements) as ``want``."""
         value = self.held_value(tensor, self.element(buf, index), want)
         check = self.buffer_race(buf, index, False)
         return value if check is None else f"({check}, {value})"
 
-    def buffer_store(self, p: Promoted, tensor: str, index: Sequence[str], value: str) -> str:
-        buf = self.buffers[p.buffer]
+    def buffer_store(self, buf: ir.Buffer, tensor: str, index: Sequence[str], value: str) -> str:
+        """C storing ``value`` (of ``tensor``'s element type) into element ``index`` of ``buf``."""
         text = self.held_store(tensor, self.element(buf, index), value)
         check = self.buffer_race(buf, index, True)
         return text if check is None else f"{check}; {text}"
@@ -116,21 +126,73 @@ class GpuPrinter(_Printer):
         p = self.promoted.get((self.current, id(e)))
         if p is None:
             return super().access_value(e, ex, want)
-        return self.buffer_load(p, e.tensor, self.local(p, e.args, ex), want)
+        return self.buffer_load(self.buffers[p.buffer], e.tensor, self.local(p, e.args, ex), want)
 
     def lhs(self, sname: str, ex: _Exprs):
         st = self.statements[sname].source
-        p = self.promoted.get((sname, id(st.source)))
-        if p is None:
-            return super().lhs(sname, ex)
-        index = self.local(p, self.lhs_args(sname), ex)
+        red = self.reductions.get(sname)
+        if red is not None:  # a block reduction's update: into the thread's partial result
+            buf, index = red.acc, ["0"]
+        else:
+            p = self.promoted.get((sname, id(st.source)))
+            if p is None:
+                return super().lhs(sname, ex)
+            buf, index = self.buffers[p.buffer], self.local(p, self.lhs_args(sname), ex)
         return (
-            lambda want: self.buffer_load(p, st.tensor, index, want),
-            lambda value: self.buffer_store(p, st.tensor, index, value),
+            lambda want: self.buffer_load(buf, st.tensor, index, want),
+            lambda value: self.buffer_store(buf, st.tensor, index, value),
         )
+
+    # ---------------------------------------------------------------------------- block reductions
+    def reduction_step(self, red: BlockReduction, node: ir.Run) -> str:
+        """C for an instance of one of ``red``'s statements (not its update, which :meth:`lhs`
+        redirects): every thread runs it, with its own ids ``t0, t1, t2``."""
+        et = self.element_type(red.tensor).compute
+        mine = ["t2", "t1", "t0"]
+        if node.statement == red.init:
+            return f"/* block reduction {red.number}: identity */ " + self.buffer_store(
+                red.acc, red.tensor, ["0"], _identity(red.op, et)
+            )
+        if node.statement == red.store:
+            value = self.buffer_load(red.acc, red.tensor, ["0"], et)
+            return f"/* block reduction {red.number}: partial result */ " + self.buffer_store(
+                red.part, red.tensor, mine, value
+            )
+        if node.statement == red.step:
+            s = expr(node.args[0])
+            a = self.buffer_load(red.part, red.tensor, mine, et)
+            b = self.buffer_load(red.part, red.tensor, ["t2", "t1", f"t0 + {s}"], et)
+            store = self.buffer_store(red.part, red.tensor, mine, _combine(red.op, a, b, et))
+            cond = f"t0 < {s} && t0 + {s} < {red.width}"
+            return f"/* block reduction {red.number}: step {s} */ if ({cond}) {{ {store} }}"
+        if node.statement == red.combine:
+            info = self.cdef.tensor(red.tensor)
+            rank = len(info.shape)
+            element = node.args[len(node.args) - rank :]
+            strides = self.strides[red.tensor] if red.tensor not in self.wide else _dense(info, self.sizes)
+            addr = " + ".join(f"({expr(a)}) * INT64_C({n})" for a, n in zip(element, strides) if n) or "0"
+            value = self.buffer_load(red.part, red.tensor, ["t2", "t1", "0"], et)
+            return f"/* block reduction {red.number}: into {red.tensor} */ " + self.combine_store(
+                red, addr, value, et
+            )
+        raise TCInternalError(f"statement {node.statement} of block reduction {red.number} printed alone")
+
+    def combine_store(self, red: BlockReduction, addr: str, value: str, et: ScalarType) -> str:
+        """C adding a row's result ``value`` into element ``addr`` of the output (an atomic
+        addition: blocks run one after the other here, nothing to check)."""
+        if red.atomic:
+            return self._store(
+                red.tensor, addr, _combine(red.op, self._load(red.tensor, addr, et), f"({value})", et)
+            )
+        old = self.load(red.tensor, addr, et)
+        return self.store(red.tensor, addr, _combine(red.op, old, f"({value})", et))
 
     # ------------------------------------------------------------------------------------ copies
     def run(self, node: ir.Run, indent: str) -> None:
+        red = self.reductions.get(node.statement)
+        if red is not None and node.statement != red.update:
+            self.lines.append(f"{indent}{{ {self.reduction_step(red, node)} }}")
+            return
         c = self.copies.get(node.statement)
         if c is None:
             self.current = node.statement

@@ -474,13 +474,18 @@ class _Promoter:
         self.syncs = 0
 
     # ------------------------------------------------------------------------------- analysis
-    def analyse(self, node: isl.ScheduleNode, kernel: int, depth: int, block, budget: list[int]) -> _Scope:
+    def analyse(
+        self, node: isl.ScheduleNode, kernel: int, depth: int, block, budget: list[int], keep=frozenset()
+    ) -> _Scope:
         outer, scoped, order = self._scope_groups(node)  # scoped: instance -> scope point, every block
         before, after = _earlier(node, 2)
         again = after or not _once_per_block(outer, self.block_ids)
         bands = self._thread_bands(node)
         promoted = []
         for g in order:
+            if g.tensor in keep:
+                self.decisions.append(f"shared: {g.tensor} left alone (a block reduction's output)")
+                continue
             d = self._decide(g, scoped, outer, bands, depth, block, budget)
             if d is not None:
                 promoted.append(d)
@@ -731,6 +736,9 @@ def promote_shared(
     options,
     tensors: Mapping[str, TensorInfo],
     ids: tuple[Sequence[str], Sequence[str], str],
+    *,
+    keep: Sequence[frozenset[str]] = (),
+    reserved: Sequence[int] = (),
 ) -> tuple[isl.Schedule, Promotion]:
     """Promote to shared memory in every kernel of the mapped tree ``sched`` (module docstring).
 
@@ -740,6 +748,8 @@ def promote_shared(
         ``max_shared_memory``, ``unroll_copy_shared``, ``unroll``).
     :arg tensors: shape and element size of every tensor.
     :arg ids: the block ids' and thread ids' parameter names and the thread-0 mark's name.
+    :arg keep: per kernel, tensors left alone (a block reduction's output).
+    :arg reserved: per kernel, shared memory bytes already spent (a block reduction's tree).
     :returns: the tree with the promotion scopes' bands split, and what was promoted (with the
         grafts that add the copies and barriers).
     """
@@ -764,8 +774,10 @@ def promote_shared(
             start = [*start, 0]  # below a kernel's filter, never the filter itself
         sched, paths = _scopes(sched, start, depth, p.thread_ids, p.thread0)
         budget = [min(DEFAULT_MAX_SHARED_MEMORY, options.max_shared_memory or DEFAULT_MAX_SHARED_MEMORY)]
+        budget[0] -= reserved[i] if i < len(reserved) else 0
         for path in paths:
-            scopes.append(p.analyse(node_at(sched, path), i, depth, block, budget))
+            left = keep[i] if i < len(keep) else frozenset()
+            scopes.append(p.analyse(node_at(sched, path), i, depth, block, budget, left))
     grafts = [p.graft(scope, kernels[scope.kernel][2]) for scope in scopes if scope.promoted]
     return sched, _promotion(len(kernels), scopes, grafts, p.decisions)
 

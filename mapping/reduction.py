@@ -1,0 +1,213 @@
+"""Block reductions (GPU): a reduction loop on threadIdx.x, combined by a tree in shared memory.
+
+TC's ``detectReductions`` and CUB's ``BlockReduce`` (notes/polyhedral.md 2(d)), written as
+statements of our own so that the emulated target runs and race-checks them like any other:
+
+With ``match_library_calls``, a thread-mapped band that holds one reduction update ``U`` only
+(``O(o) op= f(o, r)``, ``op`` one of ``+= *= max= min=``, the right-hand side not reading ``O``)
+and has a member after its leading coincident ones is mapped differently from :mod:`.gpu`'s
+rule: its innermost member (a reduction loop, along which inputs are usually contiguous) goes to
+``threadIdx.x``, the innermost coincident members to ``y`` and ``z``. Above the band, a band of
+the coincident members (those on ``y``, ``z`` divided by the block size) makes each thread row
+``(t1, t2)`` own one output element per iteration; isl checks that it does, and that no two rows
+own the same element (else the band is mapped as usual). Around the thread-mapped band, run by
+every thread of the block::
+
+    tc_red_init_<k>      acc = identity                  (a register: the private buffer)
+    <the band>           acc = acc op f(o, r)            (U's update, redirected to acc)
+    tc_red_store_<k>     part[t2][t1][t0] = acc          (the shared buffer)
+    tc_red_tree_<k>      barrier; step(2^m); barrier; ... step(1); barrier
+    tc_red_combine_<k>   O(o) = O(o) op part[t2][t1][0]  (thread x 0 of the row owning o)
+
+with ``step(s)``: ``if (t0 < s && t0 + s < bx) part[t0] = part[t0] op part[t0 + s]``, ``2^m`` the
+largest power of two below ``bx``. The tree is a statement until the kernel IR is built
+(:func:`expand_trees`), then explicit steps and barriers: the emulation fissions and race-checks
+them; the CUDA printer prints the steps below 32 of a block whose x size is a multiple of 32 as
+warp shuffles (``__shfl_down_sync``) instead, where the type has them.
+
+Summation order changes (a tree instead of one loop), as in any parallel reduction: results
+agree with the oracle to its reduction tolerance, and are the same in every thread order.
+
+The reduction loop's tiles (the tile loop around the band) are combined one after the other into
+``O`` by the same thread; a reduction with few outputs and a long range wants a long tile along
+it (the default options' business). A reduction too large for one block (a sum whose outputs
+give fewer blocks than the device has multiprocessors) has its tile loop mapped to blocks as
+well, and each block adds its result atomically (``atomicAdd``; the emulation adds plainly, its
+blocks run one after the other, and a float sum then depends on the blocks' order, as on a GPU).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import islpy as isl
+
+from . import ir
+
+__all__ = ["REDUCE_MARK", "BlockReduction", "expand_trees", "shuffle_types"]
+
+#: The mark above a reduction's thread-mapped band (``tc_reduce`` followed by its number).
+REDUCE_MARK = "tc_reduce"
+
+#: The C types ``__shfl_down_sync`` moves (others reduce through shared memory to the end).
+_SHUFFLED = frozenset({"float", "double", "int32_t", "uint32_t", "int64_t", "uint64_t"})
+
+
+def shuffle_types() -> frozenset[str]:
+    """The C compute types the CUDA printer reduces with warp shuffles."""
+    return _SHUFFLED
+
+
+@dataclass(frozen=True)
+class BlockReduction:
+    """One block reduction (see the module's docstring).
+
+    :ivar number: ``k`` in the statements' names. :ivar update: the update statement ``U``.
+    :ivar tensor: the tensor it reduces into. :ivar op: its operator (``+=``, ...).
+    :ivar acc: the private buffer (one element) holding a thread's partial result.
+    :ivar part: the shared buffer ``[bz][by][bx]`` the tree combines.
+    :ivar atomic: blocks share the reduction's outputs (its loop is on blocks too): the combine
+        adds atomically (CUDA's ``atomicAdd``).
+    """
+
+    number: int
+    update: str
+    tensor: str
+    op: str
+    acc: ir.Buffer
+    part: ir.Buffer
+    atomic: bool = False
+
+    @property
+    def init(self) -> str:
+        """The statement setting the partial result to the identity."""
+        return f"tc_red_init_{self.number}"
+
+    @property
+    def store(self) -> str:
+        """The statement storing a thread's partial result into :attr:`part`."""
+        return f"tc_red_store_{self.number}"
+
+    @property
+    def tree(self) -> str:
+        """The statement that becomes the tree's steps and barriers (:func:`expand_trees`)."""
+        return f"tc_red_tree_{self.number}"
+
+    @property
+    def step(self) -> str:
+        """A step of the tree; its one argument is the distance ``s``."""
+        return f"tc_red_step_{self.number}"
+
+    @property
+    def warp(self) -> str:
+        """The mark around the steps the CUDA printer may print as warp shuffles."""
+        return f"tc_red_warp_{self.number}"
+
+    @property
+    def combine(self) -> str:
+        """The statement adding a row's result into the output element it owns."""
+        return f"tc_red_combine_{self.number}"
+
+    @property
+    def width(self) -> int:
+        """Threads along x: the partial results one tree combines."""
+        return self.part.shape[-1]
+
+    def statements(self) -> tuple[str, ...]:
+        """The statements the reduction adds (the tree's own, :attr:`step`, included)."""
+        return (self.init, self.store, self.tree, self.step, self.combine)
+
+
+def tree_steps(width: int) -> list[int]:
+    """The distances of the tree's steps over ``width`` partial results, largest first."""
+    out, s = [], 1
+    while s < width:
+        out.append(s)
+        s *= 2
+    return out[::-1]
+
+
+def expand_trees(node: ir.Node, reductions: Mapping[str, BlockReduction]) -> ir.Node:
+    """Kernel IR ``node`` with each tree statement (by name in ``reductions``) replaced by its
+    steps, a barrier (``sync`` mark) before each; when the width is a multiple of 32, the steps
+    below 32 are inside a mark :attr:`BlockReduction.warp` (one warp's work)."""
+    from .gpu import SYNC_MARK  # a cycle otherwise: gpu maps the reductions
+
+    def sync() -> ir.Node:
+        return ir.Mark(SYNC_MARK, ir.Block(()))
+
+    def tree(red: BlockReduction) -> ir.Node:
+        head: list[ir.Node] = []
+        warp: list[ir.Node] = []
+        for s in tree_steps(red.width):
+            if red.width % 32 == 0 and s < 32:
+                # the barrier before the warp's first step stays outside its mark
+                (warp if warp else head).append(sync())
+                warp.append(ir.Run(red.step, (ir.Int(s),)))
+            else:
+                head += [sync(), ir.Run(red.step, (ir.Int(s),))]
+        # a barrier after the last step: the next store must not overwrite what another thread
+        # still reads (the warp's shuffles read registers: inside its mark)
+        if warp:
+            head.append(ir.Mark(red.warp, ir.Block((*warp, sync()))))
+        elif head:
+            head.append(sync())
+        return ir.Block(tuple(head))
+
+    def visit(n: ir.Node) -> ir.Node:
+        if isinstance(n, ir.Run):
+            red = reductions.get(n.statement)
+            return tree(red) if red is not None and n.statement == red.tree else n
+        if isinstance(n, ir.Block):
+            return ir.Block(tuple(visit(c) for c in n.children))
+        if isinstance(n, ir.For):
+            return ir.For(n.var, n.init, n.cond, n.step, visit(n.body), n.kind, n.degenerate)
+        if isinstance(n, ir.If):
+            return ir.If(n.cond, visit(n.then), None if n.other is None else visit(n.other))
+        if isinstance(n, ir.Mark):
+            return ir.Mark(n.name, visit(n.body))
+        return n
+
+    return visit(node)
+
+
+# ----------------------------------------------------------------------------------- isl helpers
+def single_owner(prefix: isl.UnionMap, rows: isl.UnionMap, out: isl.UnionMap) -> bool:
+    """Whether, for every point of the schedule ``prefix``, each thread row (``rows``: instance ->
+    ``[t1, t2]``) updates at most one element (``out``: instance -> element) and no element is
+    updated by two rows."""
+    owner = prefix.flat_range_product(rows).reverse().apply_range(prefix.flat_range_product(out))
+    return owner.is_single_valued() and owner.is_injective()
+
+
+def combine_extension(prefix: isl.UnionMap, rows: isl.UnionMap, out: isl.UnionMap, name: str, ctx):
+    """The extension tree of the combine statement ``name``: instances ``name[p.., o..]`` for the
+    elements ``o`` updated at schedule point ``p``, a loop over ``o``, on thread ``(0, t1, t2)``
+    of the row that owns ``o``."""
+    what = isl.Map.from_union_map(prefix.reverse().apply_range(out))
+    ext = what.domain_map().reverse().flatten_range().set_tuple_name(isl.dim_type.out, name)
+    n_p, rank = what.dim(isl.dim_type.in_), what.dim(isl.dim_type.out)
+    dims = [f"p{k}" for k in range(n_p)] + [f"o{k}" for k in range(rank)]
+    tup = f"{name}[{', '.join(dims)}]"
+    tree = isl.ScheduleNode.from_extension(isl.UnionMap.from_map(ext)).child(0)
+    if rank:
+        band = isl.MultiUnionPwAff.read_from_str(
+            ctx, "[" + ", ".join(f"{{ {tup} -> [(o{k})] }}" for k in range(rank)) + "]"
+        )
+        tree = tree.insert_partial_schedule(band)
+    owner = isl.Map.from_union_map(prefix.flat_range_product(out).reverse().apply_range(rows)).set_tuple_name(
+        isl.dim_type.in_, name
+    )
+    eq = isl.Set.read_from_str(ctx, "[t1, t2] -> { [v1, v2] : v1 = t1 and v2 = t2 }")
+    owned = owner.intersect_range(eq.align_params(owner.get_space().params())).domain()
+    zero = isl.Set.read_from_str(ctx, "[t0] -> { : t0 = 0 }")
+    filt = owned.align_params(zero.get_space()).intersect_params(zero.align_params(owned.get_space()))
+    return tree.insert_filter(isl.UnionSet.from_set(filt)).root()
+
+
+def extension(outer: isl.UnionSet, name: str, ctx) -> isl.ScheduleNode:
+    """The extension tree of statement ``name[]`` run once per point of ``outer`` by every
+    thread."""
+    stmt = isl.UnionSet.from_set(isl.Set.read_from_str(ctx, f"{{ {name}[] }}"))
+    return isl.ScheduleNode.from_extension(isl.UnionMap.from_domain_and_range(outer, stmt))

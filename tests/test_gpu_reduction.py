@@ -1,0 +1,269 @@
+"""Block reductions (mapping/reduction.py), checked on the CPU.
+
+With ``match_library_calls``, a reduction loop goes to threadIdx.x and the threads' partial
+results are combined by a tree in shared memory (the last five steps as warp shuffles on CUDA).
+Suite kernels with reductions run through the emulated target in every thread order and must
+match the oracle and agree with each other bit for bit (the tree's order is fixed); the decisions
+and sources show the tree; broken trees must be caught: a barrier removed between two steps or
+after the last one is a race the emulation's shared-memory check reports.
+"""
+
+from __future__ import annotations
+
+import compiled_helpers as H
+import islpy as isl
+import pytest
+import torch
+
+import tcjit
+from tcjit import nvrtc, suite
+from tcjit.mapping import gpu, ir, reduction
+from tcjit.mapping.cuda_printer import lower_cuda
+from tcjit.mapping.lower import contiguous_strides
+from tcjit.mapping.options import MappingOptions
+from tcjit.polyhedral.errors import TCInternalError
+from tcjit.polyhedral.lang.check import check_source
+from tcjit.testing import emulation_order
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _private_kernel_cache(tmp_path_factory):
+    with H.private_cache(tmp_path_factory.mktemp("tcjit-cache")):
+        yield
+
+
+#: x on the reduction, y (and z) on outputs; x of 32 (the warp form on CUDA); partial tiles.
+REDUCED = {
+    "xy": MappingOptions("naive")
+    .tile(8, 32, 16)
+    .map_to_blocks(4, 4)
+    .map_to_threads(16, 4)
+    .match_library_calls(True),
+    "warp": MappingOptions("naive")
+    .tile(4, 64)
+    .map_to_blocks(8)
+    .map_to_threads(32, 2)
+    .match_library_calls(True),
+    "xyz": MappingOptions("naive")
+    .tile(3, 4, 5)
+    .map_to_blocks(2, 2)
+    .map_to_threads(8, 2, 2)
+    .match_library_calls(True)
+    .use_shared_memory(True),
+}
+KERNELS = ("softmax", "layernorm", "bn_reduce", "cosine", "abs_sum", "matmul", "tbmm", "kronecker3")
+ORDERS = ("forward", "reversed", "shuffled")
+
+
+def _run(kernel: tcjit.Kernel, inputs, options, order: str = "forward") -> tuple[torch.Tensor, ...]:
+    with emulation_order(order):
+        return H.as_tuple(kernel(*inputs, options=options, target="cuda-emulated"))
+
+
+def _strides(cdef, sizes) -> dict[str, tuple[int, ...]]:
+    return {
+        t.name: contiguous_strides(tuple(int(s.evaluate(sizes)) for s in t.shape)) for t in cdef.tensor_infos
+    }
+
+
+@pytest.mark.parametrize("name, option, which", H.rotation_params(KERNELS, REDUCED))
+def test_reduced_suite_kernel_matches_the_oracle_in_every_order(name: str, option: str, which: int) -> None:
+    k = suite.get(name)
+    opts = REDUCED[option]
+    inputs = H.suite_inputs(name, which)
+    spec = tcjit.compile(H.suite_kernel(name), *inputs, options=opts, target="cuda-emulated")
+    assert "combined by a block tree reduction" in spec.stages["decisions"], spec.stages["decisions"]
+    first = _run(H.suite_kernel(name), inputs, opts)
+    sizes = k.small_sizes[which]
+    H.assert_all_same(
+        first, H.suite_oracle(name, which), k.reduction_length(sizes), k.checked.outputs, what=name
+    )
+    # blocks that add their results atomically add them in the blocks' order (a float sum then
+    # differs from one order to another, as on a GPU): the oracle judges each order
+    atomic = "added atomically" in spec.stages["decisions"]
+    for order in ORDERS[1:]:
+        again = _run(H.suite_kernel(name), inputs, opts, order)
+        if atomic:
+            H.assert_all_same(
+                again, H.suite_oracle(name, which), k.reduction_length(sizes), k.checked.outputs, what=name
+            )
+            continue
+        for o, a, b in zip(k.checked.outputs, first, again):
+            assert torch.equal(a, b), f"{name}.{o}: {order} order differs from forward (a race?)"
+
+
+ROWS = """def rows(float(N,D) I) -> (S, M) {
+    S(n) +=! I(n, r_d)
+    M(n) max=! I(n, r_d) * I(n, r_d)
+}"""
+
+
+def test_the_tree_shows_in_the_decisions_the_cuda_source_and_the_emulation() -> None:
+    """Row sums over 100 columns on 32 x 2 threads: one output per thread row and step of a band
+    above the thread mapping, a tree of five steps (shuffles on CUDA), one combine per row."""
+    x = torch.randn(9, 100)
+    opts = REDUCED["warp"]
+    kernel = tcjit.define(ROWS)
+    spec = tcjit.compile(kernel, x, options=opts, target="cuda-emulated")
+    decisions = spec.stages["decisions"]
+    assert (
+        "reduction: member 1 of the band over ['S0'] -> x (32), member 0 -> y (2), combined by a block"
+        " tree reduction into S (+=); a band of members [0] above it (one output per row)" in decisions
+    )
+    assert "into M (max=)" in decisions
+    for s in (16, 8, 4, 2, 1):
+        assert f"block reduction 0: step {s} */ if (t0 < {s} && t0 + {s} < 32)" in spec.source
+    assert "step 32" not in spec.source
+    s, m = spec(x)
+    torch.testing.assert_close(s, x.sum(1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(m, (x * x).amax(1))
+    cdef = check_source(ROWS).entry()
+    ks = lower_cuda(
+        cdef, {"N": 9, "D": 100}, _strides(cdef, {"N": 9, "D": 100}), opts.validate("cuda").values
+    )
+    assert "__shared__ float tc_shared_red0[1][2][32];" in ks.source
+    assert "tc_v = tc_v + __shfl_down_sync(0xffffffffu, tc_v, 16);" in ks.source
+    assert "tc_v = tc_fmax_f32(tc_v, __shfl_down_sync(0xffffffffu, tc_v, 1));" in ks.source
+    if nvrtc.available():
+        ptx = nvrtc.compile_ptx(ks.source, name="rows.cu")
+        assert "shfl.sync.down" in ptx and "bar.sync" in ptx
+
+
+def test_a_width_not_a_multiple_of_32_reduces_through_shared_memory_on_cuda() -> None:
+    """Block x of 24 (tightened to the reduced extent): steps 16, 8, 4, 2, 1 through shared
+    memory with barriers, no shuffle (a warp would mix two rows); int64 sums too."""
+    src = ROWS.replace("float(N,D)", "int64(N,D)")
+    cdef = check_source(src).entry()
+    opts = MappingOptions("naive").tile(4, 64).map_to_threads(64, 2).match_library_calls(True)
+    ks = lower_cuda(cdef, {"N": 5, "D": 24}, _strides(cdef, {"N": 5, "D": 24}), opts.validate("cuda").values)
+    assert "__shfl" not in ks.source and "t0 + 16 < 24" in ks.source
+    x = torch.randint(-(2**40), 2**40, (5, 24))
+    s, m = tcjit.define(src)(x, options=opts, target="cuda-emulated")
+    assert torch.equal(s, x.sum(1)) and torch.equal(m, (x * x).amax(1))
+
+
+def test_without_match_library_calls_reductions_stay_in_one_thread() -> None:
+    x = torch.randn(9, 100)
+    opts = REDUCED["warp"].match_library_calls(False)
+    spec = tcjit.compile(tcjit.define(ROWS), x, options=opts, target="cuda-emulated")
+    assert "reduction:" not in spec.stages["decisions"] and "block reduction" not in spec.source
+
+
+def test_a_whole_tensor_reduction_has_one_block_of_threads() -> None:
+    """abs_sum has no coincident member: no block mapping, but the reduction still goes to threads."""
+    a = torch.randn(7, 301)
+    opts = MappingOptions("naive").tile(8, 128).map_to_threads(64).match_library_calls(True)
+    kernel = H.suite_kernel("abs_sum")
+    spec = tcjit.compile(kernel, a, options=opts, target="cuda-emulated")
+    decisions = spec.stages["decisions"]
+    assert "blocks: none" in decisions and "of the band over ['S0'] -> x (64), combined" in decisions
+    torch.testing.assert_close(H.as_tuple(spec(a))[0], a.abs().sum(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_a_reduction_with_too_few_outputs_spreads_over_blocks_and_adds_atomically(dtype) -> None:
+    """A sum over whole rows of a short matrix: its rows (outputs) give one block, so the tiles
+    of the reduction loop go to blocks too, and each block adds its tree's result atomically
+    (int64: as unsigned long long, two's complement)."""
+    src = "def row_sums(float(N,D) I) -> (S) {\n    S(n) +=! I(n, r_d)\n}"
+    src = src.replace("float(N,D)", "int64(N,D)") if dtype == torch.int64 else src
+    opts = (
+        MappingOptions("naive")
+        .tile(4, 64)
+        .map_to_blocks(4, 16)
+        .map_to_threads(32, 2)
+        .match_library_calls(True)
+    )
+    x = torch.randn(3, 1000) if dtype == torch.float32 else torch.randint(-(2**40), 2**40, (3, 1000))
+    kernel = tcjit.define(src)
+    spec = tcjit.compile(kernel, x, options=opts, target="cuda-emulated")
+    assert "(member 1: a reduction, its blocks' results added atomically)" in spec.stages["decisions"]
+    for order in ORDERS:
+        got = _run(kernel, (x,), opts, order)[0]
+        if dtype == torch.int64:
+            assert torch.equal(got, x.sum(1))
+        else:
+            torch.testing.assert_close(got, x.sum(1), rtol=1e-5, atol=1e-4)
+    cdef = check_source(src).entry()
+    sizes = {"N": 3, "D": 1000}
+    ks = lower_cuda(cdef, sizes, _strides(cdef, sizes), opts.validate("cuda").values)
+    assert ks.kernels[-1].grid == (1, 16, 1)
+    if dtype == torch.int64:
+        assert "atomicAdd((unsigned long long *)&t_S[" in ks.source
+    else:
+        assert "atomicAdd(&t_S[" in ks.source
+    if nvrtc.available():
+        assert "atom.global.add" in nvrtc.compile_ptx(ks.source, name="row_sums.cu").replace(
+            "red.global.add", "atom.global.add"
+        )
+
+
+def _without_barriers(which):
+    """``gpu.expand_trees`` with the barriers ``which(position, steps)`` selects removed."""
+    original = reduction.expand_trees
+
+    def strip(node: ir.Node, steps: list) -> ir.Node:
+        if isinstance(node, ir.Block):
+            kids = [strip(c, steps) for c in node.children]
+            runs = [i for i, c in enumerate(kids) if isinstance(c, ir.Run) and "_step_" in c.statement]
+            if not runs:
+                return ir.Block(tuple(kids))
+            drop = {
+                i
+                for i, c in enumerate(kids)
+                if isinstance(c, ir.Mark) and c.name == gpu.SYNC_MARK and which(i, runs)
+            }
+            return ir.Block(tuple(c for i, c in enumerate(kids) if i not in drop))
+        if isinstance(node, ir.Mark):
+            return ir.Mark(node.name, strip(node.body, steps))
+        if isinstance(node, ir.For):
+            return ir.For(
+                node.var, node.init, node.cond, node.step, strip(node.body, steps), node.kind, node.degenerate
+            )
+        if isinstance(node, ir.If):
+            return ir.If(
+                node.cond, strip(node.then, steps), None if node.other is None else strip(node.other, steps)
+            )
+        return node
+
+    return lambda body, reductions: strip(original(body, reductions), [])
+
+
+@pytest.mark.parametrize(
+    "what, which",
+    [
+        ("between two steps", lambda i, runs: runs[0] < i < runs[-1]),
+        ("after the last step", lambda i, runs: i > runs[-1]),
+    ],
+)
+def test_a_missing_barrier_in_the_tree_is_a_race(what: str, which, monkeypatch) -> None:
+    """Each barrier of the tree is needed: without the one between two steps a thread reads a
+    partial result another thread has not combined yet; without the last one, the next row's
+    store overwrites a partial result the last step still reads. The emulation reports both."""
+    monkeypatch.setattr(gpu, "expand_trees", _without_barriers(which))
+    x = torch.randn(6, 77)
+    src = ROWS.replace("def rows(", f"def rows_{'mid' if 'two' in what else 'end'}(")
+    with pytest.raises(TCInternalError, match="tc_shared_red"):
+        tcjit.define(src)(x, options=REDUCED["xy"], target="cuda-emulated")
+
+
+def test_a_thread_row_owning_two_elements_is_refused() -> None:
+    """The check the mapper relies on: per schedule point, one element per thread row and one row
+    per element."""
+    ctx = isl.DEFAULT_CONTEXT
+    prefix = isl.UnionMap.read_from_str(ctx, "{ S[i, r] -> [0] : 0 <= i < 4 and 0 <= r < 8 }")
+    out = isl.UnionMap.read_from_str(ctx, "{ S[i, r] -> O[i] }")
+    one_row_each = isl.UnionMap.read_from_str(ctx, "{ S[i, r] -> [i, 0] }")
+    two_per_row = isl.UnionMap.read_from_str(ctx, "{ S[i, r] -> [floor(i / 2), 0] }")
+    two_rows = isl.UnionMap.read_from_str(ctx, "{ S[i, r] -> [r, 0] }")
+    assert reduction.single_owner(prefix, one_row_each, out)
+    assert not reduction.single_owner(prefix, two_per_row, out)
+    assert not reduction.single_owner(prefix, two_rows, out)
+
+
+def test_tree_steps() -> None:
+    assert reduction.tree_steps(1) == []
+    assert reduction.tree_steps(2) == [1]
+    assert reduction.tree_steps(24) == [16, 8, 4, 2, 1]
+    assert reduction.tree_steps(32) == [16, 8, 4, 2, 1]
+    assert reduction.tree_steps(33) == [32, 16, 8, 4, 2, 1]
