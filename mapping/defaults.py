@@ -20,8 +20,16 @@ CPU:
   band carries a reduction under a parallel vector loop (contractions in the dot-product form keep
   long reduction tiles: 128-step tiles made tmm, fcrelu and mlp3 slower when tried).
 
-CUDA (and its emulation): TC's naive tiles, blocks and threads (32 x 32 x 32 tiles on up to 256 x
-256 blocks of 32 x 8 threads) until the GPU issue's measurements choose better.
+CUDA (and its emulation), not measured on a GPU yet (no device was available; docs/performance.md):
+
+* **Row reductions** (:func:`has_row_reduction`): a reduction whose operands read along a plain
+  reduction variable as their last subscript and each mention every output variable (no operand
+  reused across outputs: memory-bound, ``softmax``, ``layernorm``, ``cosine``, ``bn_reduce``,
+  ``abs_sum``). Block reductions (``match_library_calls``): the reduction loop on a warp of
+  ``threadIdx.x`` (32: the tree's last steps are shuffles), 8 outputs on ``y``; tiles of 8 outputs
+  by 1024 reduction steps, so that one tree combines 1024 terms (TC combines every tile).
+* **Everything else**: TC's naive tiles, blocks and threads (32 x 32 x 32 tiles on up to 256 x 256
+  blocks of 32 x 8 threads), each thread reducing sequentially.
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ from ..polyhedral.lang import ast as A
 from ..polyhedral.lang.checked import CheckedDef, CheckedStatement
 from .options import MappingOptions
 
-__all__ = ["default_options", "is_gemm_shaped", "outer_product_shaped"]
+__all__ = ["default_options", "has_row_reduction", "is_gemm_shaped", "outer_product_shaped"]
 
 
 def default_options(cdef: CheckedDef, sizes: Mapping[str, int], target: str) -> MappingOptions:
@@ -40,7 +48,10 @@ def default_options(cdef: CheckedDef, sizes: Mapping[str, int], target: str) -> 
     (the rules of this module's docstring)."""
     del sizes  # no rule needs them yet
     if target != "cpu":
-        return MappingOptions("naive").tile(32, 32, 32).map_to_blocks(256, 256).map_to_threads(32, 8)
+        naive = MappingOptions("naive").map_to_blocks(256, 256).map_to_threads(32, 8)
+        if has_row_reduction(cdef):
+            return naive.tile(8, 1024, 1024).match_library_calls(True)
+        return naive.tile(32, 32, 32)
     base = MappingOptions("naive").vectorize(True)
     if is_gemm_shaped(cdef):
         return base.tile(64, 512, 128).register_tile(8, 16)
@@ -75,3 +86,26 @@ def outer_product_shaped(st: CheckedStatement) -> bool:
             if where and (where != [len(a.args) - 1] or not isinstance(a.args[-1], A.Ident)):
                 return False
     return True
+
+
+def has_row_reduction(cdef: CheckedDef) -> bool:
+    """Whether some reduction of ``cdef`` reads each operand along a plain reduction variable (its
+    last subscript) and no operand is shared by several outputs (every access mentioning a
+    reduction variable mentions every output variable): ``sm(n) +=! exp(I(n, r_d) - mx(n))``,
+    not ``C(m, n) +=! A(m, r_k) * B(n, r_k)``."""
+    for st in cdef.statements:
+        if st.op not in ("+=", "*=", "max=", "min=") or not st.reduction_vars:
+            continue
+        reduced = [
+            a
+            for a in A.walk(st.rhs)
+            if isinstance(a, A.Access) and set(A.index_vars(a)) & set(st.reduction_vars)
+        ]
+        if reduced and all(
+            isinstance(a.args[-1], A.Ident)
+            and a.args[-1].name in st.reduction_vars
+            and set(st.lhs_vars) <= set(A.index_vars(a))
+            for a in reduced
+        ):
+            return True
+    return False

@@ -322,7 +322,10 @@ class MappingOptions:
         return self.replace(use_readonly_cache=use)
 
     def match_library_calls(self, match: bool) -> MappingOptions:
-        """Map reduction loops to threadIdx.x and reduce within the block.
+        """Block reductions: a band holding one reduction update maps its reduction loop to
+        threadIdx.x, and the threads' partial results are combined by a tree in shared memory
+        (warp shuffles for its last steps); a sum whose outputs give too few blocks also spreads
+        its reduction over blocks, which add their results atomically (mapping/reduction.py).
 
         Example: ``MappingOptions().match_library_calls(True)``.
         """

@@ -7,7 +7,7 @@ import torch
 
 import tcjit
 from tcjit import suite
-from tcjit.mapping.defaults import default_options, is_gemm_shaped
+from tcjit.mapping.defaults import default_options, has_row_reduction, is_gemm_shaped
 from tcjit.polyhedral.lang.check import check_source
 
 SHIFTED = """def f(float(M,K) A, float(K,N) B) -> (C) {
@@ -51,7 +51,25 @@ def test_suite_kernels_get_the_rule_of_their_shape() -> None:
         assert (o.tile, o.register_tile) == want, name
         assert o.vectorize and o.parallelize
         g = default_options(_cdef_of(name), k.cpu_sizes, "cuda").validate("cuda").values
-        assert g.tile == (32, 32, 32) and g.map_to_threads == (32, 8)
+        rows = name in {"softmax", "layernorm", "bn_reduce", "cosine", "abs_sum"}
+        assert has_row_reduction(_cdef_of(name)) is rows, name
+        assert g.tile == ((8, 1024, 1024) if rows else (32, 32, 32)) and g.map_to_threads == (32, 8)
+        assert g.match_library_calls is rows
+
+
+@pytest.mark.parametrize(
+    "src, rows",
+    [
+        ("def f(float(N,D) I) -> (S) { S(n) +=! I(n, r_d) }", True),
+        ("def f(float(N,D) I) -> (S) { S(n) max=! I(n, r_d) * I(n, r_d) }", True),
+        ("def f(float(N,D) I) -> (S) { S() +=! I(r_n, r_d) }", True),
+        ("def f(float(N,D) I) -> (S) { S(d) +=! I(r_n, d) }", False),  # reduced along rows
+        ("def f(float(M,K) A, float(N,K) B) -> (C) { C(m, n) +=! A(m, r_k) * B(n, r_k) }", False),
+        ("def f(float(N,D) I) -> (S) { S(n) +=! I(n, 2 * r_d) where r_d in 0:D/2 }", False),
+    ],
+)
+def test_row_reduction_shape(src: str, rows: bool) -> None:
+    assert has_row_reduction(_cdef(src)) is rows
 
 
 def _cdef_of(name: str):
