@@ -354,8 +354,7 @@ class _Printer:
         if not args:
             return "0"
         terms = []
-        strides = _contiguous(info, self.sizes) if tensor in self.wide else self.strides[tensor]
-        for k, (arg, stride) in enumerate(zip(args, strides)):
+        for k, (arg, stride) in enumerate(zip(args, self.held_strides(tensor))):
             sub = ex.index(arg)
             if id(arg) in self.checked:
                 n = info.shape[k].evaluate(self.sizes)
@@ -369,6 +368,13 @@ class _Printer:
                 continue
             terms.append(sub if stride == 1 else f"({sub}) * INT64_C({stride})")
         return " + ".join(terms) or "0"
+
+    def held_strides(self, tensor: str) -> tuple[int, ...]:
+        """The element strides of ``tensor``'s array as the kernel holds it: its wide buffer's
+        (contiguous) for a long sum, else the tensor's own."""
+        if tensor in self.wide:
+            return _contiguous(self.cdef.tensor(tensor), self.sizes)
+        return tuple(self.strides[tensor])
 
     def element_type(self, tensor: str) -> ScalarType:
         """The type a tensor's elements have inside the kernel (wider for long sums)."""
@@ -397,6 +403,11 @@ class _Printer:
     def global_read(self, tensor: str, addr: str) -> str:
         """C reading element ``addr`` of ``tensor``'s array as it is held (wide buffer, or the
         tensor's storage; the CUDA printer may read inputs through the read-only cache)."""
+        return self.held_lvalue(tensor, addr)
+
+    def held_lvalue(self, tensor: str, addr: str) -> str:
+        """C naming element ``addr`` of ``tensor``'s array as it is held (wide buffer, or the
+        tensor's storage)."""
         return f"w_{tensor}[{addr}]" if tensor in self.wide else f"t_{tensor}[{addr}]"
 
     def held_value(self, tensor: str, raw: str, want: ScalarType) -> str:
@@ -421,7 +432,7 @@ class _Printer:
         return text if check is None else f"{check}; {text}"
 
     def _store(self, tensor: str, addr: str, value: str) -> str:
-        lvalue = f"w_{tensor}[{addr}]" if tensor in self.wide else f"t_{tensor}[{addr}]"
+        lvalue = self.held_lvalue(tensor, addr)
         return self.held_store(tensor, lvalue, value)
 
     def held_store(self, tensor: str, lvalue: str, value: str) -> str:

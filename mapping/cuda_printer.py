@@ -60,7 +60,7 @@ from .lower import (
     lower_gpu,
     wide_accumulators,
 )
-from .reduction import BlockReduction, shuffle_types
+from .reduction import SHUFFLED_TYPES, BlockReduction
 
 __all__ = ["CudaKernelSource", "CudaLaunch", "cuda_type", "lower_cuda", "print_cuda"]
 
@@ -191,7 +191,7 @@ class _CudaPrinter(GpuPrinter):
         where the type has them; else the steps as they are (shared memory and barriers)."""
         et = self.element_type(red.tensor).compute
         ct = c_compute_type(et)
-        if ct not in shuffle_types():
+        if ct not in SHUFFLED_TYPES:
             self.node(n.body, indent)
             return
         mine = ["t2", "t1", "t0"]
@@ -209,12 +209,10 @@ class _CudaPrinter(GpuPrinter):
     def combine_store(self, red: BlockReduction, addr: str, value: str, et: ScalarType) -> str:
         if not red.atomic:
             return super().combine_store(red, addr, value, et)
-        lvalue = f"w_{red.tensor}[{addr}]" if red.tensor in self.wide else f"t_{red.tensor}[{addr}]"
-        ct = c_compute_type(et)
-        native = {"int32_t": "int", "uint32_t": "unsigned int", "int64_t": "unsigned long long"}
-        native["uint64_t"] = "unsigned long long"
-        if ct in native:  # two's complement: a signed 64-bit sum is an unsigned one
-            return f"atomicAdd(({native[ct]} *)&{lvalue}, ({native[ct]})({value}));"
+        lvalue = self.held_lvalue(red.tensor, addr)
+        native = _ATOMIC_INTEGERS.get(c_compute_type(et))
+        if native is not None:
+            return f"atomicAdd(({native} *)&{lvalue}, ({native})({value}));"
         return f"atomicAdd(&{lvalue}, {value});"
 
     def loop(self, n: ir.For, indent: str) -> None:
@@ -231,6 +229,15 @@ class _CudaPrinter(GpuPrinter):
         self.enclosing.pop()
         self.lines.append(f"{indent}}}")
 
+
+#: The integer types ``atomicAdd`` takes for each C compute type (a signed 64-bit sum is added as
+#: an unsigned one: two's complement).
+_ATOMIC_INTEGERS = {
+    "int32_t": "int",
+    "uint32_t": "unsigned int",
+    "int64_t": "unsigned long long",
+    "uint64_t": "unsigned long long",
+}
 
 #: ``tc_checked`` for CUDA: the first failing check (by atomicCAS on slot 0) also writes slot 1.
 _CHECKED = (

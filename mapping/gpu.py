@@ -39,7 +39,7 @@ import islpy as isl
 from ..polyhedral.errors import TCInternalError
 from ..polyhedral.lang import ast as A
 from ..polyhedral.schedule import bands, node_at, node_path
-from ..polyhedral.scop import Dependences, Scop
+from ..polyhedral.scop import Dependences, Reduction, Scop
 from . import ir
 from .cpu import _has_band_below, _leading_coincident, _spread
 from .cpu import _statements_of as _names
@@ -211,6 +211,7 @@ class _Mapper:
         """Map the kernel at ``path``'s outermost band to blocks; the new tree, the per-id option
         sizes used, and the path of the band (None if the kernel has no band)."""
         band = _first_band(node_at(sched, path))
+        self.spread = False
         if band is None:
             self.decisions.append(f"blocks: none (no band) for {_names(node_at(sched, path))}")
             return sched, [], None
@@ -326,10 +327,10 @@ class _Mapper:
         return sched, used
 
     # ----------------------------------------------------------------------------- reductions
-    def _reduction_update(self, node: isl.ScheduleNode) -> str | None:
-        """The update statement a block reduction may take over at band ``node``: the only
-        statement below it, an associative update of one element whose right-hand side does not
-        read the tensor it updates (module :mod:`.reduction`)."""
+    def _reduction_update(self, node: isl.ScheduleNode) -> Reduction | None:
+        """The reduction a block reduction may take over at band ``node``: the only statement
+        below it, an associative update of one element whose right-hand side does not read the
+        tensor it updates (module :mod:`.reduction`)."""
         names = _set_names(node.get_domain())
         if len(names) != 1:
             return None
@@ -344,7 +345,7 @@ class _Mapper:
             return None
         if any(isinstance(a, A.Access) and a.tensor == st.source.tensor for a in A.walk(st.source.rhs)):
             return None
-        return names[0]
+        return red
 
     def _spread_reduction(self, band: isl.ScheduleNode, n: int, grid_opt) -> bool:
         """Whether the block band ``band`` (``n`` coincident members on blocks) maps its next
@@ -353,11 +354,11 @@ class _Mapper:
         its outputs (too few to fill the device; TC's 'reductions too large for one block')."""
         if not self.reduce or n >= min(len(grid_opt), 3) or n >= band.band_n_member():
             return False
-        update = self._reduction_update(band)
-        if update is None or _leading_coincident(band) > n:
+        red = self._reduction_update(band)
+        if red is None or _leading_coincident(band) > n:
             return False
-        st = self.scop.statement(update).source
-        if st.op != "+=" or self.scop.cdef.tensor(st.tensor).dtype.name not in ATOMIC_SUMS:
+        tensor = self.scop.statement(red.statement).source.tensor
+        if red.op != "+=" or self.scop.cdef.tensor(tensor).dtype.name not in ATOMIC_SUMS:
             return False
         blocks = 1
         for i in range(n):
@@ -371,9 +372,9 @@ class _Mapper:
         band is no such reduction or a thread row would own two elements."""
         if not self.reduce or block_opt[0] <= 1:
             return None
-        update = self._reduction_update(node)
+        red = self._reduction_update(node)
         first = _leading_coincident(node)
-        if update is None or first >= node.band_n_member():
+        if red is None or first >= node.band_n_member():
             return None
         x = node.band_n_member() - 1  # the innermost member: consecutive threads, consecutive elements
         ctx = node.get_ctx()
@@ -414,9 +415,8 @@ class _Mapper:
         number = self.n_reductions
         self.n_reductions += 1
         mark = f"{REDUCE_MARK}{number}"
-        red = next(r for r in self.scop.reductions if r.statement == update)
-        tensor = self.scop.statement(update).source.tensor
-        self.pending.append(_Reduction(mark, number, update, tensor, red.op, rows, self.spread))
+        tensor = self.scop.statement(red.statement).source.tensor
+        self.pending.append(_Reduction(mark, number, red.statement, tensor, red.op, rows, self.spread))
         node = node.insert_filter(filt).insert_mark(isl.Id(mark, context=ctx))
         self.decisions.append(
             f"reduction: member {x} of the band over {_names(node)} -> x ({block_opt[0]}), "
@@ -558,19 +558,9 @@ def launch_bodies(plan: GpuPlan, params: Mapping[str, int]) -> list:
 
 def barriers(node):
     """Kernel IR ``node`` with the mapper's barrier statements as ``sync`` marks around nothing."""
-    if isinstance(node, ir.Run):
-        return ir.Mark(SYNC_MARK, ir.Block(())) if node.statement.startswith(SYNC_PREFIX) else node
-    if isinstance(node, ir.Block):
-        return ir.Block(tuple(barriers(c) for c in node.children))
-    if isinstance(node, ir.For):
-        return ir.For(
-            node.var, node.init, node.cond, node.step, barriers(node.body), node.kind, node.degenerate
-        )
-    if isinstance(node, ir.If):
-        return ir.If(node.cond, barriers(node.then), None if node.other is None else barriers(node.other))
-    if isinstance(node, ir.Mark):
-        return ir.Mark(node.name, barriers(node.body))
-    return node
+    return ir.map_runs(
+        node, lambda r: ir.Mark(SYNC_MARK, ir.Block(())) if r.statement.startswith(SYNC_PREFIX) else r
+    )
 
 
 def _mentions_threads(s: isl.UnionSet) -> bool:

@@ -143,6 +143,14 @@ class GpuPrinter(_Printer):
             lambda value: self.buffer_store(buf, st.tensor, index, value),
         )
 
+    def held_address(self, tensor: str, subscripts: Sequence[str]) -> str:
+        """C for the position of the element at ``subscripts`` (C expressions) in ``tensor``'s
+        array as the kernel holds it (:meth:`held_strides`)."""
+        terms = (
+            s if n == 1 else f"{s} * INT64_C({n})" for s, n in zip(subscripts, self.held_strides(tensor)) if n
+        )
+        return " + ".join(terms) or "0"
+
     # ---------------------------------------------------------------------------- block reductions
     def reduction_step(self, red: BlockReduction, node: ir.Run) -> str:
         """C for an instance of one of ``red``'s statements (not its update, which :meth:`lhs`
@@ -166,11 +174,8 @@ class GpuPrinter(_Printer):
             cond = f"t0 < {s} && t0 + {s} < {red.width}"
             return f"/* block reduction {red.number}: step {s} */ if ({cond}) {{ {store} }}"
         if node.statement == red.combine:
-            info = self.cdef.tensor(red.tensor)
-            rank = len(info.shape)
-            element = node.args[len(node.args) - rank :]
-            strides = self.strides[red.tensor] if red.tensor not in self.wide else _dense(info, self.sizes)
-            addr = " + ".join(f"({expr(a)}) * INT64_C({n})" for a, n in zip(element, strides) if n) or "0"
+            rank = len(self.cdef.tensor(red.tensor).shape)
+            addr = self.held_address(red.tensor, [f"({expr(a)})" for a in node.args[len(node.args) - rank :]])
             value = self.buffer_load(red.part, red.tensor, ["t2", "t1", "0"], et)
             return f"/* block reduction {red.number}: into {red.tensor} */ " + self.combine_store(
                 red, addr, value, et
@@ -209,18 +214,13 @@ class GpuPrinter(_Printer):
             off = ir.substitute(off, values)
             local = f"tc_a{k}" if off == ir.Int(0) else f"tc_a{k} - {expr(off)}"
             index.append(local if stride == 1 else f"({local}) / {stride}")
-        info = self.cdef.tensor(c.tensor)
-        strides = self.strides[c.tensor] if c.tensor not in self.wide else _dense(info, self.sizes)
-        addr = " + ".join(
-            f"tc_a{k}" if n == 1 else f"tc_a{k} * INT64_C({n})" for k, n in enumerate(strides) if n
-        )
-        addr = addr or "0"
+        addr = self.held_address(c.tensor, [f"tc_a{k}" for k in range(len(element))])
         held = self.element(buf, index)
         if c.write_back:
             what = f"write back '{c.tensor}' from {buf.name}"
             check = self.buffer_race(buf, index, False)
             value = held if check is None else f"({check}, {held})"
-            lvalue = f"w_{c.tensor}[{addr}]" if c.tensor in self.wide else f"t_{c.tensor}[{addr}]"
+            lvalue = self.held_lvalue(c.tensor, addr)
             race = self.race(c.tensor, addr, True)
             text = f"{lvalue} = {value};" if race is None else f"{race}; {lvalue} = {value};"
         else:
@@ -233,11 +233,3 @@ class GpuPrinter(_Printer):
         self.lines.append(f"{indent}/* {what} */")
         self.lines.append(f"{indent}{{ {' '.join(binds)}")
         self.lines.append(f"{indent}  {text} }}")
-
-
-def _dense(info, sizes: Mapping[str, int]) -> tuple[int, ...]:
-    out, step = [], 1
-    for n in reversed([s.evaluate(sizes) for s in info.shape]):
-        out.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(out))

@@ -24,6 +24,7 @@ had a single iteration).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Union
 
@@ -277,6 +278,26 @@ def substitute(e: Expr, values: dict[str, Expr]) -> Expr:
     if isinstance(e, Op):
         return Op(e.op, tuple(substitute(a, values) for a in e.args))
     return e
+
+
+def map_runs(node: Node, fn: Callable[[Run], Node]) -> Node:
+    """``node`` with each statement instance ``r`` replaced by ``fn(r)`` (loops, conditions,
+    blocks and marks rebuilt around them)."""
+    if isinstance(node, Run):
+        return fn(node)
+    if isinstance(node, Block):
+        return Block(tuple(map_runs(c, fn) for c in node.children))
+    if isinstance(node, For):
+        return For(
+            node.var, node.init, node.cond, node.step, map_runs(node.body, fn), node.kind, node.degenerate
+        )
+    if isinstance(node, If):
+        return If(
+            node.cond, map_runs(node.then, fn), None if node.other is None else map_runs(node.other, fn)
+        )
+    if isinstance(node, Mark):
+        return Mark(node.name, map_runs(node.body, fn))
+    return node
 
 
 def loops(node: Node) -> list[For]:

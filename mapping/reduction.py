@@ -45,18 +45,13 @@ import islpy as isl
 
 from . import ir
 
-__all__ = ["REDUCE_MARK", "BlockReduction", "expand_trees", "shuffle_types"]
+__all__ = ["REDUCE_MARK", "SHUFFLED_TYPES", "BlockReduction", "expand_trees"]
 
 #: The mark above a reduction's thread-mapped band (``tc_reduce`` followed by its number).
 REDUCE_MARK = "tc_reduce"
 
-#: The C types ``__shfl_down_sync`` moves (others reduce through shared memory to the end).
-_SHUFFLED = frozenset({"float", "double", "int32_t", "uint32_t", "int64_t", "uint64_t"})
-
-
-def shuffle_types() -> frozenset[str]:
-    """The C compute types the CUDA printer reduces with warp shuffles."""
-    return _SHUFFLED
+#: The C compute types ``__shfl_down_sync`` moves (others reduce through shared memory to the end).
+SHUFFLED_TYPES = frozenset({"float", "double", "int32_t", "uint32_t", "int64_t", "uint64_t"})
 
 
 @dataclass(frozen=True)
@@ -155,21 +150,11 @@ def expand_trees(node: ir.Node, reductions: Mapping[str, BlockReduction]) -> ir.
             head.append(sync())
         return ir.Block(tuple(head))
 
-    def visit(n: ir.Node) -> ir.Node:
-        if isinstance(n, ir.Run):
-            red = reductions.get(n.statement)
-            return tree(red) if red is not None and n.statement == red.tree else n
-        if isinstance(n, ir.Block):
-            return ir.Block(tuple(visit(c) for c in n.children))
-        if isinstance(n, ir.For):
-            return ir.For(n.var, n.init, n.cond, n.step, visit(n.body), n.kind, n.degenerate)
-        if isinstance(n, ir.If):
-            return ir.If(n.cond, visit(n.then), None if n.other is None else visit(n.other))
-        if isinstance(n, ir.Mark):
-            return ir.Mark(n.name, visit(n.body))
-        return n
+    def replace(r: ir.Run) -> ir.Node:
+        red = reductions.get(r.statement)
+        return tree(red) if red is not None and r.statement == red.tree else r
 
-    return visit(node)
+    return ir.map_runs(node, replace)
 
 
 # ----------------------------------------------------------------------------------- isl helpers
