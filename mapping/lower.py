@@ -30,7 +30,7 @@ from ..polyhedral.lang import ast as A
 from ..polyhedral.lang.checked import CheckedDef
 from ..polyhedral.lang.ranges import affine_form
 from ..polyhedral.lang.types import SCALAR_TYPES, ScalarType
-from ..polyhedral.schedule import check_legality, schedule, tile
+from ..polyhedral.schedule import bands, check_legality, schedule, tile
 from ..polyhedral.scop import Dependences, Scop, build_scop, compute_dependences
 from . import ir
 from .c_printer import BoundsCheck, CParam, c_storage_type, print_kernel
@@ -272,6 +272,36 @@ def tiled_schedule(
     sched = tile(sched, options.tile)
     check_legality(sched, deps, sizes=legal_sizes)
     return scop, deps, fixed, sched
+
+
+def outer_band_extents(cdef: CheckedDef, sizes: Mapping[str, int], options) -> tuple[int, ...]:
+    """How many iterations each member of the outermost bands has, before tiling: member ``i``'s
+    extent is the largest over the bands (the ``tile`` option's ``i``-th size applies to every
+    outermost band's ``i``-th member). What the tuner's tile choices are specialised to: for
+    ``C(m, n) +=! A(m, r_k) * B(r_k, n)`` at M=64, N=32, K=16 the extents are ``(64, 32, 16)``.
+
+    :arg options: :class:`~tcjit.mapping.options.MappingOptions` (their fusion strategy and
+        parameter fixing shape the bands; their tile sizes are ignored).
+    """
+    _, _, _, sched = tiled_schedule(cdef, sizes, options.tile().values)
+    extents: list[int] = []
+    for band in bands(sched, outermost=True):
+        domain = band.get_domain()
+        partial = band.band_get_partial_schedule()
+        for i in range(band.band_n_member()):
+            values = domain.apply(isl.UnionMap.from_union_pw_aff(partial.get_union_pw_aff(i)))
+            if values.is_empty():
+                continue
+            line = isl.Set.from_union_set(values)
+            lo, hi = line.dim_min_val(0), line.dim_max_val(0)
+            if not (lo.is_int() and hi.is_int()):
+                continue  # unbounded: cannot happen with fixed sizes
+            extent = hi.to_python() - lo.to_python() + 1
+            if i < len(extents):
+                extents[i] = max(extents[i], extent)
+            else:
+                extents.append(extent)
+    return tuple(extents)
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ __all__ = [
     "TCTypeError",
     "TCWarning",
     "__version__",
+    "autotune",
     "compile",
     "define",
 ]
@@ -91,6 +92,66 @@ def compile(kernel, *example_inputs, options=None, target: str | None = None):
     from .kernel import compile as _compile
 
     return _compile(kernel, *example_inputs, options=options, target=target)
+
+
+def autotune(
+    kernel,
+    *inputs,
+    generations: int = 5,
+    population: int = 16,
+    timeout: float | None = None,
+    seed: int | None = None,
+    ray: str | None = None,
+    target: str | None = None,
+    **settings,
+):
+    """Search for fast mapping options for ``kernel`` on ``inputs``; store and return the best.
+
+    A genetic search (:mod:`tcjit.genetic`) over the options of the target's search space,
+    specialised to these sizes. Candidates are compiled in parallel worker processes, then each is
+    run once and compared with the oracle (:mod:`tcjit.reference`) and timed (median of repeated
+    runs) in another worker, one at a time; a candidate that fails to compile, crashes, hangs or
+    computes a wrong answer scores as invalid and the search goes on. The best options go to the
+    options database (``TCJIT_OPTIONS_DB``; ``tcjit cache list`` shows it), with every measured
+    candidate, so that
+
+    * later calls ``kernel(*tensors)`` with the same shapes, dtypes and strides on the same kind
+      of device use them without being told (in this process and in later ones);
+    * a later tuning run of the same key resumes: candidates already measured are not measured
+      again, and the stored best seeds the search, as do options tuned for the nearest sizes.
+
+    :arg kernel: a :class:`Kernel` from :func:`define`.
+    :arg inputs: real tensors (not ``meta``) of the layout to tune for; they are only read.
+    :arg generations: generations bred after the starting population.
+    :arg population: candidates per generation.
+    :arg timeout: seconds for the whole search (``None``: no limit); the best so far is kept.
+    :arg seed: makes the candidates proposed reproducible (given the same measurements).
+    :arg ray: the address of a Ray cluster (``"auto"``, ``"ray://host:10001"``) to spread the
+        candidates over, each compiled and timed on the worker's own device; needs the ``ray``
+        extra. ``None``: worker processes on this machine.
+    :arg target: as for a call (``None`` follows the inputs' device).
+    :arg settings: ``crossover_rate`` (0.8), ``mutation_rate`` (0.1 per gene), ``elites`` (2),
+        ``workers`` (parallel compilations; default the CPU count, at most 8),
+        ``compile_timeout`` (120 s) and ``run_timeout`` (30 s) per candidate, ``resume`` (True),
+        ``progress`` (False; True prints a progress bar on stderr; a function receives each
+        :class:`tcjit.genetic.Generation`).
+    :returns: the best :class:`MappingOptions` (the default options if nothing beat them).
+    :raises TCError: for a bad kernel, call or setting, before anything runs. Ctrl-C ends the
+        search early and keeps (and stores) the best so far.
+    """
+    from .tuning import autotune as _autotune
+
+    return _autotune(
+        kernel,
+        *inputs,
+        generations=generations,
+        population=population,
+        timeout=timeout,
+        seed=seed,
+        ray=ray,
+        target=target,
+        **settings,
+    )
 
 
 def __getattr__(attr: str):

@@ -16,11 +16,10 @@ Mistakes in the TC text, the sizes or the options exit with code 2 and the messa
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 
 from .polyhedral.errors import TCError
 
@@ -195,48 +194,6 @@ def cmd_show(args) -> int:
 
 
 # ------------------------------------------------------------------------------------- checking
-def _reduction_length(cdef, sizes: Mapping[str, int]) -> int:
-    """The longest reduction of ``cdef`` at ``sizes`` (for tolerances)."""
-    longest = 1
-    for st in cdef.statements:
-        n = math.prod(
-            max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes))
-            for r in st.ranges
-            if r.var in st.reduction_vars
-        )
-        longest = max(longest, n)
-    return longest
-
-
-def _compare(got: Sequence, want: Sequence, reduction_length: int) -> tuple[float, bool]:
-    """(largest absolute difference, whether every output is within the tolerance of its dtype)."""
-    import torch
-
-    from .testing import tolerance
-
-    worst, ok = 0.0, True
-    for g, w in zip(got, want):
-        if g.shape != w.shape:
-            return math.inf, False
-        if g.numel() == 0:
-            continue
-        w = w.to(g.dtype)
-        if g.dtype.is_floating_point:
-            tol = tolerance(g.dtype, reduction_length)
-            ok &= bool(torch.allclose(g, w, equal_nan=True, **tol))
-            diff = (g.double() - w.double()).abs()
-            both_nan = g.isnan() & w.isnan()
-            diff = torch.where(both_nan, torch.zeros_like(diff), diff.nan_to_num(nan=math.inf))
-            worst = max(worst, float(diff.max()))
-        else:
-            ok &= bool(torch.equal(g, w))
-            if g.dtype != torch.bool:
-                worst = max(worst, float((g.double() - w.double()).abs().max()))
-            elif not torch.equal(g, w):
-                worst = max(worst, 1.0)
-    return worst, ok
-
-
 def _median_time(fn: Callable[[], object], budget: float = 0.2, max_reps: int = 50) -> float:
     """Median wall time of ``fn()`` in seconds, after one warm-up call, within about ``budget`` s."""
     fn()
@@ -260,7 +217,7 @@ def cmd_run(args) -> int:
     import tcjit
 
     from .reference import evaluate_def
-    from .testing import random_inputs
+    from .testing import compare_outputs, random_inputs, reduction_length
 
     program, cdef = _load_entry(args.file, args.entry)
     sizes = _parse_sizes(args.sizes)
@@ -278,7 +235,7 @@ def cmd_run(args) -> int:
     start = time.perf_counter()
     want = evaluate_def(cdef, *inputs)
     t_oracle = time.perf_counter() - start
-    err, ok = _compare(outs, want, _reduction_length(cdef, sizes))
+    err, ok = compare_outputs(outs, want, reduction_length(cdef, sizes))
     t_run = _median_time(lambda: kernel(*inputs, options=opts, target=target), budget=args.budget)
     how = "loaded from the kernel cache" if spec.from_disk else "compiled"
     print(f"max |err| vs oracle: {err:.3g}  {'ok' if ok else 'MISMATCH'}")
@@ -291,6 +248,31 @@ def cmd_run(args) -> int:
     return 0 if ok else 1
 
 
+def cmd_tune(args) -> int:
+    """Tune an entry on random inputs of the given sizes; store the best options; print a summary."""
+    import tcjit
+
+    from .testing import random_inputs
+    from .tuning import tune_kernel
+
+    program, cdef = _load_entry(args.file, args.entry)
+    sizes = _parse_sizes(args.sizes)
+    kernel = tcjit.Kernel(program, cdef.name)
+    device = "cuda" if args.target == "cuda" else "cpu"
+    inputs = random_inputs(cdef, sizes, device=device, seed=args.seed or 0)
+    target = args.target
+    settings = {
+        name: getattr(args, name)
+        for name in ("generations", "population", "timeout", "seed", "ray", "workers")
+        if getattr(args, name) is not None
+    }
+    print(f"tuning {cdef.name} at {', '.join(f'{k}={v}' for k, v in sizes.items())}", flush=True)
+    report = tune_kernel(kernel, *inputs, target=target, progress=True, **settings)
+    print(f"options: {report.best_options.to_json()}")
+    print(f"stored in {report.database}" if report.database else "not stored (TCJIT_OPTIONS_DB is empty)")
+    return 0
+
+
 def cmd_demo(args) -> int:
     """Every suite kernel at a small size: compile, check against torch and the oracle, time."""
     import torch
@@ -299,6 +281,7 @@ def cmd_demo(args) -> int:
 
     from .reference import evaluate_def
     from .suite import SUITE
+    from .testing import compare_outputs
 
     header = ("kernel", "sizes", "compile ms", "tcjit ms", "torch ms", "torch/tcjit", "correct")
     rows = []
@@ -318,8 +301,8 @@ def cmd_demo(args) -> int:
             want = sk.torch_ref(*inputs)
         oracle = evaluate_def(sk.checked, *inputs)
         length = sk.reduction_length(sizes)
-        err_torch, ok_torch = _compare(got, want, length)
-        err_oracle, ok_oracle = _compare(got, oracle, length)
+        err_torch, ok_torch = compare_outputs(got, want, length)
+        err_oracle, ok_oracle = compare_outputs(got, oracle, length)
         ok = ok_torch and ok_oracle
         failures += not ok
         t_tc = _median_time(lambda k=kernel, xs=inputs: k(*xs), budget=args.budget)
@@ -403,6 +386,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=float, default=0.2, help="seconds spent timing the kernel")
     _add_option_flags(p)
     p.set_defaults(func=cmd_run)
+    p = sub.add_parser(
+        "tune",
+        help="search for fast options for an entry at given sizes (genetic search); store the best",
+    )
+    p.add_argument("file")
+    p.add_argument("--entry")
+    p.add_argument("--sizes", required=True, help="sizes of the inputs, e.g. M=64,N=32")
+    p.add_argument("--generations", type=int, help="generations after the starting one (default 5)")
+    p.add_argument("--population", type=int, help="candidates per generation (default 16)")
+    p.add_argument("--timeout", type=float, help="seconds for the whole search (default: no limit)")
+    p.add_argument("--seed", type=int, help="seed of the search and of the random inputs")
+    p.add_argument("--workers", type=int, help="parallel compilations (default: the CPU count)")
+    p.add_argument("--ray", metavar="ADDRESS", help="spread candidates over a Ray cluster ('auto', ray://...)")
+    p.add_argument(
+        "--target",
+        choices=("cpu", "cuda", "cuda-emulated"),
+        default="cpu",
+        help="cpu (default), cuda (inputs made on the GPU), or cuda-emulated",
+    )
+    p.set_defaults(func=cmd_tune)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

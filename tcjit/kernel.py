@@ -94,7 +94,8 @@ class Kernel:
             their contents); returned instead of new tensors. They may not share memory with each
             other or with an input.
         :arg options: :class:`~tcjit.MappingOptions` for this call; ``None``: those given to
-            :func:`~tcjit.define`, else :func:`default_options`.
+            :func:`~tcjit.define`, else options :func:`~tcjit.autotune` stored for exactly this
+            layout on this kind of device, else :func:`default_options`.
         :arg target: ``None`` follows the inputs' device; ``"cpu"``, ``"cuda"`` or
             ``"cuda-emulated"`` (the CUDA mapping run on CPU tensors).
         :returns: a tensor, or a tuple of tensors when the entry has several outputs.
@@ -110,6 +111,25 @@ class Kernel:
             self._refuse_grad()
         outs = spec.run(inputs, outputs)
         return outs[0] if len(outs) == 1 else outs
+
+    def options_for(self, *inputs, target: str | None = None):
+        """The :class:`~tcjit.MappingOptions` a call on ``inputs`` without ``options=`` uses: those
+        given to :func:`~tcjit.define`, else options tuned for exactly this layout and kind of
+        device (:func:`~tcjit.autotune`), else :func:`default_options`. Inputs may be ``meta``
+        tensors; nothing is compiled or run.
+        """
+        from .binding import bind
+
+        if target is not None and target not in _TARGETS:
+            raise TCCallError(f"unknown target {target!r}; expected one of {', '.join(_TARGETS)}")
+        b = bind(self.definition, inputs)
+        target = target or ("cuda" if b.device.type == "cuda" else "cpu")
+        return self._resolve_options(None, b.sizes, target, inputs)
+
+    def _forget_default_specializations(self) -> None:
+        """Drop the specialisations built without explicit options (after tuning: the next call
+        looks the tuned options up)."""
+        self._specializations = {k: v for k, v in self._specializations.items() if k[0] is not None}
 
     def _refuse_grad(self):
         raise TCCallError(
@@ -137,13 +157,19 @@ class Kernel:
                         hint="tcjit.compile() accepts meta tensors; calls need real ones",
                     )
         target = target or ("cuda" if b.device.type == "cuda" else "cpu")
-        chosen = self._resolve_options(options, b.sizes, target)
+        chosen = self._resolve_options(options, b.sizes, target, inputs)
         return specialize(self, b, inputs, outputs, chosen, target)
 
-    def _resolve_options(self, options, sizes, target: str):
+    def _resolve_options(self, options, sizes, target: str, inputs=()):
+        """``options``, else those given to define(), else options tuned for exactly this layout
+        and device (the options database), else :func:`default_options`."""
         from .mapping.options import MappingOptions
 
         chosen = options if options is not None else self.options
+        if chosen is None:
+            from .tuned import stored_options
+
+            chosen = stored_options(self, inputs, target)
         if chosen is None:
             chosen = default_options(self.definition, sizes, target)
         if not isinstance(chosen, MappingOptions):

@@ -1,9 +1,11 @@
-"""Helpers for checking kernels: random inputs for any definition, tolerances per dtype."""
+"""Helpers for checking kernels: random inputs for any definition, tolerances per dtype, comparison
+with the oracle."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+import math
+from collections.abc import Iterator, Mapping, Sequence
 
 import torch
 
@@ -11,7 +13,7 @@ from .binding import torch_dtype
 from .polyhedral.errors import TCCallError
 from .polyhedral.lang.checked import CheckedDef
 
-__all__ = ["random_inputs", "tolerance"]
+__all__ = ["compare_outputs", "random_inputs", "reduction_length", "tolerance"]
 
 
 def random_inputs(
@@ -84,3 +86,41 @@ def emulation_order(order: str) -> Iterator[None]:
         yield
     finally:
         EMULATION_ORDER.reset(token)
+
+
+def reduction_length(cdef, sizes: Mapping[str, int]) -> int:
+    """The longest reduction of ``cdef`` at ``sizes`` (for tolerances)."""
+    longest = 1
+    for st in cdef.statements:
+        n = math.prod(
+            max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes))
+            for r in st.ranges
+            if r.var in st.reduction_vars
+        )
+        longest = max(longest, n)
+    return longest
+
+
+def compare_outputs(got: Sequence, want: Sequence, reduction_length: int) -> tuple[float, bool]:
+    """(largest absolute difference, whether every output is within the tolerance of its dtype)."""
+    worst, ok = 0.0, True
+    for g, w in zip(got, want):
+        if g.shape != w.shape:
+            return math.inf, False
+        if g.numel() == 0:
+            continue
+        w = w.to(g.dtype)
+        if g.dtype.is_floating_point:
+            tol = tolerance(g.dtype, reduction_length)
+            ok &= bool(torch.allclose(g, w, equal_nan=True, **tol))
+            diff = (g.double() - w.double()).abs()
+            both_nan = g.isnan() & w.isnan()
+            diff = torch.where(both_nan, torch.zeros_like(diff), diff.nan_to_num(nan=math.inf))
+            worst = max(worst, float(diff.max()))
+        else:
+            ok &= bool(torch.equal(g, w))
+            if g.dtype != torch.bool:
+                worst = max(worst, float((g.double() - w.double()).abs().max()))
+            elif not torch.equal(g, w):
+                worst = max(worst, 1.0)
+    return worst, ok

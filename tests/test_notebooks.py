@@ -2,7 +2,7 @@
 
 The notebooks run in a fresh kernel of this interpreter (a ``python3`` kernelspec written to a
 temporary ``JUPYTER_PATH``, which Jupyter searches first), from the notebooks folder, with a private
-kernel cache (``TCJIT_CACHE_DIR``).
+kernel cache (``TCJIT_CACHE_DIR``) and options database (``TCJIT_OPTIONS_DB``).
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ def test_notebook_is_stored_without_outputs(path):
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)
 def test_notebook_runs(path, tmp_path, monkeypatch, this_interpreter_kernel):
     monkeypatch.setenv("TCJIT_CACHE_DIR", str(tmp_path / "kernels"))
+    monkeypatch.setenv("TCJIT_OPTIONS_DB", str(tmp_path / "options.sqlite3"))
     nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(
         nb,
@@ -70,3 +71,9 @@ def test_notebook_runs(path, tmp_path, monkeypatch, this_interpreter_kernel):
         assert "fcrelu(float32(B, M) I" in text
         assert "same result" in text and "#pragma omp" in text and "domain:" in text
         assert "TCNameError" in text and "^" in text and "TCCallError" in text
+    if path.name == "02-autotune.ipynb":
+        outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+        text = "".join(o.get("text", "") for o in outputs)
+        assert "torch eager" in text and "best found" in text and "0 failed" in text
+        assert any("image/png" in o.get("data", {}) for o in outputs), "the plot is missing"
+        assert str(tmp_path / "options.sqlite3") in text  # `tcjit cache list` shows the database

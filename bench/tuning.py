@@ -1,0 +1,241 @@
+"""What autotuning buys, and how fast: best time found after 1, 3 and 10 minutes of tuning.
+
+For each kernel (matmul, gconv and softmax by default, at their KERNELS.md sizes for the device):
+
+1. one tuning run of ``--minutes`` (``tcjit.tuning.tune_kernel``, seed 0, the default population,
+   as many generations as fit), with a private options database and kernel store. Every measured
+   candidate is timestamped, so the best time found by each checkpoint (``--checkpoints``, default
+   1, 3 and 10 minutes) is read off one run;
+2. torch eager timed in the same process (interleaved with the default options and the winner)
+   for the ratios;
+3. the winner re-measured in a fresh process against the default options: a new Python process
+   reads the tuned options back from the database (the way a later training run would), compiles
+   both and times them interleaved.
+
+Reported per kernel and checkpoint: the best time, and its ratios to the default options and to
+torch eager. The target (issue 6): after 3 minutes at least 90% of what 10 minutes find, i.e.
+``best(10 min) / best(3 min) >= 0.9``.
+
+With ``--resume DIR`` the options database lives in ``DIR`` and a run that was stopped (Ctrl-C, a
+lost machine) goes on from the candidates already measured: the checkpoint for long GPU runs.
+
+    python bench/tuning.py                              # ~35 min; writes bench/results/tuning_cpu.*
+    python bench/tuning.py --kernels matmul --minutes 1 --checkpoints 0.25,0.5,1 --out /tmp/t
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import (
+    RESULTS,
+    device_sync,
+    format_seconds,
+    format_sizes,
+    interleaved,
+    machine_info,
+    machine_markdown,
+    markdown_table,
+    select_kernels,
+    sizes_for,
+    write_results,
+)
+
+DEFAULT_KERNELS = "matmul,gconv,softmax"
+TARGET_FRACTION = 0.9  # best(3 min) must reach 90% of best(10 min): best10 / best3 >= 0.9
+
+
+def _fresh_process_check(name: str, device: str, db: str, cache: str, budget: float) -> dict[str, Any]:
+    """Time the stored (tuned) options against the defaults in a new process."""
+    script = f"""
+import json, sys
+sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+import torch, tcjit
+from _harness import device_sync, interleaved, select_kernels, sizes_for
+k = select_kernels({name!r})[0]
+sizes = sizes_for(k, {"gpu" if device == "cuda" else "cpu"!r})
+inputs = k.make_inputs(sizes, device={device!r})
+kernel = tcjit.define(k.source, name=k.entry)
+tuned = kernel.options_for(*inputs)
+defaults = tcjit.kernel.default_options(kernel.definition, sizes, {"cuda" if device == "cuda" else "cpu"!r})
+a = tcjit.compile(kernel, *inputs, options=tuned)
+b = tcjit.compile(kernel, *inputs, options=defaults)
+a(*inputs); b(*inputs)
+t = interleaved({{"tuned": lambda: a(*inputs), "defaults": lambda: b(*inputs)}}, max_rounds=30,
+                budget_s={budget}, sync=device_sync({device!r}))
+print(json.dumps({{"tuned_is_stored": tuned != defaults, "tuned_s": t["tuned"].median_s,
+                  "defaults_s": t["defaults"].median_s}}))
+"""
+    env = dict(os.environ, TCJIT_OPTIONS_DB=db, TCJIT_CACHE_DIR=cache)
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=1800
+    )
+    if out.returncode != 0:
+        return {"error": out.stderr.strip().splitlines()[-1:] or ["failed"]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_kernel(sk, device: str, minutes: float, checkpoints: Sequence[float], state: Path, budget: float):
+    import torch
+
+    import tcjit
+    from tcjit.tuning import tune_kernel
+
+    kind = "gpu" if device == "cuda" else "cpu"
+    sizes = sizes_for(sk, kind)
+    inputs = sk.make_inputs(sizes, device=device)
+    kernel = tcjit.define(sk.source, name=sk.entry)
+    db = state / "options.sqlite3"
+    cache = state / "kernels"
+    os.environ["TCJIT_OPTIONS_DB"] = str(db)
+    os.environ["TCJIT_CACHE_DIR"] = str(cache)
+    events: list[tuple[float, float | None, str]] = []
+    start = time.monotonic()
+
+    def on_candidate(options, m) -> None:
+        events.append((time.monotonic() - start, m.time if m.valid else None, m.status))
+
+    print(f"{sk.name}: tuning for {minutes:g} min at {format_sizes(sizes)}", file=sys.stderr, flush=True)
+    report = tune_kernel(
+        kernel,
+        *inputs,
+        generations=10**6,
+        timeout=minutes * 60,
+        seed=0,
+        progress=True,
+        on_candidate=on_candidate,
+    )
+    best_by: dict[str, float | None] = {}
+    for t in checkpoints:
+        times = [s for when, s, _ in events if s is not None and when <= t * 60]
+        best_by[f"{t:g}"] = min(times) if times else None
+    # Same-process ratios: torch eager, the defaults and the winner, interleaved.
+    tuned = tcjit.compile(kernel, *inputs, options=report.best_options)
+    defaults = tcjit.compile(kernel, *inputs, options=report.default_options)
+    contenders = {
+        "tuned": lambda: tuned(*inputs),
+        "defaults": lambda: defaults(*inputs),
+        "eager": lambda: sk.torch_ref(*inputs),
+    }
+    with torch.no_grad():
+        for fn in contenders.values():
+            fn()
+        timing = interleaved(contenders, max_rounds=30, budget_s=budget, sync=device_sync(device))
+    fresh = _fresh_process_check(sk.name, device, str(db), str(cache), budget)
+    statuses: dict[str, int] = {}
+    for _, _, status in events:
+        statuses[status] = statuses.get(status, 0) + 1
+    return {
+        "kernel": sk.name,
+        "sizes": sizes,
+        "minutes": minutes,
+        "candidates": len(events),
+        "statuses": statuses,
+        "generations": len(report.result.history),
+        "stopped": report.result.stopped,
+        "default_options": report.default_options.to_json(),
+        "best_options": report.best_options.to_json(),
+        "tuner_default_s": report.default_time,
+        "tuner_best_s": report.best_time,
+        "best_by_minutes_s": best_by,
+        "events": events,
+        "same_process": {name: t.to_json() for name, t in timing.items()},
+        "fresh_process": fresh,
+    }
+
+
+def render_markdown(doc: dict[str, Any]) -> str:
+    checkpoints = doc["checkpoints"]
+    lines = [
+        f"# Autotuning: best time after {', '.join(f'{c:g}' for c in checkpoints)} minutes",
+        "",
+        machine_markdown(doc["machine"]),
+        "",
+    ]
+    header = ["kernel", "sizes", "default options", "torch eager"]
+    header += [f"best @ {c:g} min (vs defaults, vs eager)" for c in checkpoints]
+    header += ["3 min / 10 min", "fresh process: tuned vs defaults", "candidates (failed)"]
+    rows = []
+    for k in doc["kernels"]:
+        same = k["same_process"]
+        eager = same["eager"]["median_s"]
+        default = k["tuner_default_s"]
+        row = [k["kernel"], format_sizes(k["sizes"]), format_seconds(default), format_seconds(eager)]
+        for c in checkpoints:
+            best = k["best_by_minutes_s"].get(f"{c:g}")
+            if best is None:
+                row.append("—")
+            else:
+                row.append(f"{format_seconds(best)} ({default / best:.2f}×, {eager / best:.2f}×)")
+        b3, b10 = k["best_by_minutes_s"].get("3"), k["best_by_minutes_s"].get("10")
+        row.append(f"{b10 / b3:.0%}" if b3 and b10 else "—")
+        fresh = k["fresh_process"]
+        if "error" in fresh:
+            row.append(f"error: {fresh['error']}")
+        else:
+            row.append(
+                f"{format_seconds(fresh['tuned_s'])} vs {format_seconds(fresh['defaults_s'])} "
+                f"({fresh['defaults_s'] / fresh['tuned_s']:.2f}×)"
+            )
+        failed = sum(v for s, v in k["statuses"].items() if s not in ("ok", "abandoned", "skipped"))
+        row.append(f"{k['candidates']} ({failed})")
+        rows.append(row)
+    lines.append(markdown_table(header, rows))
+    lines += [
+        "",
+        "Best times are the tuner's own measurements (median of 7 samples in its timing worker), "
+        "the best among candidates measured by each checkpoint. `vs defaults` and `vs eager` are "
+        "speedups (> 1: the tuned kernel is faster); eager is timed in the benchmark's process, "
+        "interleaved with the tuned and default kernels. `3 min / 10 min` is best(10) / best(3): "
+        f"the target is at least {TARGET_FRACTION:.0%}. The fresh-process column times the options "
+        "read back from the database against the default options in a new process.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--kernels", default=DEFAULT_KERNELS, help="comma-separated suite kernels")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--minutes", type=float, default=10.0, help="tuning time per kernel")
+    p.add_argument("--checkpoints", default="1,3,10", help="minutes at which to read the best time")
+    p.add_argument("--budget", type=float, default=3.0, help="seconds of timing per contender")
+    p.add_argument("--resume", type=Path, help="keep the options database here and resume from it")
+    p.add_argument("--out", type=Path, help="results stem (default bench/results/tuning_<device>)")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    checkpoints = [float(c) for c in args.checkpoints.split(",")]
+    kernels = select_kernels(args.kernels)
+    doc: dict[str, Any] = {
+        "machine": machine_info(args.device),
+        "checkpoints": checkpoints,
+        "minutes": args.minutes,
+        "kernels": [],
+    }
+    with tempfile.TemporaryDirectory(prefix="tcjit-bench-tuning-") as scratch:
+        for sk in kernels:
+            state = (args.resume / sk.name) if args.resume else Path(scratch) / sk.name
+            state.mkdir(parents=True, exist_ok=True)
+            doc["kernels"].append(run_kernel(sk, args.device, args.minutes, checkpoints, state, args.budget))
+    out = args.out or RESULTS / f"tuning_{args.device}"
+    json_path, md_path = write_results(out, doc, render_markdown(doc))
+    print(f"wrote {json_path} and {md_path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,232 @@
+"""tcjit.autotune and ``tcjit tune``: the genetic search on real kernels, through real worker
+processes, the real C compiler and a real SQLite options database.
+
+The search itself (selection, crossover, planted crashing/hanging/miscompiling candidates) is
+tested with synthetic problems in test_genetic.py; the database in test_options_db.py. Here: the
+pieces put together, and what a user sees.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+
+import tcjit
+from tcjit import TCCallError, TCOptionsError
+from tcjit.cli import main
+from tcjit.mapping.options import MappingOptions
+
+MATMUL = """
+def matmul(float(M,K) A, float(K,N) B) -> (C) {
+    C(m, n) +=! A(m, r_k) * B(r_k, n)
+}
+"""
+SMALL = {"generations": 1, "population": 4, "seed": 0, "workers": 2}
+
+
+@pytest.fixture
+def db(tmp_path, monkeypatch):
+    """A private options database and kernel store for the test."""
+    path = tmp_path / "options.sqlite3"
+    monkeypatch.setenv("TCJIT_OPTIONS_DB", str(path))
+    monkeypatch.setenv("TCJIT_CACHE_DIR", str(tmp_path / "kernels"))
+    return path
+
+
+def _inputs(m=16, k=8, n=12):
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)
+
+
+def test_autotune_stores_the_best_and_later_calls_use_it(db):
+    from tcjit.tuning import tune_kernel
+
+    kernel = tcjit.define(MATMUL)
+    a, b = _inputs()
+    before = kernel(a, b)  # a default-options specialisation, forgotten after tuning
+    report = tune_kernel(kernel, a, b, **SMALL)
+    assert isinstance(report.best_options, MappingOptions)
+    assert report.best_time is not None and report.default_time is not None
+    assert report.best_time <= report.default_time
+    assert report.failed == 0
+    assert report.database == str(db)
+    # Every candidate of the starting population and of one more generation, at most, was measured.
+    assert 1 <= len(report.result.measured) <= 2 * SMALL["population"]
+    # The same kernel object, and a freshly defined one, now pick the tuned options up.
+    assert kernel.options_for(a, b) == report.best_options
+    assert tcjit.define(MATMUL).options_for(a, b) == report.best_options
+    torch.testing.assert_close(kernel(a, b), before)
+    torch.testing.assert_close(kernel(a, b), a @ b)
+    # Other sizes, and another target, are not tuned: defaults.
+    a2, b2 = _inputs(16, 8, 13)
+    assert kernel.options_for(a2, b2) == tcjit.kernel.default_options(
+        kernel.definition, {"M": 16, "K": 8, "N": 13}, "cpu"
+    )
+    assert kernel.options_for(a, b, target="cuda-emulated") != report.best_options
+    # Explicit options still win.
+    naive = MappingOptions()
+    assert kernel(a, b, options=naive).shape == (16, 12)
+
+
+def test_a_fresh_process_uses_the_tuned_options(db):
+    kernel = tcjit.define(MATMUL)
+    a, b = _inputs()
+    best = tcjit.autotune(kernel, a, b, **SMALL)
+    script = textwrap.dedent(
+        f"""
+        import torch, tcjit
+        k = tcjit.define({MATMUL!r})
+        a, b = torch.zeros(16, 8), torch.zeros(8, 12)
+        print(k.options_for(a, b).to_json())
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert MappingOptions.from_json(out.stdout.strip()) == best
+
+
+def test_a_second_run_resumes_and_measures_nothing_twice(db):
+    from tcjit.tuning import tune_kernel
+
+    kernel = tcjit.define(MATMUL)
+    a, b = _inputs()
+    first = tune_kernel(kernel, a, b, **SMALL)
+    second = tune_kernel(kernel, a, b, **{**SMALL, "seed": 1})
+    seen = {o.to_json() for o, _ in first.result.measured}
+    again = [o for o, _ in second.result.measured if o.to_json() in seen]
+    assert again == []  # (the default options are timed again in each run: the run's reference)
+    from tcjit.tuned import options_database, tuning_key
+
+    record = options_database().get(tuning_key(kernel, (a, b), "cpu"))
+    assert record is not None
+    assert record.evaluations == len(first.result.measured) + len(second.result.measured) + 2
+    assert record.time == min(first.best_time, second.best_time)
+
+
+def test_a_wrong_candidate_is_caught_by_the_oracle_check():
+    """The run phase compares every candidate's outputs with the oracle before timing it."""
+    from tcjit.genetic import Measurement
+    from tcjit.tuning import _check_and_time, _State
+
+    kernel = tcjit.define(MATMUL)
+    a, b = _inputs()
+    spec = tcjit.compile(kernel, a, b)
+    right = _State(kernel, (a, b), ((a @ b),), "cpu", 8)
+    wrong = _State(kernel, (a, b), ((a @ b) + 1e-2,), "cpu", 8)
+    good = _check_and_time(spec, right, None, Measurement)
+    assert good.status == "ok" and good.time > 0
+    bad = _check_and_time(spec, wrong, None, Measurement)
+    assert bad.status == "wrong" and bad.time is None and "1e-02" in bad.detail
+    slow = _check_and_time(spec, right, good.time / 100, Measurement)
+    assert slow.status == "abandoned"
+
+
+def test_bad_calls_and_settings_are_tcerrors_before_anything_runs(db):
+    kernel = tcjit.define(MATMUL)
+    a, b = _inputs()
+    with pytest.raises(TCCallError, match="Kernel"):
+        tcjit.autotune(MATMUL, a, b)
+    with pytest.raises(TCOptionsError, match="no setting named 'generation'"):
+        tcjit.autotune(kernel, a, b, generation=3)
+    with pytest.raises(TCOptionsError, match="generations"):
+        tcjit.autotune(kernel, a, b, generations=0)
+    with pytest.raises(TCOptionsError, match="workers"):
+        tcjit.autotune(kernel, a, b, workers=0)
+    with pytest.raises(TCCallError, match="meta"):
+        tcjit.autotune(kernel, a.to("meta"), b.to("meta"))
+    with pytest.raises(TCCallError):
+        tcjit.autotune(kernel, a, a)  # K mismatch: the call's own diagnostic
+    assert not db.exists() or tcjit.tuned.options_database().records() == []
+
+
+def test_the_tune_command_prints_progress_and_a_summary(db, tmp_path, capsys):
+    path = tmp_path / "mm.tc"
+    path.write_text(MATMUL)
+    code = main(
+        [
+            "tune",
+            str(path),
+            "--sizes",
+            "M=16,K=8,N=12",
+            "--generations",
+            "1",
+            "--population",
+            "4",
+            "--seed",
+            "0",
+        ]
+    )
+    assert code == 0
+    captured = capsys.readouterr()
+    assert "default options:" in captured.err
+    assert "generation 1/2" in captured.err and "generation 2/2" in captured.err
+    assert "over the defaults" in captured.err
+    assert "options: {" in captured.out and str(db) in captured.out
+    json.loads(captured.out.split("options: ", 1)[1].splitlines()[0])
+
+
+def test_ctrl_c_keeps_and_stores_the_best_so_far(db, tmp_path):
+    """SIGINT during a long search ends it: the best so far is printed, stored, and no worker lives on."""
+    script = tmp_path / "tune.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import sys, torch, tcjit
+            k = tcjit.define({MATMUL!r})
+            a, b = torch.randn(16, 8), torch.randn(8, 12)
+            best = tcjit.autotune(k, a, b, generations=1000, population=4, seed=0, workers=1,
+                                  progress=lambda g: print("generation", g.index, flush=True))
+            print("best", best.to_json(), flush=True)
+            """
+        )
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("generation"), line + proc.stderr.read()
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "best {" in out
+    from tcjit.tuned import options_database
+
+    assert len(options_database().records()) == 1
+    children = subprocess.run(["pgrep", "-f", "tcjit.genetic.worker"], capture_output=True, text=True)
+    mine = [p for p in children.stdout.split() if _parent_of(int(p)) == proc.pid]
+    assert mine == []
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return None
+
+
+def test_the_options_database_can_be_disabled(tmp_path, monkeypatch):
+    monkeypatch.setenv("TCJIT_OPTIONS_DB", "")
+    monkeypatch.setenv("TCJIT_CACHE_DIR", str(tmp_path / "kernels"))
+    from tcjit.tuning import tune_kernel
+
+    kernel = tcjit.define(MATMUL)
+    a, b = _inputs()
+    report = tune_kernel(kernel, a, b, **SMALL)
+    assert report.database is None
+    assert kernel.options_for(a, b) == report.default_options  # nothing stored, nothing used
+    # Candidates are compiled into the run's private store, never into the user's.
+    assert not (tmp_path / "kernels").exists() or not any((tmp_path / "kernels").rglob("*.so"))
