@@ -500,7 +500,8 @@ class OptionsDatabase:
                 raise _Newer(self._newer)
             check = conn.execute("PRAGMA quick_check").fetchall()
             if check != [("ok",)]:
-                raise _Corrupt("PRAGMA quick_check: " + "; ".join(str(r[0]) for r in check[:3]))
+                found = "; ".join(str(r[0]) for r in check).replace("\n", "; ")
+                raise _Corrupt(f"PRAGMA quick_check: {found[:200]}")
             if conn.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
                 raise sqlite3.OperationalError("cannot switch to WAL mode")
             conn.execute("PRAGMA synchronous = FULL")  # tuning hours are worth an fsync per write
@@ -685,8 +686,6 @@ def _validate_import(data: object) -> list[tuple[TunedOptions, list[tuple]]]:
         if extra:
             raise bad(f"unknown key fields {sorted(extra)}")
         tkey = TuningKey(**{name: key[name] for name in _KEY_FIELDS})
-        if "digest" in item and item["digest"] != tkey.digest:
-            raise bad(f"digest {item['digest']!r} does not match its key ({tkey.digest})")
         try:
             _parse_layout(tkey.layout, strict=True)
             values = _checked_values(
@@ -694,6 +693,8 @@ def _validate_import(data: object) -> list[tuple[TunedOptions, list[tuple]]]:
             )
         except (TypeError, ValueError) as err:
             raise bad(str(err)) from None
+        if "digest" in item and item["digest"] != tkey.digest:
+            raise bad(f"digest {item['digest']!r} does not match its key ({tkey.digest})")
         date = item.get("date")
         if not isinstance(date, str):
             raise bad(f"'date' must be an ISO 8601 string, got {date!r}")
