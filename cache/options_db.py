@@ -25,8 +25,8 @@ Concurrency: the file is in WAL mode, so readers never wait for writers; every w
 ``BEGIN IMMEDIATE`` transaction (the write lock is taken before the row is read, so two processes
 improving the same key cannot both read the old time and overwrite each other), and a busy writer is
 waited for up to :data:`BUSY_TIMEOUT_S`. Each process opens its own connection, guarded by a lock
-for its threads; a forked child drops its parent's connection (never closing it: that could
-checkpoint the parent's WAL under it) and opens its own.
+for its threads; a forked child closes the connection it inherited, unused, and opens its own
+(see ``OptionsDatabase._drop_inherited`` for why closing, not keeping it, is the safe choice).
 
 Damage is never fatal and never destroys data. A file SQLite cannot read ("file is not a database",
 "database disk image is malformed", a failed ``PRAGMA quick_check`` when opened) is moved, with its
@@ -45,8 +45,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import fcntl
-import hashlib
-import json
 import math
 import os
 import sqlite3
@@ -54,10 +52,20 @@ import threading
 import warnings
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from tcjit.polyhedral.errors import TCCacheError, TCWarning
+
+from .tuning_records import (
+    KEY_FIELDS,
+    Measured,
+    TunedOptions,
+    TuningKey,
+    checked_values,
+    layout_distance,
+    parse_layout,
+    validate_import,
+)
 
 __all__ = ["SCHEMA_VERSION", "Measured", "OptionsDatabase", "TunedOptions", "TuningKey"]
 
@@ -68,8 +76,7 @@ BUSY_TIMEOUT_S = 30.0
 """Seconds a write waits for another process's transaction before it gives up (and warns)."""
 
 _SELECT = "SELECT source, entry, layout, target, arch, version, options, time, baseline, evaluations, date"
-_KEY_FIELDS = ("source", "entry", "layout", "target", "arch", "version")
-_TUNED_COLUMNS = (*_KEY_FIELDS, "options", "time", "baseline", "evaluations", "date")
+_TUNED_COLUMNS = (*KEY_FIELDS, "options", "time", "baseline", "evaluations", "date")
 _SCHEMA = """
 CREATE TABLE tuned (
     digest TEXT PRIMARY KEY, family TEXT NOT NULL,
@@ -89,90 +96,8 @@ _CORRUPT_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
 _CORRUPT_WORDS = ("file is not a database", "malformed", "file is encrypted")
 
 
-def _canonical(value: object) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-
-
-@dataclass(frozen=True)
-class TuningKey:
-    """What tuned options are stored under: DESIGN.md's cache key without the options.
-
-    :ivar source: canonical TC text of the entry and what it depends on (``Kernel.canonical_source``).
-    :ivar entry: the entry's name.
-    :ivar layout: canonical JSON, one item per input: ``["float32", [64, 32], [32, 1]]`` (dtype,
-        shape, strides) or ``"scalar"``.
-    :ivar target: ``"cpu"``, ``"cuda"`` or ``"cuda-emulated"``.
-    :ivar arch: the host's instruction-set identity (CPU targets) or ``"sm_90"`` (CUDA).
-    :ivar version: the tcjit version that tuned.
-
-    >>> TuningKey("def f...", "f", '[["float32",[4],[1]]]', "cpu", "x86_64-ab12", "0.1.0").digest[:8]
-    '...'
-    """
-
-    source: str
-    entry: str
-    layout: str
-    target: str
-    arch: str
-    version: str
-
-    @property
-    def digest(self) -> str:
-        """sha256 (hex) of the canonical JSON of all six fields: the record's id."""
-        fields = {name: getattr(self, name) for name in _KEY_FIELDS}
-        return hashlib.sha256(_canonical(fields).encode("utf-8", "surrogatepass")).hexdigest()
-
-    @property
-    def family(self) -> str:
-        """sha256 (hex) of (source, entry, target, arch): the same kernel at any sizes and version."""
-        fields = [self.source, self.entry, self.target, self.arch]
-        return hashlib.sha256(_canonical(fields).encode("utf-8", "surrogatepass")).hexdigest()
-
-
-@dataclass(frozen=True)
-class TunedOptions:
-    """The best options stored for one key.
-
-    :ivar key: the :class:`TuningKey`.
-    :ivar options: MappingOptions JSON, as given to :meth:`OptionsDatabase.put`.
-    :ivar time: seconds per call (median) of those options.
-    :ivar baseline: seconds per call of the options the first tuning run started from (or ``None``).
-    :ivar evaluations: candidates measured for this key, over all runs.
-    :ivar date: ISO 8601 UTC time of the last improvement, e.g. ``"2026-11-23T07:41:18+00:00"``.
-    """
-
-    key: TuningKey
-    options: str
-    time: float
-    baseline: float | None
-    evaluations: int
-    date: str
-
-    @property
-    def speedup(self) -> float | None:
-        """``baseline / time`` (2.0: twice as fast as where tuning started); ``None`` without baseline."""
-        if self.baseline is None or self.time <= 0:
-            return None
-        return self.baseline / self.time
-
-
-@dataclass(frozen=True)
-class Measured:
-    """One candidate a tuning run measured.
-
-    :ivar options: MappingOptions JSON.
-    :ivar time: seconds per call (median); ``None`` when the candidate was invalid.
-    :ivar status: ``"ok"``, ``"compile-error"``, ``"crashed"``, ``"timeout"``, ``"wrong"``,
-        ``"abandoned"``, ...
-    """
-
-    options: str
-    time: float | None
-    status: str
 
 
 class _Corrupt(Exception):
@@ -184,15 +109,12 @@ class _Newer(Exception):
 
 
 _DATABASES: weakref.WeakSet[OptionsDatabase] = weakref.WeakSet()
-_ABANDONED: list[sqlite3.Connection] = []  # a parent's connections, kept alive (never closed) in a child
 
 
 def _after_fork_in_child() -> None:
     for db in list(_DATABASES):
         db._lock = threading.RLock()  # a thread of the parent may have held it at the fork
-        if db._conn is not None:
-            _ABANDONED.append(db._conn)
-            db._conn = None
+        db._drop_inherited()
 
 
 if hasattr(os, "register_at_fork"):
@@ -250,9 +172,9 @@ class OptionsDatabase:
             f"{_SELECT} FROM tuned WHERE family = ? AND digest != ? ORDER BY date DESC",
             (key.family, key.digest),
         )
-        mine = _parse_layout(key.layout)
+        mine = parse_layout(key.layout)
         ranked = sorted(
-            (_record(row) for row in rows), key=lambda r: _distance(mine, _parse_layout(r.key.layout))
+            (_record(row) for row in rows), key=lambda r: layout_distance(mine, parse_layout(r.key.layout))
         )
         return ranked[: max(limit, 0)]
 
@@ -290,7 +212,7 @@ class OptionsDatabase:
                 {
                     "schema": SCHEMA_VERSION,
                     "digest": rec.key.digest,
-                    "key": {name: getattr(rec.key, name) for name in _KEY_FIELDS},
+                    "key": {name: getattr(rec.key, name) for name in KEY_FIELDS},
                     "options": rec.options,
                     "time": rec.time,
                     "baseline": rec.baseline,
@@ -326,7 +248,7 @@ class OptionsDatabase:
         :arg evaluations: candidates this run measured.
         :raises ValueError: a negative or non-finite time or baseline, negative evaluations.
         """
-        rec = TunedOptions(key, *_checked_values(options, time, baseline, evaluations), _now())
+        rec = TunedOptions(key, *checked_values(options, time, baseline, evaluations), _now())
         stored = self._write(lambda conn: _merge(conn, rec, add_evaluations=True), "store tuned options")
         return rec if stored is None else stored
 
@@ -357,7 +279,7 @@ class OptionsDatabase:
         :raises TCCacheError: ``data`` is not a list of records of this schema, naming the first
             item and field that is wrong.
         """
-        items = _validate_import(data)
+        items = validate_import(data, SCHEMA_VERSION)
         return (
             self._write(
                 lambda conn: sum(_import_one(conn, rec, measured) for rec, measured in items),
@@ -398,53 +320,62 @@ class OptionsDatabase:
     # ------------------------------------------------------------------------------- connection
     def _read(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
         """Rows of a query; [] when the file is missing, newer or unreadable (the last warns once)."""
-        with self._lock:
-            for attempt in range(2):
-                try:
-                    conn = self._connection(create=False)
-                    if conn is None:
-                        return []
-                    return conn.execute(sql, params).fetchall()
-                except sqlite3.DatabaseError as err:
-                    if _is_corrupt(err) and attempt == 0:
-                        self._recover(str(err))
-                        continue
-                    self._warn_once(f"cannot read the tuned-options database {self.path}: {err}")
-                except _Newer as err:
-                    self._warn_newer(err)
-                except OSError as err:
-                    self._warn_once(f"cannot read the tuned-options database {self.path}: {err}")
-                return []
-        return []
+        ok, rows = self._run(
+            lambda conn: [] if conn is None else conn.execute(sql, params).fetchall(), create=False
+        )
+        if not ok:
+            if rows is not None:
+                self._warn_once(f"cannot read the tuned-options database {self.path}: {rows}")
+            return []
+        return rows
 
     def _write(self, change, doing: str):
         """Run ``change(conn)`` in one ``BEGIN IMMEDIATE`` transaction; its result, or ``None`` (warned)."""
+
+        def transaction(conn: sqlite3.Connection):
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = change(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+            return result
+
+        ok, result = self._run(transaction, create=True)
+        if ok:
+            return result
+        if result is not None:
+            warnings.warn(f"tcjit: could not {doing} in {self.path}: {result}", TCWarning, stacklevel=3)
+        return None
+
+    def _run(self, op, *, create: bool) -> tuple[bool, object]:
+        """``(True, op(conn))``, retried once after a damaged file was moved aside; else ``(False, why)``.
+
+        ``why`` is ``None`` when the warning was given already (a newer schema). ``op`` gets ``None``
+        when the file is missing and ``create`` is false.
+        """
         with self._lock:
             for attempt in range(2):
                 try:
-                    conn = self._connection(create=True)
-                    conn.execute("BEGIN IMMEDIATE")
-                    try:
-                        result = change(conn)
-                        conn.execute("COMMIT")
-                    except BaseException:
-                        with contextlib.suppress(sqlite3.Error):
-                            conn.execute("ROLLBACK")
-                        raise
-                    return result
-                except sqlite3.DatabaseError as err:
-                    if _is_corrupt(err) and attempt == 0:
-                        self._recover(str(err))
-                        continue
-                    problem = str(err)
-                except OSError as err:
-                    problem = err.strerror or str(err)
+                    return True, op(self._connection(create=create))
                 except _Newer as err:
                     self._warn_newer(err)
-                    return None
-                warnings.warn(f"tcjit: could not {doing} in {self.path}: {problem}", TCWarning, stacklevel=3)
-                return None
-        return None
+                    return False, None
+                except (sqlite3.DatabaseError, _Corrupt) as err:
+                    if attempt == 1 or not (isinstance(err, _Corrupt) or _is_corrupt(err)):
+                        return False, str(err)
+                    try:
+                        self._recover(str(err))
+                    except _Newer as newer:
+                        self._warn_newer(newer)
+                        return False, None
+                    except (OSError, sqlite3.Error, _Corrupt) as again:
+                        return False, f"{err}; it cannot be moved aside: {again}"
+                except OSError as err:
+                    return False, err.strerror or str(err)
+        return False, "still damaged after it was rebuilt"
 
     def _connection(self, *, create: bool) -> sqlite3.Connection | None:
         """This process's open, checked connection; ``None`` if the file is missing and not ``create``.
@@ -454,10 +385,8 @@ class OptionsDatabase:
         """
         if self._newer is not None:
             raise _Newer(self._newer)
-        if self._pid != os.getpid():  # forked without register_at_fork: never touch the parent's
-            if self._conn is not None:
-                _ABANDONED.append(self._conn)
-            self._conn, self._pid = None, os.getpid()
+        if self._pid != os.getpid():
+            self._drop_inherited()
         if self._conn is not None and self._inode != _inode(self.path):
             self._conn.close()  # the file was moved aside (damaged) or replaced: follow the path
             self._conn = None
@@ -469,6 +398,22 @@ class OptionsDatabase:
             with self._flocked(required=create):
                 self._conn = self._open_checked()
         return self._conn
+
+    def _drop_inherited(self) -> None:
+        """In a forked child: close the parent's connection, unused, before opening one's own.
+
+        Closing is what keeps the parent's data safe. SQLite keeps one record of its locks per
+        file and process; a child that left the inherited connection open would share that record
+        with its new connection and believe it holds the shared lock that only the parent holds.
+        When the parent then closed its connection, SQLite would find no other user, checkpoint and
+        delete the WAL under the child, and the child's later writes would be lost. Closing it
+        in the child only releases locks the child never held (POSIX locks are per process), and
+        SQLite checkpoints on close only with an exclusive lock, which the parent's shared one denies.
+        """
+        if self._conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+        self._conn, self._pid = None, os.getpid()
 
     def _open_checked(self) -> sqlite3.Connection:
         """Open the file, check it and create the schema; move a damaged file aside first.
@@ -590,27 +535,6 @@ def _record(row: Sequence) -> TunedOptions:
     return TunedOptions(key, options, time, baseline, evaluations, date)
 
 
-def _checked_values(
-    options: object, time: object, baseline: object, evaluations: object
-) -> tuple[str, float, float | None, int]:
-    """``(options, time, baseline, evaluations)`` checked for storing."""
-    if not isinstance(options, str):
-        raise TypeError(f"options are stored as MappingOptions JSON text, got {type(options).__name__}")
-    for name, value in (("time", time), ("baseline", baseline)):
-        if value is None and name == "baseline":
-            continue
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-            or value < 0
-        ):
-            raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
-    if isinstance(evaluations, bool) or not isinstance(evaluations, int) or evaluations < 0:
-        raise ValueError(f"evaluations must be an integer >= 0, got {evaluations!r}")
-    return options, float(time), None if baseline is None else float(baseline), evaluations  # type: ignore[arg-type]
-
-
 def _merge(conn: sqlite3.Connection, offer: TunedOptions, *, add_evaluations: bool) -> TunedOptions:
     """Store ``offer`` or keep the faster stored record (inside a write transaction); the result."""
     key = offer.key
@@ -633,7 +557,7 @@ def _merge(conn: sqlite3.Connection, offer: TunedOptions, *, add_evaluations: bo
         (
             key.digest,
             key.family,
-            *(getattr(key, name) for name in _KEY_FIELDS),
+            *(getattr(key, name) for name in KEY_FIELDS),
             merged.options,
             merged.time,
             merged.baseline,
@@ -657,109 +581,6 @@ def _import_one(conn: sqlite3.Connection, rec: TunedOptions, measured: list[tupl
                 (rec.key.digest, *m, rec.date),
             )
     return before is None or rec.time < before[0]
-
-
-def _validate_import(data: object) -> list[tuple[TunedOptions, list[tuple]]]:
-    """The records of an export, checked; :class:`TCCacheError` naming the first problem."""
-    if not isinstance(data, list):
-        raise TCCacheError(
-            f"tuned options to import must be a JSON list of records, got {type(data).__name__}"
-        )
-    out = []
-    for i, item in enumerate(data):
-        where = f"record {i}"
-
-        def bad(problem: str, where: str = where) -> TCCacheError:
-            return TCCacheError(f"cannot import tuned options: {where}: {problem}")
-
-        if not isinstance(item, dict):
-            raise bad(f"expected an object, got {type(item).__name__}")
-        if item.get("schema") != SCHEMA_VERSION:
-            raise bad(f"schema {item.get('schema')!r}, this tcjit reads schema {SCHEMA_VERSION}")
-        key = item.get("key")
-        if not isinstance(key, dict):
-            raise bad("'key' must be an object")
-        for name in _KEY_FIELDS:
-            if not isinstance(key.get(name), str):
-                raise bad(f"key field {name!r} must be a string, got {key.get(name)!r}")
-        extra = set(key) - set(_KEY_FIELDS)
-        if extra:
-            raise bad(f"unknown key fields {sorted(extra)}")
-        tkey = TuningKey(**{name: key[name] for name in _KEY_FIELDS})
-        try:
-            _parse_layout(tkey.layout, strict=True)
-            values = _checked_values(
-                item.get("options"), item.get("time"), item.get("baseline"), item.get("evaluations", 0)
-            )
-        except (TypeError, ValueError) as err:
-            raise bad(str(err)) from None
-        if "digest" in item and item["digest"] != tkey.digest:
-            raise bad(f"digest {item['digest']!r} does not match its key ({tkey.digest})")
-        date = item.get("date")
-        if not isinstance(date, str):
-            raise bad(f"'date' must be an ISO 8601 string, got {date!r}")
-        measured = item.get("measured", [])
-        if not isinstance(measured, list):
-            raise bad("'measured' must be a list")
-        candidates = []
-        for j, m in enumerate(measured):
-            at = f"{where}, measured {j}"
-            if (
-                not isinstance(m, dict)
-                or not isinstance(m.get("options"), str)
-                or not isinstance(m.get("status"), str)
-            ):
-                raise bad("expected an object with string 'options' and 'status'", at)
-            t = m.get("time")
-            if t is not None and (
-                isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0
-            ):
-                raise bad(f"'time' must be null or a finite number of seconds >= 0, got {t!r}", at)
-            candidates.append((m["options"], None if t is None else float(t), m["status"]))
-        out.append((TunedOptions(tkey, *values, date), candidates))
-    return out
-
-
-def _parse_layout(layout: str, *, strict: bool = False) -> list | None:
-    """The layout JSON as a list (``None`` if it is not one, or :class:`ValueError` when ``strict``)."""
-    try:
-        items = json.loads(layout)
-        if not isinstance(items, list):
-            raise ValueError("not a list")
-        for item in items:
-            if item == "scalar":
-                continue
-            dtype, shape, strides = item
-            if not (isinstance(dtype, str) and all(isinstance(n, int) for n in (*shape, *strides))):
-                raise ValueError("bad item")
-        return items
-    except (ValueError, TypeError) as err:
-        if strict:
-            raise ValueError(
-                f'layout must be JSON: a list of [dtype, shape, strides] or "scalar" per input ({err})'
-            ) from None
-        return None
-
-
-def _distance(mine: list | None, theirs: list | None) -> tuple[int, float]:
-    """How far the layout ``theirs`` is from ``mine``: (mismatch, sum of |log2| of size ratios).
-
-    A different input count, kind, rank or dtype makes ``mismatch`` 1, so such a record sorts after
-    every comparable one; the sizes of the inputs that do compare still order those among themselves.
-    """
-    if mine is None or theirs is None:
-        return 1, math.inf
-    mismatch = int(len(mine) != len(theirs))
-    total = 0.0
-    for a, b in zip(mine, theirs):
-        if a == "scalar" or b == "scalar":
-            mismatch |= a != b
-            continue
-        if a[0] != b[0] or len(a[1]) != len(b[1]):
-            mismatch = 1
-            continue
-        total += sum(abs(math.log2(max(n, 1) / max(m, 1))) for n, m in zip(a[1], b[1]))
-    return mismatch, total
 
 
 def _is_corrupt(err: sqlite3.Error) -> bool:

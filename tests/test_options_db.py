@@ -219,6 +219,31 @@ def test_forked_child_reopens(tmp_path):
     _DB_FOR_FORK = None
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_child_writes_survive_the_parent_closing(tmp_path):
+    # A child that kept its inherited connection open would share SQLite's lock record with its own
+    # new connection; the parent's close would then delete the WAL under the child and lose "late".
+    db = OptionsDatabase(tmp_path / "options.sqlite3")
+    db.put(_key(), "parent", 1.0)
+    ready, proceed = os.pipe(), os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no pytest machinery, exit code only
+        code = 1
+        try:
+            db.put(_key((1, 1)), "early", 1.0)
+            os.write(ready[1], b"x")
+            os.read(proceed[0], 1)
+            db.put(_key((2, 2)), "late", 1.0)
+            code = 0
+        finally:
+            os._exit(code)
+    os.read(ready[0], 1)
+    db.close()
+    os.write(proceed[1], b"x")
+    assert os.waitpid(pid, 0)[1] == 0
+    assert sorted(r.options for r in OptionsDatabase(db.path).records()) == ["early", "late", "parent"]
+
+
 # ----------------------------------------------------------------------------------------- damage
 def _full_database(path: Path, rows: int = 400) -> None:
     db = OptionsDatabase(path)
