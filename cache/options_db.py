@@ -256,8 +256,8 @@ class OptionsDatabase:
         """Append a run's measured candidates for ``key`` (see :meth:`measured`), in one transaction."""
         rows = []
         for m in measured:
-            if not isinstance(m, Measured):
-                raise TypeError(f"record() takes Measured items, got {type(m).__name__}")
+            if not isinstance(m, Measured) or not isinstance(m.options, str) or not isinstance(m.status, str):
+                raise TypeError(f"record() takes Measured items with text options and status, got {m!r}")
             if m.time is not None and not (math.isfinite(m.time) and m.time >= 0):
                 raise ValueError(f"a measured time must be finite and >= 0 seconds, got {m.time!r}")
             rows.append((key.digest, m.options, m.time, m.status, _now()))
@@ -313,9 +313,7 @@ class OptionsDatabase:
     def close(self) -> None:
         """Close this process's connection (a later call reopens it)."""
         with self._lock:
-            if self._conn is not None and self._pid == os.getpid():
-                self._conn.close()
-            self._conn = None
+            self._drop_inherited()  # closes, in the process that opened it or in a forked child
 
     # ------------------------------------------------------------------------------- connection
     def _read(self, sql: str, params: Sequence[object] = ()) -> list[tuple]:
@@ -388,7 +386,8 @@ class OptionsDatabase:
         if self._pid != os.getpid():
             self._drop_inherited()
         if self._conn is not None and self._inode != _inode(self.path):
-            self._conn.close()  # the file was moved aside (damaged) or replaced: follow the path
+            with contextlib.suppress(sqlite3.Error):  # moved aside (damaged) or replaced: follow the path
+                self._conn.close()
             self._conn = None
         if self._conn is None:
             if not create and not self.path.exists():
