@@ -369,8 +369,10 @@ class OptionsDatabase:
                     except _Newer as newer:
                         self._warn_newer(newer)
                         return False, None
-                    except (OSError, sqlite3.Error, _Corrupt) as again:
-                        return False, f"{err}; it cannot be moved aside: {again}"
+                    except OSError as again:
+                        return False, again.strerror or str(again)
+                    except (sqlite3.Error, _Corrupt) as again:
+                        return False, f"{err}; then {again}"
                 except OSError as err:
                     return False, err.strerror or str(err)
         return False, "still damaged after it was rebuilt"
@@ -487,9 +489,16 @@ class OptionsDatabase:
         while aside.exists():
             aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{n}")
             n += 1
-        for suffix in ("-wal", "-shm", ""):  # the main file last: it is what marks the damage
-            with contextlib.suppress(FileNotFoundError):
+        # The main file last: a new database must never meet the damaged one's WAL.
+        for suffix in ("-wal", "-shm", ""):
+            try:
                 os.rename(f"{self.path}{suffix}", f"{aside}{suffix}")
+            except FileNotFoundError:
+                continue
+            except OSError as err:
+                raise OSError(
+                    err.errno, f"it is damaged ({reason}) and cannot be moved aside: {err.strerror}"
+                ) from err
         warnings.warn(
             f"tcjit: the tuned-options database {self.path} is damaged ({reason}); it was moved to "
             f"{aside} and an empty database replaces it",

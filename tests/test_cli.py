@@ -251,6 +251,12 @@ def test_cache_show_and_ambiguous_or_unknown_ids(capsys):
     assert code == 2 and "give more of it" in err
 
 
+def test_cache_disabled_database_is_an_error(capsys, monkeypatch):
+    monkeypatch.setenv("TCJIT_OPTIONS_DB", "")
+    code, _, err = _run(capsys, "cache", "list")
+    assert code == 2 and "TCCacheError: the tuned-options database is disabled" in err
+
+
 def test_cache_export_import_round_trip(capsys, tmp_path, monkeypatch):
     db = _tuned_db()
     db.put(_cache_key((64, 48)), "{}", 1e-4, evaluations=2)
