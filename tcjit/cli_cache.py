@@ -6,7 +6,8 @@
 * ``tcjit cache export [FILE]`` (JSON, stdout by default), ``tcjit cache import FILE`` (merge: the
   faster options win per key).
 * ``tcjit cache clear [--yes] [--kernels]``: remove every record (``--kernels``: and every compiled
-  kernel); asks first on a terminal, refuses without ``--yes`` elsewhere.
+  kernel); asks first on a terminal (exit code 1 when the answer is no), refuses without ``--yes``
+  elsewhere (exit code 2).
 
 The database is ``TCJIT_OPTIONS_DB`` (see :func:`tcjit.tuned.options_database`).
 """
@@ -132,13 +133,17 @@ def _cmd_show(args) -> int:
 
 def _cmd_export(args) -> int:
     db = _database()
-    text = json.dumps(db.export(), indent=1, ensure_ascii=False) + "\n"
+    records = db.export()
+    text = json.dumps(records, indent=1, ensure_ascii=False) + "\n"
     if args.file in (None, "-"):
         sys.stdout.write(text)
     else:
-        with open(args.file, "w", encoding="utf-8") as f:
-            f.write(text)
-        print(f"exported {len(json.loads(text))} records from {db.path} to {args.file}", file=sys.stderr)
+        try:
+            with open(args.file, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as err:
+            raise TCCacheError(f"cannot write {args.file}: {err.strerror or err}") from None
+        print(f"exported {len(records)} records from {db.path} to {args.file}", file=sys.stderr)
     return 0
 
 
