@@ -425,6 +425,16 @@ def test_export_import_round_trip_and_merge(tmp_path):
     assert three.export() == data
 
 
+def test_cache_error_is_a_tcerror_that_pickles():
+    import pickle
+
+    from tcjit import TCError
+
+    err = TCCacheError("record 0: bad", hint="h")
+    back = pickle.loads(pickle.dumps(err))
+    assert isinstance(back, TCError) and type(back) is TCCacheError and str(back) == str(err)
+
+
 @pytest.mark.parametrize(
     ("change", "words"),
     [
