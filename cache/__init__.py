@@ -1,9 +1,22 @@
 """tcjit.cache: the on-disk kernel store and the tuned-options database (SQLite).
 
+* :class:`KernelStore` (:mod:`.store`, :mod:`.entry`): compiled kernels, one directory per cache key.
+* :class:`OptionsDatabase` (:mod:`.options_db`): the best mapping options tuning found per
+  :class:`TuningKey`, the candidates each run measured, shared safely by concurrent processes.
+
 May import tcjit.polyhedral (errors), tcjit.mapping (the options type) and the standard library.
-The options database is not written yet.
 """
 
+from .options_db import SCHEMA_VERSION, Measured, OptionsDatabase, TunedOptions, TuningKey
 from .store import FORMAT_VERSION, Entry, KernelStore
 
-__all__ = ["FORMAT_VERSION", "Entry", "KernelStore"]
+__all__ = [
+    "FORMAT_VERSION",
+    "SCHEMA_VERSION",
+    "Entry",
+    "KernelStore",
+    "Measured",
+    "OptionsDatabase",
+    "TunedOptions",
+    "TuningKey",
+]

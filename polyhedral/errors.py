@@ -18,6 +18,7 @@ from dataclasses import dataclass
 __all__ = [
     "Span",
     "TCBoundsError",
+    "TCCacheError",
     "TCCallError",
     "TCError",
     "TCInternalError",
@@ -151,6 +152,11 @@ class TCCallError(TCError):
 
 class TCOptionsError(TCError):
     """Mapping options are invalid: a value out of range, or a combination a target cannot run."""
+
+
+class TCCacheError(TCError):
+    """A cache or the tuned-options database cannot do what was asked: malformed data to import, no
+    record (or several) matching an id. Damaged or unreadable files are warnings, not errors."""
 
 
 class TCInternalError(TCError):

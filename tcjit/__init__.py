@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from .polyhedral.errors import (
     TCBoundsError,
+    TCCacheError,
     TCCallError,
     TCError,
     TCInternalError,
@@ -41,6 +42,7 @@ __all__ = [
     "Kernel",
     "MappingOptions",
     "TCBoundsError",
+    "TCCacheError",
     "TCCallError",
     "TCError",
     "TCInternalError",

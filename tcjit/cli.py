@@ -1,4 +1,4 @@
-"""The ``tcjit`` command line: ``demo``, ``show`` and ``run``.
+"""The ``tcjit`` command line: ``demo``, ``show``, ``run`` and ``cache``.
 
 * ``tcjit show FILE.tc --stage STAGE`` prints one stage of the compilation of an entry: ``ast``,
   ``checked`` (the default: types and index ranges), ``canonical``, ``scop``, ``schedule``, ``tree``
@@ -9,6 +9,8 @@
   the oracle (:mod:`tcjit.reference`) and times it; exit code 1 on a mismatch.
 * ``tcjit demo`` compiles every benchmark-suite kernel at a small size, checks it against torch and
   the oracle, and prints compile and run times next to torch eager's.
+* ``tcjit cache list|show|export|import|clear`` manages the tuned-options database
+  (:mod:`tcjit.cli_cache`).
 
 Mistakes in the TC text, the sizes or the options exit with code 2 and the message (with caret).
 """
@@ -406,6 +408,9 @@ def main(argv: list[str] | None = None) -> int:
         help="cpu (default), cuda (inputs made on the GPU), or cuda-emulated",
     )
     p.set_defaults(func=cmd_tune)
+    from .cli_cache import add_cache_parser
+
+    add_cache_parser(sub)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 from .polyhedral.errors import TCInternalError
 
-__all__ = ["CFLAGS", "CpuKernel", "compile_c", "load", "toolchain_identity"]
+__all__ = ["CFLAGS", "CpuKernel", "compile_c", "host_isa", "load", "toolchain_identity"]
 
 #: Flags every CPU kernel is compiled with. ``-fno-math-errno`` lets libm calls vectorise; no
 #: ``-ffast-math`` (NaN and signed zeros keep their meaning), no ``-fwrapv`` (the printer makes
@@ -86,6 +86,12 @@ def _cpu_features() -> str:
     except OSError:
         text = platform.processor()
     return f"{platform.machine()}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+
+def host_isa() -> str:
+    """The host's instruction-set identity in every cache key, e.g. ``"x86_64-3f9c0e1a2b4d5e6f"``:
+    the machine and a digest of the CPU model and flags that ``-march=native`` code depends on."""
+    return _cpu_features()
 
 
 @functools.lru_cache(maxsize=1)

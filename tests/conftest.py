@@ -36,6 +36,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _private_options_db(tmp_path_factory, monkeypatch):
+    """No test reads or writes the user's tuned-options database: each gets its own, not yet created
+    (outside ``tmp_path``, which some tests expect empty). Child processes inherit it."""
+    monkeypatch.setenv("TCJIT_OPTIONS_DB", str(tmp_path_factory.mktemp("options-db") / "options.sqlite3"))
+
+
 @pytest.fixture(scope="session")
 def full_tier(request) -> bool:
     """Whether the full tier runs: use it to widen parametrisations inside a test."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import collections
 import json
+import os
 import re
 from pathlib import Path
 
@@ -193,3 +195,115 @@ def test_the_cuda_mapping_runs_emulated_from_the_command_line(capsys, fcrelu_fil
     assert "blocks: members 0..0" in out and "-> x (3)" in out and "kernel over" in out
     assert main(["show", fcrelu_file, *sizes, "--stage", "c", "--target", "cuda-emulated"]) == 0
     assert "threads of the block up to the next barrier" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------------- tcjit cache
+def _tuned_db():
+    """The test's own options database (conftest points TCJIT_OPTIONS_DB at a fresh path)."""
+    from tcjit.cache import OptionsDatabase
+
+    return OptionsDatabase(os.environ["TCJIT_OPTIONS_DB"])
+
+
+def _cache_key(shape, entry="fcrelu"):
+    from tcjit.cache import TuningKey
+
+    layout = json.dumps([["float32", list(shape), [shape[1], 1]], ["float32", [40, 48], [48, 1]], "scalar"])
+    return TuningKey("def fcrelu...", entry, layout, "cpu", "x86_64-test", "0.1.0")
+
+
+def test_cache_list_empty_then_records(capsys):
+    code, out, _ = _run(capsys, "cache", "list")
+    path = os.environ["TCJIT_OPTIONS_DB"]
+    assert code == 0 and out.splitlines() == [f"tuned options in {path}", f"no tuned options in {path}"]
+    db = _tuned_db()
+    key = _cache_key((64, 48))
+    db.put(key, '{"tile":[32,32]}', 25e-6, baseline=100e-6, evaluations=321)
+    db.put(_cache_key((8, 48), entry="other"), "{}", 2.5e-3)
+    code, out, _ = _run(capsys, "cache", "list")
+    lines = out.splitlines()
+    assert code == 0 and lines[0] == f"tuned options in {path}"
+    assert lines[1].split() == ["id", "entry", "target", "inputs", "time", "speedup", "evaluations", "date"]
+    mine = next(line for line in lines if line.startswith(key.digest[:12]))
+    for word in ("fcrelu", "cpu", "64x48,40x48,scalar", "25.0 µs", "4.00x", "321"):
+        assert word in mine
+    assert "2.50 ms" in next(line for line in lines if " other " in line)
+
+
+def test_cache_show_and_ambiguous_or_unknown_ids(capsys):
+    from tcjit.cache import Measured
+
+    db = _tuned_db()
+    key = _cache_key((64, 48))
+    db.put(key, '{"tile":[32,32],"unroll":4}', 25e-6, baseline=50e-6, evaluations=3)
+    db.record(key, [Measured("a", 1.0, "ok"), Measured("b", None, "crashed"), Measured("c", 2.0, "ok")])
+    code, out, _ = _run(capsys, "cache", "show", key.digest[:8])
+    assert code == 0
+    assert f"id           {key.digest}" in out and "entry        fcrelu" in out
+    assert '"unroll": 4' in out and "2.00x" in out
+    assert "3 candidates: 1 crashed, 2 ok" in out and "def fcrelu..." in out
+    code, _, err = _run(capsys, "cache", "show", "zzzz")
+    assert code == 2 and err.startswith("tcjit: TCCacheError: no tuned options with an id starting 'zzzz'")
+    for n in range(40):  # enough records that some share a first hex digit
+        db.put(_cache_key((n + 1, 48)), "{}", 1.0)
+    first = collections.Counter(r.key.digest[0] for r in db.records()).most_common(1)[0][0]
+    code, _, err = _run(capsys, "cache", "show", first)
+    assert code == 2 and "give more of it" in err
+
+
+def test_cache_disabled_database_is_an_error(capsys, monkeypatch):
+    monkeypatch.setenv("TCJIT_OPTIONS_DB", "")
+    code, _, err = _run(capsys, "cache", "list")
+    assert code == 2 and "TCCacheError: the tuned-options database is disabled" in err
+
+
+def test_cache_export_import_round_trip(capsys, tmp_path, monkeypatch):
+    db = _tuned_db()
+    db.put(_cache_key((64, 48)), "{}", 1e-4, evaluations=2)
+    db.put(_cache_key((32, 48)), "{}", 2e-4, evaluations=2)
+    code, out, _ = _run(capsys, "cache", "export")
+    assert code == 0 and len(json.loads(out)) == 2
+    file = tmp_path / "tuned.json"
+    assert _run(capsys, "cache", "export", str(file))[0] == 0
+    assert json.loads(file.read_text()) == json.loads(out)
+    monkeypatch.setenv("TCJIT_OPTIONS_DB", str(tmp_path / "elsewhere.sqlite3"))
+    code, out, _ = _run(capsys, "cache", "import", str(file))
+    assert code == 0 and "merged 2 records" in out and "2 new or faster" in out
+    assert _run(capsys, "cache", "import", str(file))[1].endswith("0 new or faster\n")
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"schema": 1}]')
+    code, _, err = _run(capsys, "cache", "import", str(bad))
+    assert code == 2 and "TCCacheError" in err and "record 0" in err
+    bad.write_text("[{")
+    assert _run(capsys, "cache", "import", str(bad))[0] == 2
+
+
+def test_cache_clear_needs_confirmation(capsys, monkeypatch, tmp_path):
+    import io
+
+    db = _tuned_db()
+    db.put(_cache_key((64, 48)), "{}", 1e-4)
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))  # not a terminal
+    code, _, err = _run(capsys, "cache", "clear")
+    assert code == 2 and "--yes" in err and len(db.records()) == 1
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr("sys.stdin", Tty("n\n"))
+    assert _run(capsys, "cache", "clear")[0] == 1 and len(db.records()) == 1
+    monkeypatch.setattr("sys.stdin", Tty("y\n"))
+    code, out, _ = _run(capsys, "cache", "clear")
+    assert code == 0 and "removed 1 tuned options" in out and db.records() == []
+
+
+def test_cache_clear_kernels_empties_the_kernel_store(capsys, tmp_path, fcrelu_file):
+    from tcjit.compiler import kernel_store
+
+    assert _run(capsys, "run", fcrelu_file, "--sizes", FC_SIZES, "--budget", "0.01")[0] == 0
+    store = kernel_store()
+    assert store.total_bytes() > 0
+    code, out, _ = _run(capsys, "cache", "clear", "--yes", "--kernels")
+    assert code == 0 and "removed every compiled kernel" in out
+    assert store.total_bytes() == 0

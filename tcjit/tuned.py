@@ -1,0 +1,149 @@
+"""Tuned options for calls: the process's options database and the key a call's options are stored under.
+
+* :func:`options_database` opens the :class:`~tcjit.cache.OptionsDatabase` named by
+  ``TCJIT_OPTIONS_DB`` (default ``<user data dir>/tcjit/options.sqlite3``: tuning results take hours
+  to make, so they live with data, not in the cache directory; ``""`` disables the database).
+* :func:`tuning_key` is the :class:`~tcjit.cache.TuningKey` of a kernel called on some inputs.
+* :func:`stored_options` finds the options tuned for exactly that key, for a call to use. A call
+  never fails because of the database: problems cost a :class:`~tcjit.TCWarning` and ``None``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import warnings
+from collections.abc import Sequence
+
+from .cache import OptionsDatabase, TuningKey
+from .polyhedral.errors import TCCallError, TCError, TCWarning
+
+__all__ = ["options_database", "stored_options", "tuning_key"]
+
+_TARGETS = ("cpu", "cuda", "cuda-emulated")
+_LOCK = threading.Lock()
+_DATABASES: dict[str, OptionsDatabase | None] = {}
+_WARNED: set[tuple[str, str]] = set()  # (database path, digest) already warned about
+
+
+def options_database() -> OptionsDatabase | None:
+    """The process's options database (one object per path), or ``None`` when disabled or unusable.
+
+    ``TCJIT_OPTIONS_DB`` names the file; ``""`` disables the database; unset, it is
+    ``platformdirs.user_data_dir("tcjit")/options.sqlite3`` (e.g. ``~/.local/share/tcjit/...``).
+    A path that cannot be a database (a directory) warns once and gives ``None``.
+    """
+    path = os.environ.get("TCJIT_OPTIONS_DB")
+    if path is None:
+        import platformdirs
+
+        path = os.path.join(platformdirs.user_data_dir("tcjit"), "options.sqlite3")
+    if path == "":
+        return None
+    with _LOCK:
+        if path not in _DATABASES:
+            try:
+                _DATABASES[path] = OptionsDatabase(path)
+            except (TCError, OSError, ValueError) as err:
+                warnings.warn(f"tcjit: tuned-options database disabled: {err}", TCWarning, stacklevel=2)
+                _DATABASES[path] = None
+        return _DATABASES[path]
+
+
+def _layout(x: object) -> list | str:
+    """One input's layout as in the compiled-kernel cache key: dtype, shape, strides, or "scalar"."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return [str(x.dtype).removeprefix("torch."), list(x.shape), list(x.stride())]
+    return "scalar"
+
+
+def _arch(inputs: Sequence[object], target: str) -> str:
+    """``"sm_<major><minor>"`` of the inputs' CUDA device, or the host's ISA identity (CPU targets)."""
+    if target != "cuda":
+        from .cpu_runtime import host_isa
+
+        return host_isa()
+    import torch
+
+    device = next((x.device for x in inputs if isinstance(x, torch.Tensor) and x.device.type == "cuda"), None)
+    if device is None:
+        if not torch.cuda.is_available():
+            raise TCCallError("target 'cuda' needs a CUDA device, and torch sees none")
+        device = torch.device("cuda", torch.cuda.current_device())
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm_{major}{minor}"
+
+
+def tuning_key(kernel, inputs: Sequence[object], target: str) -> TuningKey:
+    """The key options tuned for ``kernel`` called on ``inputs`` with ``target`` are stored under.
+
+    :arg kernel: a :class:`~tcjit.Kernel` (its canonical source and entry name are used).
+    :arg inputs: the call's arguments: torch tensors (dtype, shape and strides count; contents do
+        not) or Python numbers.
+    :arg target: ``"cpu"``, ``"cuda"`` or ``"cuda-emulated"``.
+    :raises TCCallError: an unknown target, or ``"cuda"`` without a CUDA device.
+
+    >>> tuning_key(matmul, (a, b), "cpu").layout
+    '[["float32",[64,32],[32,1]],["float32",[32,16],[16,1]]]'
+    """
+    from . import __version__
+
+    if target not in _TARGETS:
+        raise TCCallError(f"target must be one of {', '.join(_TARGETS)}, got {target!r}")
+    layout = json.dumps([_layout(x) for x in inputs], separators=(",", ":"))
+    return TuningKey(
+        source=kernel.canonical_source,
+        entry=kernel.name,
+        layout=layout,
+        target=target,
+        arch=_arch(inputs, target),
+        version=__version__,
+    )
+
+
+def stored_options(kernel, inputs: Sequence[object], target: str):
+    """The :class:`~tcjit.MappingOptions` tuned for exactly this call, or ``None``.
+
+    ``None`` also when the database is disabled or cannot be read, and when the stored options no
+    longer parse or validate for ``target`` (a :class:`~tcjit.TCWarning`, once per record and
+    process, says so: tune again, or remove the record with ``tcjit cache``).
+    """
+    db = options_database()
+    if db is None:
+        return None
+    try:
+        key = tuning_key(kernel, inputs, target)
+    except TCError:
+        return None  # the call itself reports what is wrong with it
+    try:
+        record = db.get(key)
+    except (TCError, OSError, sqlite3.Error) as err:  # get() should not raise; a call must not fail
+        _warn_once(db, key, f"tcjit: tuned options not read from {db.path}: {err}")
+        return None
+    if record is None:
+        return None
+    from .mapping.options import MappingOptions
+
+    try:
+        return MappingOptions.from_json(record.options).validate(target)
+    except TCError as err:
+        _warn_once(
+            db,
+            key,
+            f"tcjit: the tuned options stored for {kernel.name} ({key.digest[:12]} in {db.path}) are not "
+            f"usable any more, defaults are used instead: {err}. Tune again, or remove them with "
+            f"'tcjit cache clear'",
+        )
+        return None
+
+
+def _warn_once(db: OptionsDatabase, key: TuningKey, message: str) -> None:
+    with _LOCK:
+        if (str(db.path), key.digest) in _WARNED:
+            return
+        _WARNED.add((str(db.path), key.digest))
+    warnings.warn(message, TCWarning, stacklevel=3)
