@@ -11,8 +11,10 @@ An individual is a genome of the space (one choice index per parameter). The sea
    them in parallel and times them one at a time, see :mod:`tcjit.genetic.evaluation`). A genome is
    measured at most once per run.
 3. **Fitness** is ``1 / time`` for a valid candidate and 0 for the rest (failures, wrong answers,
-   candidates abandoned because they were much slower than the best). Until some candidate is
-   valid, parents are drawn uniformly.
+   candidates abandoned because they were much slower than the best). Parents are drawn in
+   proportion to fitness after TC's sigma scaling (``max(f - (mean - 2 sigma), 0)``), which keeps
+   the draw proportional but less flat than raw ``1 / time``. Until some candidate is valid,
+   parents are drawn uniformly.
 4. **Next generation.** The ``elites`` best valid genomes so far are copied unchanged. Every other
    child is bred, with probability ``crossover_rate``, gene by gene from three parents (uniform
    crossover; TC took each gene from one of three parents), else copied from one parent. Parents
@@ -73,6 +75,7 @@ FAILURES = frozenset({"compile-error", "crashed", "timeout", "wrong", "error"})
 REPAIR_MUTATIONS = 5
 RESAMPLES = 20
 PARENTS = 3  # per bred child, as in TC
+SIGMA_SCALE = 2.0  # TC's sigma scaling of the fitness before selection (tc/autotuner/genetic_search.cc)
 
 
 @dataclass(frozen=True)
@@ -251,18 +254,35 @@ def _deap() -> tuple[Any, Any, Any]:
     return base, creator, tools
 
 
+def _sigma_scaled(fitness: Sequence[float]) -> list[float]:
+    """TC's sigma scaling: ``max(f - (mean - 2 sigma), 0)`` over the valid individuals (invalid ones
+    stay 0). Raw ``1 / time`` differs little between candidates a few tens of percent apart, which
+    makes roulette selection nearly uniform; subtracting a baseline sharpens it while keeping it
+    proportional, and a lone outlier cannot take over the next generation."""
+    valid = [f for f in fitness if f > 0]
+    if len(valid) < 2:
+        return list(fitness)
+    mean = sum(valid) / len(valid)
+    sigma = math.sqrt(sum((f - mean) ** 2 for f in valid) / len(valid))
+    base = mean - SIGMA_SCALE * sigma
+    scaled = [max(f - base, 0.0) if f > 0 else 0.0 for f in fitness]
+    return scaled if sum(scaled) > 0 else list(fitness)
+
+
 def _select_sus(rng: random.Random, pool: Sequence[Any], k: int) -> list[Any]:
-    """``k`` individuals by stochastic universal sampling on fitness; uniform if every fitness is 0."""
-    total = sum(ind.fitness.values[0] for ind in pool)
+    """``k`` individuals by stochastic universal sampling on their sigma-scaled fitness (uniformly if
+    every fitness is 0), in random order."""
+    weights = _sigma_scaled([ind.fitness.values[0] for ind in pool])
+    total = sum(weights)
     if total <= 0:
         return [rng.choice(pool) for _ in range(k)]
     step = total / k
     point = rng.uniform(0, step)
-    chosen, acc, i = [], pool[0].fitness.values[0], 0
+    chosen, acc, i = [], weights[0], 0
     for _ in range(k):
         while acc < point and i < len(pool) - 1:
             i += 1
-            acc += pool[i].fitness.values[0]
+            acc += weights[i]
         chosen.append(pool[i])
         point += step
     rng.shuffle(chosen)

@@ -40,6 +40,21 @@ def square(x: int) -> int:
     return x * x
 
 
+def getenv(name: str) -> str | None:
+    return os.environ.get(name)
+
+
+def fail_to_start() -> None:
+    """An initializer that fails."""
+    raise ImportError("planted: no such library")
+
+
+def slow_measure(job: tuple[MappingOptions, float | None]) -> Measurement:
+    """measure_fn that takes a while, so that a test can interrupt a search mid-batch."""
+    time.sleep(0.15)
+    return measure_candidate(job)
+
+
 def fail_or_crash(x: object) -> object:
     """What a candidate can do to its worker, by item."""
     if x == "raise":
@@ -55,6 +70,9 @@ def fail_or_crash(x: object) -> object:
     if x == "spin":
         while True:
             pass
+    if x == "stubborn":  # survives SIGTERM: only SIGKILL ends it
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(1000)
     if x == "print":
         print("noise on stdout")  # must not corrupt the protocol
         os.write(1, b"more noise on fd 1\n")
