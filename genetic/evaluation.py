@@ -24,7 +24,7 @@ from typing import Any
 from ..mapping.options import MappingOptions
 from ..polyhedral.errors import TCOptionsError
 from .tuner import Evaluator, Measurement
-from .workers import Outcome, WorkerPool
+from .workers import START_TIMEOUT, Outcome, WorkerPool
 
 __all__ = ["DETAIL_LIMIT", "alternating_evaluator", "ray_evaluator"]
 
@@ -140,9 +140,15 @@ def alternating_evaluator(
     return _Alternating(compile_fn, measure_fn, compile_pool, run_pool, compile_timeout, run_timeout)
 
 
-def _ray_task(task_fn: Callable[[tuple[MappingOptions, float | None]], Measurement], job: Any) -> Measurement:
-    """What each Ray task runs: the task function, its answer checked."""
-    return _answer(task_fn(job))
+_STARTED = "tcjit: task started"
+
+
+def _ray_task(task_fn: Callable[[tuple[MappingOptions, float | None]], Measurement], job: Any) -> Any:
+    """What each Ray task runs, as a streaming generator: first a marker when it starts (the
+    timeout counts from there, not from submission, so a task waiting for a worker to start is
+    not timed out), then ``task_fn``'s answer, checked."""
+    yield _STARTED
+    yield _answer(task_fn(job))
 
 
 class _Ray:
@@ -161,17 +167,21 @@ class _Ray:
         self.max_in_flight = max_in_flight
         self.started = started
         # No retries: a task whose worker died is a crashed candidate, not a flaky node.
-        self.remote = ray.remote(max_retries=0)(_ray_task).options(**task_options)
+        remote = ray.remote(max_retries=0, num_returns="streaming")(_ray_task)
+        self.remote = remote.options(**task_options) if task_options else remote
 
     def _slots(self) -> int:
         if self.max_in_flight is not None:
             return self.max_in_flight
         return max(1, int(self.ray.cluster_resources().get("CPU", 1)))
 
-    def _outcome(self, ref: Any) -> Measurement:
+    def _next(self, task: Any) -> object:
+        """The next value a ready task yielded, or the Measurement of its failure."""
         ray = self.ray
         try:
-            return ray.get(ref)
+            return ray.get(next(task))
+        except StopIteration:
+            return Measurement(None, "error", "the task ended without an answer")
         except ray.exceptions.TaskCancelledError:
             return Measurement(None, "timeout", f"no answer within {self.task_timeout:g} s")
         except (
@@ -194,35 +204,42 @@ class _Ray:
         slots = self._slots()
         best = best_time
         waiting = list(range(len(candidates)))
-        running: dict[Any, tuple[int, float]] = {}  # ref -> (candidate, when submitted)
+        running: dict[Any, list[Any]] = {}  # task -> [candidate, submitted, started or None]
+
+        def due(entry: list[Any]) -> float:
+            return entry[1] + START_TIMEOUT if entry[2] is None else entry[2] + self.task_timeout
+
         try:
             while waiting or running:
                 while waiting and len(running) < slots and not _past(deadline):
                     index = waiting.pop(0)
-                    ref = self.remote.remote(self.task_fn, (candidates[index], best))
-                    running[ref] = (index, time.monotonic())
+                    task = self.remote.remote(self.task_fn, (candidates[index], best))
+                    running[task] = [index, time.monotonic(), None]
                 if not running:
                     break  # past the deadline: the rest is skipped
-                now = time.monotonic()
-                first_due = min(since + self.task_timeout for _, since in running.values())
-                ready, _ = ray.wait(list(running), num_returns=1, timeout=max(0.0, first_due - now))
-                for ref in ready:
-                    index, _ = running.pop(ref)
-                    m = self._outcome(ref)
-                    results[index] = m
+                wait = max(0.0, min(due(e) for e in running.values()) - time.monotonic())
+                ready, _ = ray.wait(list(running), num_returns=1, timeout=wait)
+                for task in ready:
+                    value = self._next(task)
+                    if value == _STARTED:
+                        running[task][2] = time.monotonic()
+                        continue
+                    index = running.pop(task)[0]
+                    results[index] = m = value if isinstance(value, Measurement) else _answer(value)
                     if m.valid and (best is None or m.time < best):
                         best = m.time
                 now = time.monotonic()
-                for ref, (index, since) in list(running.items()):
-                    if now - since >= self.task_timeout:
-                        ray.cancel(ref, force=True)
-                        del running[ref]
-                        results[index] = Measurement(
-                            None, "timeout", f"no answer within {self.task_timeout:g} s"
-                        )
+                for task, entry in list(running.items()):
+                    if now >= due(entry):
+                        ray.cancel(task, force=True)
+                        del running[task]
+                        text = f"no answer within {self.task_timeout:g} s"
+                        if entry[2] is None:
+                            text = f"not started within {START_TIMEOUT:g} s (no free worker or resources?)"
+                        results[entry[0]] = Measurement(None, "timeout", text)
         except BaseException:
-            for ref in running:
-                ray.cancel(ref, force=True)
+            for task in running:
+                ray.cancel(task, force=True)
             raise
         return [Measurement(None, "skipped") if m is None else m for m in results]
 
@@ -246,11 +263,11 @@ def ray_evaluator(
 
     :arg address: the Ray cluster to join (``"auto"``, ``"ray://head:10001"``); ``None``: the Ray
         already initialised in this process, else a new local one.
-    :arg task_timeout: seconds from a task's submission to its answer; then it is cancelled (its
-        worker process killed) and the candidate is ``"timeout"``.
-    :arg max_in_flight: tasks submitted at once (default: the cluster's CPUs), so that a
-        task's time is spent running, not queued. Tasks submitted later see the best time of the
-        ones finished before.
+    :arg task_timeout: seconds from a task's start on a worker to its answer; then it is cancelled
+        (its worker process killed) and the candidate is ``"timeout"``. A task not started within
+        :data:`~tcjit.genetic.workers.START_TIMEOUT` seconds of its submission is cancelled too.
+    :arg max_in_flight: tasks submitted at once (default: the cluster's CPUs). Tasks submitted
+        later see the best time of the ones finished before.
     :arg task_options: Ray resources per task, e.g. ``{"num_gpus": 1}`` so that each task has a GPU
         of its own (default: Ray's, one CPU).
 

@@ -560,9 +560,16 @@ def test_ctrl_c_during_a_search_returns_the_best_and_leaves_no_workers(tmp_path)
 
 
 @pytest.mark.full
-def test_ray_evaluator_runs_and_rejects_planted_candidates():
+def test_ray_evaluator_runs_and_rejects_planted_candidates(monkeypatch):
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # a local instance: no token written to ~/.ray
+    # Ray's workers find the helpers through PYTHONPATH (they do not inherit this sys.path).
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"PYTHONPATH": str(TESTS)}},
+    )
     try:
         evaluate = ray_evaluator(h.measure_task, task_timeout=5.0)
         planted = [h.planted_options(b) for b in ("wrong", "compile-error", "compile-abort", "compile-hang")]
