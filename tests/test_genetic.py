@@ -86,6 +86,21 @@ def _marked(marker: str) -> list[int]:
     return out
 
 
+@pytest.fixture
+def watchdog():
+    """Fail a test that would hang (a pool that never kills a hanging child) instead of hanging:
+    SIGALRM raises in the main thread, which is where WorkerPool.map waits."""
+
+    def expire(signum, frame):
+        raise TimeoutError("the test ran past its watchdog (60 s)")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(60)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
 # -- settings and values -----------------------------------------------------------------------------
 
 
@@ -336,7 +351,7 @@ def test_deap_types_are_created_once():
 # -- worker processes --------------------------------------------------------------------------------
 
 
-def test_pool_survives_raising_crashing_and_hanging_items(tmp_path):
+def test_pool_survives_raising_crashing_and_hanging_items(tmp_path, watchdog):
     started = tmp_path / "started"
     items = ["raise", "abort", "segv", "exit", "hang", "stubborn", "print", 5, "pid", "pid"]
     with WorkerPool(2, initializer=h.mark_started, initargs=(str(started),)) as pool:
@@ -363,7 +378,7 @@ def test_pool_survives_raising_crashing_and_hanging_items(tmp_path):
     assert not [p for p in pids | {int(p) for p in lines} if _alive(p)]  # none left, none a zombie
 
 
-def test_pool_passes_env_and_refuses_main_functions():
+def test_pool_passes_env_and_refuses_main_functions(watchdog):
     with WorkerPool(1, env={"TCJIT_TEST_VALUE": "42"}) as pool:
         assert pool.map(h.getenv, ["TCJIT_TEST_VALUE"]) == [Outcome("ok", "42")]
 
@@ -381,14 +396,14 @@ def test_pool_passes_env_and_refuses_main_functions():
         WorkerPool(0)
 
 
-def test_pool_reports_an_initializer_that_fails():
+def test_pool_reports_an_initializer_that_fails(watchdog):
     with WorkerPool(1, initializer=h.fail_to_start) as pool:
         out = pool.map(h.square, [1, 2])
     assert [o.status for o in out] == ["error", "error"]
     assert "initializer failed: ImportError: planted: no such library" in out[0].error
 
 
-def test_keyboard_interrupt_in_map_kills_busy_children_and_propagates():
+def test_keyboard_interrupt_in_map_kills_busy_children_and_propagates(watchdog):
     with WorkerPool(2) as pool:
         pids = pool.pids
         timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
@@ -438,7 +453,7 @@ EXPECTED = {  # planted behaviour -> (status, words in the detail)
 }
 
 
-def test_search_through_workers_rejects_planted_candidates(tmp_path):
+def test_search_through_workers_rejects_planted_candidates(tmp_path, watchdog):
     started = tmp_path / "started"
     marker = f"TCJIT_TEST_{uuid.uuid4().hex}"
     env = {marker: "1", "OMP_NUM_THREADS": "1"}
@@ -475,7 +490,7 @@ def test_search_through_workers_rejects_planted_candidates(tmp_path):
     assert not _marked(marker) and not [p for p in map(int, lines) if _alive(p)]
 
 
-def test_alternating_evaluator_skips_past_the_deadline():
+def test_alternating_evaluator_skips_past_the_deadline(watchdog):
     with WorkerPool(1) as compile_pool, WorkerPool(1) as run_pool:
         evaluate = alternating_evaluator(
             h.compile_candidate,
