@@ -348,10 +348,8 @@ class _Search:
         for options, m in known:
             if m.status == "skipped":
                 continue
-            try:
-                genome = self.space.encode(
-                    options
-                )  # exact: a measurement of nearby options is not this one's
+            try:  # exactly: a measurement of nearby options is not a measurement of these
+                genome = self.space.encode(options)
             except TCError:
                 log.info("tune: known options are not a point of the search space, ignored: %s", options)
                 continue
