@@ -267,6 +267,14 @@ def test_abandoned_and_failed_candidates_are_never_best():
     assert sum(g.evaluated for g in result.history) == len(result.measured)
 
 
+def test_a_search_where_everything_fails_goes_on_and_finds_nothing():
+    ev = Synthetic(status=lambda c: "crashed")
+    result = tune(SPACE, ev, TunerSettings(seed=0, generations=3, population=6))
+    assert result.best_options is None and result.best_time is None and result.stopped == "generations"
+    assert [g.failed for g in result.history] == [g.evaluated for g in result.history] == [6, 6, 6]
+    assert len(set(ev.candidates)) == 18  # parents drawn uniformly, children still new
+
+
 def test_callbacks_see_every_measurement_and_generation():
     seen, generations = [], []
     result = tune(
