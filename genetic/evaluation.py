@@ -81,9 +81,10 @@ class _Alternating:
     ) -> list[Measurement]:
         results: list[Measurement | None] = [None] * len(candidates)
         compiled: list[tuple[int, object]] = []
-        # Phase 1: compile, in chunks of one candidate per worker so that the deadline is honoured
-        # within a chunk's time rather than a whole batch's.
-        chunk = self.compile_pool.workers
+        # Phase 1: compile. With a deadline, in chunks of one candidate per worker, so that it is
+        # honoured within a chunk's time rather than a whole batch's; else in one call, so that no
+        # worker waits for the slowest compilation of a chunk.
+        chunk = self.compile_pool.workers if deadline is not None else max(1, len(candidates))
         for start in range(0, len(candidates), chunk):
             if _past(deadline):
                 break
