@@ -40,6 +40,7 @@ __all__ = [
     "Parameter",
     "SearchSpace",
     "search_space",
+    "tile_choices",
 ]
 
 BOOLEANS = (False, True)
@@ -240,17 +241,27 @@ class SearchSpace:
         return self.decode(self.random_genome(rng))
 
 
+def tile_choices(extent: int) -> tuple[int, ...]:
+    """The tile sizes searched for a band member of ``extent`` iterations: 0 (untiled), then in
+    ascending order the powers of two up to ``extent`` and its ceiling divisors
+    ``ceil(extent / 2**k)`` -- Tensor Comprehensions' ``powers2andCeilDivisors``. The divisors add
+    the extent itself and tiles that split it into 2, 4, ... nearly equal parts, which powers of two
+    miss when the extent is not one. Example: ``tile_choices(100) == (0, 1, 2, 4, 7, 8, 13, 16, 25,
+    32, 50, 64, 100)``.
+    """
+    if isinstance(extent, bool) or not isinstance(extent, int) or extent < 1:
+        raise TCOptionsError(f"option loop_extents: extents must be integers >= 1, got {extent!r}")
+    powers = {2**k for k in range(extent.bit_length())}
+    divisors = {-(-extent // 2**k) for k in range(extent.bit_length())}
+    return (0, *sorted(powers | divisors))
+
+
 def _tile_choices(loop_extents: Sequence[int] | None) -> list[tuple[int, ...]]:
     if loop_extents is None:
         return [DEFAULT_TILE_CHOICES] * DEFAULT_TILE_MEMBERS
     if isinstance(loop_extents, (str, bytes)) or not isinstance(loop_extents, Sequence):
         raise TCOptionsError(f"option loop_extents: expected a sequence of integers, got {loop_extents!r}")
-    out = []
-    for extent in loop_extents:
-        if isinstance(extent, bool) or not isinstance(extent, int) or extent < 1:
-            raise TCOptionsError(f"option loop_extents: extents must be integers >= 1, got {extent!r}")
-        out.append((0, *(2**k for k in range(extent.bit_length()))))  # powers of two <= extent
-    return out
+    return [tile_choices(extent) for extent in loop_extents]
 
 
 def search_space(
@@ -260,8 +271,8 @@ def search_space(
 
     :arg target: ``"cpu"``, ``"cuda"`` or ``"cuda-emulated"``.
     :arg loop_extents: iterations of each member of the outermost band, outermost first (one tile
-        parameter per member, choices 0 and the powers of two up to the extent); ``None``: three
-        members, 0 or a power of two up to 256.
+        parameter per member, choices :func:`tile_choices`: 0, the powers of two up to the extent
+        and ``ceil(extent / 2**k)``); ``None``: three members, 0 or a power of two up to 256.
     :arg base: values of the options not searched (default: the naive preset).
 
     Searched for every target: tile sizes, both fusion strategies, parameter fixing, tiling of

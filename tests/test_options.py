@@ -467,14 +467,20 @@ def test_every_point_of_the_space_is_valid_and_round_trips(target, extents, data
         assert all(g <= limit for g, limit in zip(v.map_to_blocks, GRID_LIMITS))
     if extents is not None:
         assert len(v.tile) == len(extents)
-        assert all(t == 0 or (t <= e and t & (t - 1) == 0) for t, e in zip(v.tile, extents))
+        assert all(t == 0 or _power_of_two_or_ceil_divisor(t, e) for t, e in zip(v.tile, extents))
+
+
+def _power_of_two_or_ceil_divisor(t: int, e: int) -> bool:
+    """TC's powers2andCeilDivisors, written out: a power of two <= e, or ceil(e / 2**k)."""
+    return 1 <= t <= e and (t & (t - 1) == 0 or any(-(-e // 2**k) == t for k in range(64)))
 
 
 def test_space_contents():
     space = search_space("cuda", (100, 7))
     by_name = {p.name: p for p in space.parameters}
-    assert by_name["tile[0]"].choices == (0, 1, 2, 4, 8, 16, 32, 64)
-    assert by_name["tile[1]"].choices == (0, 1, 2, 4)
+    # 0, the powers of two <= 100 and ceil(100 / 2**k) = 100, 50, 25, 13, 7, 4, 2, 1
+    assert by_name["tile[0]"].choices == (0, 1, 2, 4, 7, 8, 13, 16, 25, 32, 50, 64, 100)
+    assert by_name["tile[1]"].choices == (0, 1, 2, 4, 7)  # 7, ceil(7/2) = 4, ceil(7/4) = 2, 1
     assert by_name["unroll"].choices == (1, 2, 4, 8, 16, 32) == UNROLL_CHOICES
     assert set(by_name["outer_schedule_fusion_strategy"].choices) == set(FUSION_STRATEGIES)
     assert by_name["use_shared_memory"].choices == (False, True)
@@ -498,6 +504,14 @@ def test_block_and_grid_choices_are_every_valid_power_of_two_shape():
     assert set(BLOCK_CHOICES) == expected and len(BLOCK_CHOICES) == len(expected)
     assert len(set(GRID_CHOICES)) == len(GRID_CHOICES) == 11 + 11**2 + 11**3
     assert () in REGISTER_TILE_CHOICES and all(len(r) <= 2 for r in REGISTER_TILE_CHOICES)
+
+
+@pytest.mark.parametrize("extent", [1, 2, 3, 7, 20, 64, 100, 1000, 4097])
+def test_tile_choices_are_tcs_powers_of_two_and_ceil_divisors(extent):
+    choices = search_space("cpu", (extent,)).parameters[0].choices
+    expected = {t for t in range(1, extent + 1) if _power_of_two_or_ceil_divisor(t, extent)}
+    assert choices == (0, *sorted(expected))
+    assert extent in choices and -(-extent // 2) in choices  # the whole extent, and its half
 
 
 def test_size_counts_points():
@@ -537,7 +551,7 @@ def test_encode_nearest_seeds_from_presets_and_other_sizes():
     for name in PRESETS:
         space.decode(space.encode(MappingOptions(name), nearest=True)).validate("cuda")
     seeded = space.decode(space.encode(MappingOptions.pointwise().tile(32), nearest=True))
-    assert seeded.values.tile == (16, 0, 0)  # 32 > extent 20 -> 16; missing members untiled
+    assert seeded.values.tile == (20, 0, 0)  # 32 > extent 20 -> the extent; missing members untiled
     assert seeded.values.unroll == 32 and seeded.values.map_to_blocks == (128, 128, 128)
     assert seeded.values.map_to_threads == (32, 4, 4)
     longer = space.decode(space.encode(MappingOptions().tile(8, 8, 8, 8), nearest=True))
