@@ -99,7 +99,7 @@ def compile(kernel, *example_inputs, options=None, target: str | None = None):
 def autotune(
     kernel,
     *inputs,
-    generations: int = 5,
+    generations: int = 10,
     population: int = 16,
     timeout: float | None = None,
     seed: int | None = None,
@@ -124,7 +124,7 @@ def autotune(
 
     :arg kernel: a :class:`Kernel` from :func:`define`.
     :arg inputs: real tensors (not ``meta``) of the layout to tune for; they are only read.
-    :arg generations: generations bred after the starting population.
+    :arg generations: generations in all, the starting population included.
     :arg population: candidates per generation.
     :arg timeout: seconds for the whole search (``None``: no limit); the best so far is kept.
     :arg seed: makes the candidates proposed reproducible (given the same measurements).

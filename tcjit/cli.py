@@ -395,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("file")
     p.add_argument("--entry")
     p.add_argument("--sizes", required=True, help="sizes of the inputs, e.g. M=64,N=32")
-    p.add_argument("--generations", type=int, help="generations after the starting one (default 5)")
+    p.add_argument("--generations", type=int, help="generations, the first included (default 10)")
     p.add_argument("--population", type=int, help="candidates per generation (default 16)")
     p.add_argument("--timeout", type=float, help="seconds for the whole search (default: no limit)")
     p.add_argument("--seed", type=int, help="seed of the search and of the random inputs")

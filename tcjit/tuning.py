@@ -22,6 +22,7 @@ hundreds of candidates never crowd the user's kernel cache.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import io
@@ -287,7 +288,7 @@ def _seeds(db, key, defaults, target: str) -> list:
 def tune_kernel(
     kernel,
     *inputs,
-    generations: int = 5,
+    generations: int = 10,
     population: int = 16,
     timeout: float | None = None,
     seed: int | None = None,
@@ -378,7 +379,9 @@ def tune_kernel(
                 functools.partial(_ray_task, blob),
                 address=ray,
                 task_timeout=compile_timeout + run_timeout,
+                task_options={"num_gpus": 1} if target == "cuda" else None,
             )
+            stack.callback(evaluate.close)
         baseline = evaluate([defaults], None, None)[0]
         if on_candidate is not None:
             on_candidate(defaults, baseline)
@@ -397,6 +400,10 @@ def tune_kernel(
             if db is not None and pending:
                 db.record(key, pending)
             pending.clear()
+            if baseline.valid and (g.best_time is None or baseline.time < g.best_time):
+                # The defaults are measured apart (they need not be a point of the space) but
+                # count for the best so far, as for the result.
+                g = dataclasses.replace(g, best_time=baseline.time, best_options=defaults)
             if report:
                 report.generation(g)
 
@@ -524,7 +531,7 @@ class _Progress:
             else "no valid candidate yet"
         )
         self._write(
-            f"generation {g.index + 1}/{self.settings.generations + 1}: best {_format_time(g.best_time)}, "
+            f"generation {g.index + 1}/{self.settings.generations}: best {_format_time(g.best_time)}, "
             f"{speedup}, {g.failed} of {g.evaluated} failed, {g.elapsed:.1f} s",
             final=True,
         )
