@@ -400,7 +400,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, help="seconds for the whole search (default: no limit)")
     p.add_argument("--seed", type=int, help="seed of the search and of the random inputs")
     p.add_argument("--workers", type=int, help="parallel compilations (default: the CPU count)")
-    p.add_argument("--ray", metavar="ADDRESS", help="spread candidates over a Ray cluster ('auto', ray://...)")
+    p.add_argument(
+        "--ray", metavar="ADDRESS", help="spread candidates over a Ray cluster ('auto', ray://...)"
+    )
     p.add_argument(
         "--target",
         choices=("cpu", "cuda", "cuda-emulated"),
