@@ -525,13 +525,14 @@ class _Progress:
         if self.callback is not None:
             self.callback(g)
         self.count = 0
+        of = f"/{self.settings.generations}" if self.settings.generations < 1000 else ""
         speedup = (
             f"{self.baseline / g.best_time:.2f}x over the defaults"
             if g.best_time and self.baseline
             else "no valid candidate yet"
         )
         self._write(
-            f"generation {g.index + 1}/{self.settings.generations}: best {_format_time(g.best_time)}, "
+            f"generation {g.index + 1}{of}: best {_format_time(g.best_time)}, "
             f"{speedup}, {g.failed} of {g.evaluated} failed, {g.elapsed:.1f} s",
             final=True,
         )
