@@ -112,6 +112,28 @@ def test_a_second_run_resumes_and_measures_nothing_twice(db):
     assert record.time == min(first.best_time, second.best_time)
 
 
+def test_options_tuned_for_other_sizes_seed_a_new_search(db):
+    from tcjit.mapping.lower import outer_band_extents
+    from tcjit.mapping.search_space import search_space
+    from tcjit.tuned import options_database, tuning_key
+    from tcjit.tuning import tune_kernel
+
+    kernel = tcjit.define(MATMUL)
+    other = MappingOptions().tile(4, 2, 4).unroll(2).parallelize(False).register_tile(2, 2)
+    options_database().put(tuning_key(kernel, _inputs(16, 8, 12), "cpu"), other.to_json(), 1e-6)
+    a, b = _inputs(16, 8, 13)
+    sizes = {"M": 16, "K": 8, "N": 13}
+    defaults = tcjit.kernel.default_options(kernel.definition, sizes, "cpu")
+    # Options tuned for other sizes are never used for calls ...
+    assert kernel.options_for(a, b) == defaults
+    # ... but they seed the starting population of a search at these sizes.
+    space = search_space("cpu", outer_band_extents(kernel.definition, sizes, defaults), base=defaults)
+    seed = space.decode(space.encode(other, nearest=True))
+    assert seed != defaults
+    report = tune_kernel(kernel, a, b, **{**SMALL, "generations": 1})
+    assert seed in [o for o, _ in report.result.measured]
+
+
 def test_a_wrong_candidate_is_caught_by_the_oracle_check():
     """The run phase compares every candidate's outputs with the oracle before timing it."""
     from tcjit.genetic import Measurement
