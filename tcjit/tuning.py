@@ -43,6 +43,10 @@ __all__ = ["TuningReport", "autotune", "tune_kernel"]
 #: A candidate whose first timing sample is this many times slower than the best so far is not
 #: timed further (scored "abandoned": valid but never the best).
 ABANDON_FACTOR = 3.0
+#: A first call (the one checked against the oracle) longer than this, and ABANDON_FACTOR times
+#: the best so far, abandons the candidate at once: for kernels that run for a good fraction of a
+#: second, timing a hopeless candidate seven more times is most of a tuning run's time.
+ABANDON_SECONDS = 0.05
 #: Timing samples per candidate (the median is its time), and the least time one sample takes:
 #: short kernels are called several times per sample.
 REPEATS = 7
@@ -188,11 +192,16 @@ def _check_and_time(spec, state: _State, best: float | None, Measurement):
         if cuda:
             torch.cuda.synchronize()
 
+    start = time.perf_counter()
     got = run()
     sync()
+    first = time.perf_counter() - start
     worst, ok = compare_outputs([g.cpu() for g in got], state.expected, state.reduction_length)
     if not ok:
         return Measurement(None, "wrong", f"outputs differ from the oracle (max |error| {worst:.3g})")
+    if best is not None and first > ABANDON_SECONDS and first > ABANDON_FACTOR * best:
+        # A slow kernel is hopeless after its first (checked) call: time nothing more.
+        return Measurement(first, "abandoned", f"first call {first / best:.1f}x slower than the best")
     run()  # warm-up
     sync()
     start = time.perf_counter()
@@ -366,7 +375,7 @@ def tune_kernel(
                 )
                 for n in (workers, 1)
             ]
-            evaluate = alternating_evaluator(
+            measure = alternating_evaluator(
                 _compile_candidate,
                 _measure_candidate,
                 compile_pool=pools[0],
@@ -375,14 +384,22 @@ def tune_kernel(
                 run_timeout=run_timeout,
             )
         else:
-            evaluate = ray_evaluator(
+            measure = ray_evaluator(
                 functools.partial(_ray_task, blob),
                 address=ray,
                 task_timeout=compile_timeout + run_timeout,
                 task_options={"num_gpus": 1} if target == "cuda" else None,
             )
-            stack.callback(evaluate.close)
-        baseline = evaluate([defaults], None, None)[0]
+            stack.callback(measure.close)
+        baseline = measure([defaults], None, None)[0]
+
+        def evaluate(candidates, best, deadline):
+            # The defaults' time is the best so far from the start: slow candidates of the first
+            # generation are abandoned too.
+            if baseline.valid and (best is None or baseline.time < best):
+                best = baseline.time
+            return measure(candidates, best, deadline)
+
         if on_candidate is not None:
             on_candidate(defaults, baseline)
         if report:

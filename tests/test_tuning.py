@@ -134,8 +134,9 @@ def test_options_tuned_for_other_sizes_seed_a_new_search(db):
     assert seed in [o for o, _ in report.result.measured]
 
 
-def test_a_wrong_candidate_is_caught_by_the_oracle_check():
+def test_a_wrong_candidate_is_caught_by_the_oracle_check(monkeypatch):
     """The run phase compares every candidate's outputs with the oracle before timing it."""
+    import tcjit.tuning
     from tcjit.genetic import Measurement
     from tcjit.tuning import _check_and_time, _State
 
@@ -149,7 +150,13 @@ def test_a_wrong_candidate_is_caught_by_the_oracle_check():
     bad = _check_and_time(spec, wrong, None, Measurement)
     assert bad.status == "wrong" and bad.time is None and "max |error| 0.01" in bad.detail
     slow = _check_and_time(spec, right, good.time / 100, Measurement)
-    assert slow.status == "abandoned"
+    assert slow.status == "abandoned" and "slower than the best" in slow.detail
+    # A kernel whose checked first call is long and far slower than the best is not timed at all.
+    monkeypatch.setattr(tcjit.tuning, "ABANDON_SECONDS", 0.0)
+    hopeless = _check_and_time(spec, right, good.time / 100, Measurement)
+    assert hopeless.status == "abandoned" and hopeless.detail.startswith("first call")
+    # A wrong answer is reported as wrong, however slow.
+    assert _check_and_time(spec, wrong, good.time / 100, Measurement).status == "wrong"
 
 
 def test_bad_calls_and_settings_are_tcerrors_before_anything_runs(db):
