@@ -55,6 +55,22 @@ def _past(deadline: float | None) -> bool:
     return deadline is not None and time.monotonic() >= deadline
 
 
+def _capped(timeout: float, deadline: float | None) -> tuple[float, bool]:
+    """The timeout for work started now, shortened to the time left before ``deadline`` (at least
+    a second); and whether the deadline shortened it (a "timeout" then means "skipped")."""
+    if deadline is None:
+        return timeout, False
+    left = max(1.0, deadline - time.monotonic())
+    return (left, True) if left < timeout else (timeout, False)
+
+
+def _cut_short(m: Measurement, capped: bool) -> Measurement:
+    """A timeout caused by the deadline, not by the candidate, is a skip (not a failure)."""
+    if capped and m.status == "timeout":
+        return Measurement(None, "skipped", "the search's time budget ran out while it ran")
+    return m
+
+
 def _check_timeout(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise TCOptionsError(f"evaluator {name}: must be a number of seconds > 0, got {value!r}")
@@ -89,21 +105,22 @@ class _Alternating:
             if _past(deadline):
                 break
             part = list(candidates[start : start + chunk])
-            for offset, outcome in enumerate(
-                self.compile_pool.map(self.compile_fn, part, timeout=self.compile_timeout)
-            ):
+            timeout, capped = _capped(self.compile_timeout, deadline)
+            for offset, outcome in enumerate(self.compile_pool.map(self.compile_fn, part, timeout=timeout)):
                 if outcome.status == "ok":
                     compiled.append((start + offset, outcome.value))
                 else:
-                    results[start + offset] = _failure(outcome, error_status="compile-error")
+                    failure = _failure(outcome, error_status="compile-error")
+                    results[start + offset] = _cut_short(failure, capped)
         # Phase 2: time them one at a time, the best time updated as it improves.
         best = best_time
         for index, token in compiled:
             if _past(deadline):
                 break
-            outcome = self.run_pool.map(self.measure_fn, [(token, best)], timeout=self.run_timeout)[0]
+            timeout, capped = _capped(self.run_timeout, deadline)
+            outcome = self.run_pool.map(self.measure_fn, [(token, best)], timeout=timeout)[0]
             m = _answer(outcome.value) if outcome.status == "ok" else _failure(outcome, error_status="error")
-            results[index] = m
+            m = results[index] = _cut_short(m, capped)
             if m.valid and (best is None or m.time < best):
                 best = m.time
         return [Measurement(None, "skipped") if m is None else m for m in results]

@@ -523,6 +523,25 @@ def test_alternating_evaluator_skips_past_the_deadline(watchdog):
             )
 
 
+def test_the_deadline_cuts_a_long_compilation_or_run_short(watchdog):
+    """A candidate still compiling or running when the time budget ends is killed then, and
+    skipped (not a failure), however long its own timeouts are."""
+    with WorkerPool(1) as compile_pool, WorkerPool(1) as run_pool:
+        evaluate = alternating_evaluator(
+            h.compile_candidate,
+            h.measure_candidate,
+            compile_pool=compile_pool,
+            run_pool=run_pool,
+            compile_timeout=100,
+            run_timeout=100,
+        )
+        for behaviour in ("compile-hang", "measure-spin"):
+            start = time.monotonic()
+            out = evaluate([h.planted_options(behaviour)], None, start + 1.5)
+            assert out[0].status == "skipped", (behaviour, out)
+            assert time.monotonic() - start < 10, behaviour
+
+
 SIGINT_SCRIPT = """
 import sys
 sys.path.insert(0, {tests!r})

@@ -159,6 +159,31 @@ def test_a_wrong_candidate_is_caught_by_the_oracle_check(monkeypatch):
     assert _check_and_time(spec, wrong, good.time / 100, Measurement).status == "wrong"
 
 
+def test_the_winner_is_confirmed_against_the_defaults_in_interleaved_rounds():
+    """A candidate that was lucky once does not win: the finalists are measured again, in
+    rotated order, and the lowest median wins."""
+    from tcjit.genetic import Measurement
+    from tcjit.tuning import CONFIRM_ROUNDS, _confirm
+
+    a, b, c = MappingOptions().unroll(2), MappingOptions().unroll(4), MappingOptions().unroll(8)
+    true_time = {a: 3.0, b: 2.0, c: 1.0}
+    calls = []
+
+    def measure(candidates, best, deadline):
+        calls.append(list(candidates))
+        return [
+            Measurement(true_time[o], "ok") if o != c else Measurement(None, "crashed") for o in candidates
+        ]
+
+    assert _confirm(measure, [a, b, c]) == [(b, 2.0), (a, 3.0)]  # c failed: out
+    assert len(calls) == CONFIRM_ROUNDS and calls[0][0] != calls[1][0]  # rotated
+
+    def interrupted(candidates, best, deadline):
+        raise KeyboardInterrupt
+
+    assert _confirm(interrupted, [a, b]) is None
+
+
 def test_bad_calls_and_settings_are_tcerrors_before_anything_runs(db):
     kernel = tcjit.define(MATMUL)
     a, b = _inputs()
