@@ -56,7 +56,9 @@ DEFAULT_KERNELS = "matmul,gconv,softmax"
 TARGET_FRACTION = 0.9  # best(3 min) must reach 90% of best(10 min): best10 / best3 >= 0.9
 
 
-def _fresh_process_check(name: str, device: str, db: str, cache: str, budget: float) -> dict[str, Any]:
+def _fresh_process_check(
+    name: str, device: str, kind: str, db: str, cache: str, budget: float
+) -> dict[str, Any]:
     """Time the stored (tuned) options against the defaults in a new process."""
     script = f"""
 import json, sys
@@ -64,7 +66,7 @@ sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
 import torch, tcjit
 from _harness import device_sync, interleaved, select_kernels, sizes_for
 k = select_kernels({name!r})[0]
-sizes = sizes_for(k, {"gpu" if device == "cuda" else "cpu"!r})
+sizes = sizes_for(k, {kind!r})
 inputs = k.make_inputs(sizes, device={device!r})
 kernel = tcjit.define(k.source, name=k.entry)
 tuned = kernel.options_for(*inputs)
@@ -86,13 +88,14 @@ print(json.dumps({{"tuned_is_stored": tuned != defaults, "tuned_s": t["tuned"].m
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run_kernel(sk, device: str, minutes: float, checkpoints: Sequence[float], state: Path, budget: float):
+def run_kernel(
+    sk, device: str, minutes: float, checkpoints: Sequence[float], state: Path, budget: float, kind: str
+):
     import torch
 
     import tcjit
     from tcjit.tuning import tune_kernel
 
-    kind = "gpu" if device == "cuda" else "cpu"
     sizes = sizes_for(sk, kind)
     inputs = sk.make_inputs(sizes, device=device)
     kernel = tcjit.define(sk.source, name=sk.entry)
@@ -132,7 +135,7 @@ def run_kernel(sk, device: str, minutes: float, checkpoints: Sequence[float], st
         for fn in contenders.values():
             fn()
         timing = interleaved(contenders, max_rounds=30, budget_s=budget, sync=device_sync(device))
-    fresh = _fresh_process_check(sk.name, device, str(db), str(cache), budget)
+    fresh = _fresh_process_check(sk.name, device, kind, str(db), str(cache), budget)
     statuses: dict[str, int] = {}
     for _, _, status in events:
         statuses[status] = statuses.get(status, 0) + 1
@@ -208,6 +211,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--kernels", default=DEFAULT_KERNELS, help="comma-separated suite kernels")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument(
+        "--sizes", choices=("default", "small"), default="default", help="the device's suite sizes, or small"
+    )
     p.add_argument("--minutes", type=float, default=10.0, help="tuning time per kernel")
     p.add_argument("--checkpoints", default="1,3,10", help="minutes at which to read the best time")
     p.add_argument("--budget", type=float, default=3.0, help="seconds of timing per contender")
@@ -230,7 +236,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for sk in kernels:
             state = (args.resume / sk.name) if args.resume else Path(scratch) / sk.name
             state.mkdir(parents=True, exist_ok=True)
-            doc["kernels"].append(run_kernel(sk, args.device, args.minutes, checkpoints, state, args.budget))
+            kind = "small" if args.sizes == "small" else ("gpu" if args.device == "cuda" else "cpu")
+            doc["kernels"].append(
+                run_kernel(sk, args.device, args.minutes, checkpoints, state, args.budget, kind)
+            )
     out = args.out or RESULTS / f"tuning_{args.device}"
     json_path, md_path = write_results(out, doc, render_markdown(doc))
     print(f"wrote {json_path} and {md_path}", file=sys.stderr)

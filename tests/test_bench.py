@@ -388,3 +388,19 @@ def test_geomean_speedups_skip_wrong_and_untimed_contenders(bench) -> None:
     sized = [{**record(x, None), "kernel": k} for k, x in (("tmm", 0.5), ("tmm", 0.125), ("abs_sum", 4.0))]
     g = cpu_suite.geomean_speedups(sized)
     assert g["eager_kernels"] == 2 and g["eager"] == pytest.approx(1.0)  # speedups 4 (tmm) and 0.25
+
+
+def test_tuning_benchmark_cli_writes_results(tmp_path: Path) -> None:
+    """bench/tuning.py end to end at a small size and a few seconds of tuning."""
+    out = tmp_path / "results" / "tuning"
+    env = dict(os.environ, TCJIT_CACHE_DIR=str(tmp_path / "kernels"))
+    cmd = [sys.executable, str(BENCH / "tuning.py"), "--kernels", "matmul", "--sizes", "small"]
+    cmd += ["--minutes", "0.1", "--checkpoints", "0.05,0.1", "--budget", "0.2", "--out", str(out)]
+    subprocess.run(cmd, check=True, env=env, timeout=600, capture_output=True)
+    doc = json.loads(out.with_suffix(".json").read_text())
+    (k,) = doc["kernels"]
+    assert k["kernel"] == "matmul" and k["candidates"] >= 2
+    assert k["tuner_best_s"] <= k["tuner_default_s"]
+    assert set(k["best_by_minutes_s"]) == {"0.05", "0.1"}
+    assert "error" not in k["fresh_process"]
+    assert "| matmul |" in out.with_suffix(".md").read_text()
