@@ -279,19 +279,23 @@ def _decode_known(db, key, space):
 
 
 def _seeds(db, key, defaults, target: str) -> list:
+    """The starting points of a search: the best stored for this key, the defaults, then options
+    tuned for the same kernel at the nearest sizes (those that still parse and validate)."""
     from .mapping.options import MappingOptions
 
-    seeds = []
-    records = []
-    if db is not None:
-        stored = db.get(key)
-        records = ([stored] if stored else []) + db.nearest(key)
-    for record in records:
-        try:
-            seeds.append(MappingOptions.from_json(record.options).validate(target))
-        except TCError:
-            continue
-    return [*seeds[:1], defaults, *seeds[1:]]
+    def usable(records) -> list:
+        out = []
+        for record in records:
+            try:
+                out.append(MappingOptions.from_json(record.options).validate(target))
+            except TCError:
+                continue  # written by another version: not a seed
+        return out
+
+    if db is None:
+        return [defaults]
+    stored = db.get(key)
+    return [*usable([stored] if stored else []), defaults, *usable(db.nearest(key))]
 
 
 def tune_kernel(
