@@ -20,6 +20,7 @@ import json
 import sys
 
 from .polyhedral.errors import TCCacheError
+from .tuning import format_duration
 
 __all__ = ["add_cache_parser"]
 
@@ -47,16 +48,6 @@ def _shapes(layout: str) -> str:
         return "?"
 
 
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.1f} µs"
-    if seconds < 1:
-        return f"{seconds * 1e3:.2f} ms"
-    return f"{seconds:.2f} s"
-
-
 def _speedup(rec) -> str:
     return "-" if rec.speedup is None else f"{rec.speedup:.2f}x"
 
@@ -75,7 +66,7 @@ def _cmd_list(args) -> int:
             r.key.entry,
             r.key.target,
             _shapes(r.key.layout),
-            _duration(r.time),
+            format_duration(r.time),
             _speedup(r),
             str(r.evaluations),
             r.date[:16].replace("T", " "),
@@ -116,8 +107,8 @@ def _cmd_show(args) -> int:
     print(f"target       {key.target} ({key.arch})")
     print(f"tcjit        {key.version}")
     print("inputs       " + "\n             ".join(json.dumps(item) for item in layout))
-    print(f"time         {_duration(rec.time)} per call")
-    print(f"baseline     {_duration(rec.baseline)} per call (speedup {_speedup(rec)})")
+    print(f"time         {format_duration(rec.time)} per call")
+    print(f"baseline     {format_duration(rec.baseline)} per call (speedup {_speedup(rec)})")
     print(f"evaluations  {rec.evaluations}")
     print(f"improved     {rec.date}")
     measured = db.measured(key)

@@ -126,6 +126,18 @@ class Kernel:
         target = target or ("cuda" if b.device.type == "cuda" else "cpu")
         return self._resolve_options(None, b.sizes, target, inputs)
 
+    def _refuse_meta(self, binding, why: str, hint: str | None = None) -> None:
+        """TCCallError, with a caret at the parameter, for the first input on the meta device."""
+        for name, t in binding.tensors.items():
+            if t.device.type == "meta":
+                raise TCCallError(
+                    f"input '{name}' is a meta tensor: {why}",
+                    source=self.definition.source,
+                    span=self.definition.param(name).span,
+                    where=self.name,
+                    hint=hint,
+                )
+
     def _forget_default_specializations(self) -> None:
         """Drop the specialisations built without explicit options (after tuning: the next call
         looks the tuned options up)."""
@@ -147,15 +159,11 @@ class Kernel:
             self._refuse_grad()
         b = bind(self.definition, inputs, outputs)
         if not allow_meta:
-            for name, t in b.tensors.items():
-                if t.device.type == "meta":
-                    raise TCCallError(
-                        f"input '{name}' is a meta tensor: it has a shape but no data to compute with",
-                        source=self.definition.source,
-                        span=self.definition.param(name).span,
-                        where=self.name,
-                        hint="tcjit.compile() accepts meta tensors; calls need real ones",
-                    )
+            self._refuse_meta(
+                b,
+                "it has a shape but no data to compute with",
+                "tcjit.compile() accepts meta tensors; calls need real ones",
+            )
         target = target or ("cuda" if b.device.type == "cuda" else "cpu")
         chosen = self._resolve_options(options, b.sizes, target, inputs)
         return specialize(self, b, inputs, outputs, chosen, target)

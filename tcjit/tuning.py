@@ -279,19 +279,23 @@ def _decode_known(db, key, space):
 
 
 def _seeds(db, key, defaults, target: str) -> list:
+    """The starting points of a search: the best stored for this key, the defaults, then options
+    tuned for the same kernel at the nearest sizes (those that still parse and validate)."""
     from .mapping.options import MappingOptions
 
-    seeds = []
-    records = []
-    if db is not None:
-        stored = db.get(key)
-        records = ([stored] if stored else []) + db.nearest(key)
-    for record in records:
-        try:
-            seeds.append(MappingOptions.from_json(record.options).validate(target))
-        except TCError:
-            continue
-    return [*seeds[:1], defaults, *seeds[1:]]
+    def usable(records) -> list:
+        out = []
+        for record in records:
+            try:
+                out.append(MappingOptions.from_json(record.options).validate(target))
+            except TCError:
+                continue  # written by another version: not a seed
+        return out
+
+    if db is None:
+        return [defaults]
+    stored = db.get(key)
+    return [*usable([stored] if stored else []), defaults, *usable(db.nearest(key))]
 
 
 def tune_kernel(
@@ -341,14 +345,7 @@ def tune_kernel(
     if target is not None and target not in ("cpu", "cuda", "cuda-emulated"):
         raise TCCallError(f"unknown target {target!r}; expected one of cpu, cuda, cuda-emulated")
     binding = bind(kernel.definition, inputs)
-    for name, t in binding.tensors.items():
-        if t.device.type == "meta":
-            raise TCCallError(
-                f"input '{name}' is a meta tensor: tuning runs the kernel and needs real data",
-                source=kernel.definition.source,
-                span=kernel.definition.param(name).span,
-                where=kernel.name,
-            )
+    kernel._refuse_meta(binding, "tuning runs the kernel and needs real data")
     target = target or ("cuda" if binding.device.type == "cuda" else "cpu")
     defaults = default_options(kernel.definition, binding.sizes, target).validate(target)
     extents = outer_band_extents(kernel.definition, binding.sizes, defaults)
@@ -552,14 +549,15 @@ def autotune(kernel, *inputs, **settings):
 
 
 # ------------------------------------------------------------------------------------- progress
-def _format_time(seconds: float | None) -> str:
+def format_duration(seconds: float | None) -> str:
+    """A time per call for people: ``"12.3 µs"``, ``"4.56 ms"``, ``"1.25 s"``; ``"-"`` for None."""
     if seconds is None:
         return "-"
     if seconds < 1e-3:
         return f"{seconds * 1e6:.1f} µs"
     if seconds < 1:
-        return f"{seconds * 1e3:.3f} ms"
-    return f"{seconds:.3f} s"
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.2f} s"
 
 
 class _Progress:
@@ -589,7 +587,7 @@ class _Progress:
 
     def start(self, baseline) -> None:
         self.baseline = baseline.time if baseline.valid else None
-        self._write(f"default options: {_format_time(self.baseline)} ({baseline.status})", final=True)
+        self._write(f"default options: {format_duration(self.baseline)} ({baseline.status})", final=True)
 
     def candidate(self, options, m) -> None:
         self.count += 1
@@ -610,7 +608,7 @@ class _Progress:
             else "no valid candidate yet"
         )
         self._write(
-            f"generation {g.index + 1}{of}: best {_format_time(g.best_time)}, "
+            f"generation {g.index + 1}{of}: best {format_duration(g.best_time)}, "
             f"{speedup}, {g.failed} of {g.evaluated} failed, {g.elapsed:.1f} s",
             final=True,
         )
@@ -621,9 +619,9 @@ class _Progress:
     def finish(self, report: TuningReport) -> None:
         speedup = f"{report.speedup:.2f}x" if report.speedup else "-"
         self._write(
-            f"best {_format_time(report.best_time)} ({speedup} over the defaults' "
-            f"{_format_time(report.default_time)}); {len(report.result.measured) + 1} candidates measured, "
-            f"{report.failed} failed; stopped: {report.result.stopped}",
+            f"best {format_duration(report.best_time)} ({speedup} over the defaults' "
+            f"{format_duration(report.default_time)}); {len(report.result.measured) + 1} candidates "
+            f"measured, {report.failed} failed; stopped: {report.result.stopped}",
             final=True,
         )
 
