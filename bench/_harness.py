@@ -414,12 +414,18 @@ def gpu_info(device: int | None = None) -> dict[str, Any]:
 
 def machine_info(device: str = "cpu") -> dict[str, Any]:
     """Where and when a benchmark ran: CPU, threads, versions, the tcjit commit, the date (UTC);
-    for ``device="cuda"`` also the GPU (:func:`gpu_info`)."""
+    for ``device="cuda"`` also the GPU (:func:`gpu_info`).
+
+    ``TCJIT_BENCH_COMMIT`` in the environment names the commit for a tree copied from a clean
+    checkout to a machine whose ``.git`` is stale or missing (a lent GPU machine)."""
     import torch
 
     import tcjit
 
     status = _git("status", "--porcelain", "--untracked-files=no")
+    commit = _git("rev-parse", "HEAD")
+    if os.environ.get("TCJIT_BENCH_COMMIT"):  # a copy of a clean checkout on another machine (a GPU's)
+        commit, status = os.environ["TCJIT_BENCH_COMMIT"], ""
     info = {
         "cpu_model": _cpu_model(),
         "logical_cpus": os.cpu_count(),
@@ -429,7 +435,7 @@ def machine_info(device: str = "cpu") -> dict[str, Any]:
         "python_version": platform.python_version(),
         "platform": platform.platform(),
         "tcjit_version": tcjit.__version__,
-        "tcjit_commit": _git("rev-parse", "HEAD"),
+        "tcjit_commit": commit,
         "tcjit_tree_dirty": None if status is None else bool(status),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }

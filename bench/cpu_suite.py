@@ -40,6 +40,9 @@ backend for CUDA tensors). Without a usable GPU it exits with status 2 and one l
     python bench/cpu_suite.py --device cuda --kernels matmul,abs_sum --sizes small --no-compile \\
         --out /tmp/gpu_suite                                   # a quick check on the GPU
 
+    python bench/cpu_suite.py --merge a.json b.json --out bench/results/gpu_suite_...
+                                                               # one file from runs of parts of the suite
+
 writes ``<out>.json`` (every sample, medians, min/max, machine facts) and ``<out>.md`` (a table); by
 default ``bench/results/cpu_suite``, or ``bench/results/gpu_suite_<GPU name>`` on a GPU (e.g.
 ``gpu_suite_nvidia_h100_80gb_hbm3``).
@@ -48,6 +51,7 @@ default ``bench/results/cpu_suite``, or ``bench/results/gpu_suite_<GPU name>`` o
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import statistics
@@ -574,14 +578,73 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="writes <out>.json and <out>.md (default: bench/results/cpu_suite, or "
         "bench/results/gpu_suite_<GPU name> with --device cuda)",
     )
+    p.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        default=None,
+        metavar="JSON",
+        help="run nothing: write one result (to --out) from the JSON files of runs of parts of the suite "
+        "on one machine with the same settings",
+    )
     args = p.parse_args(argv)
+    if args.merge and args.out is None:
+        p.error("--merge needs --out")
     if args.sizes is None:
         args.sizes = DEFAULT_SIZES[args.device]
     return args
 
 
+def merge_results(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One document from the documents of runs of parts of the suite (a GPU run split over several
+    sessions of a time-limited machine): the kernels in suite order, the geometric means over all of
+    them; the machine facts, settings and peaks of the first. The runs must share the benchmark, the
+    machine (CPU or GPU name), torch, tcjit's commit and every setting, and no kernel at one size may
+    appear twice; else :class:`ValueError`."""
+    if not docs:
+        raise ValueError("nothing to merge")
+    first = docs[0]
+    same = ("cpu_model", "gpu_name", "torch_version", "tcjit_commit")
+    for d in docs[1:]:
+        if d["benchmark"] != first["benchmark"] or d["settings"] != first["settings"]:
+            raise ValueError("the runs differ in benchmark or settings")
+        for key in same:
+            if d["machine"].get(key) != first["machine"].get(key):
+                raise ValueError(
+                    f"the runs differ in {key}: {first['machine'].get(key)!r}, {d['machine'].get(key)!r}"
+                )
+    from tcjit import suite
+
+    order = {name: i for i, name in enumerate(suite.SUITE)}
+    seen: set[tuple[str, str]] = set()
+    kernels = []
+    for d in docs:
+        for k in d["kernels"]:
+            key = (k["kernel"], json.dumps(k["sizes"], sort_keys=True))
+            if key in seen:
+                raise ValueError(f"{k['kernel']} at {k['sizes']} is in more than one run")
+            seen.add(key)
+            kernels.append(k)
+    kernels.sort(key=lambda k: order.get(k["kernel"], len(order)))  # stable: sizes keep their order
+    return {
+        **first,
+        "kernels": kernels,
+        "geomean_speedup": geomean_speedups(kernels),
+        "merged_from": len(docs),
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.merge:
+        try:
+            doc = merge_results([json.loads(path.read_text()) for path in args.merge])
+        except (OSError, ValueError, KeyError) as e:
+            print(f"cpu_suite.py: --merge: {e}", file=sys.stderr)
+            return 2
+        json_path, md_path = write_results(args.out, doc, render_markdown(doc))
+        print(f"wrote {json_path} and {md_path} from {len(args.merge)} runs", file=sys.stderr)
+        return 0
     if args.device == "cuda":
         why = cuda_unusable()
         if why is not None:

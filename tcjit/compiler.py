@@ -280,16 +280,24 @@ class Specialization(_Compiled):
         return tuple(outs)
 
     def _raise_bounds(self, number: int, value: int) -> None:
-        from .polyhedral.errors import Span
+        raise bounds_error(self.cdef, self.meta.checks[number - 1], value)
 
-        tensor, dim, size, span, verb = self.meta.checks[number - 1]
-        raise TCBoundsError(
-            f"subscript {dim} of '{tensor}' {verb} element {value}, outside [0, {size}) "
-            f"(dimension {dim} has size {size})",
-            source=self.cdef.source,
-            span=Span(*span),
-            where=self.cdef.name,
-        )
+
+def bounds_error(cdef, check, value: int) -> TCBoundsError:
+    """The error of a failed run-time bounds check: ``check`` is the printer's ``BoundsCheck`` or its
+    stored form ``(tensor, dim, size, span, verb)``; ``value`` is the subscript's value."""
+    from .polyhedral.errors import Span
+
+    tensor, dim, size, span, verb = (
+        (check.tensor, check.dim, check.size, check.span, check.verb) if hasattr(check, "tensor") else check
+    )
+    return TCBoundsError(
+        f"subscript {dim} of '{tensor}' {verb} element {value}, outside [0, {size}) "
+        f"(dimension {dim} has size {size})",
+        source=cdef.source,
+        span=Span(*span),
+        where=cdef.name,
+    )
 
 
 def _discard(store, key: str) -> None:

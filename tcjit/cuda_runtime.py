@@ -27,14 +27,15 @@ PTX) and the mapping runs through the emulated target; the tests that launch rea
 from __future__ import annotations
 
 import hashlib
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
 from .binding import Binding, _scalar_value, torch_dtype
-from .compiler import _check_aliasing, _Compiled, allocate
-from .polyhedral.errors import TCBoundsError, TCCallError
+from .compiler import _check_aliasing, _Compiled, allocate, bounds_error
+from .polyhedral.errors import TCCallError
 
 __all__ = ["NVRTC_OPTIONS", "CudaSpecialization", "specialize_cuda"]
 
@@ -67,6 +68,21 @@ def _cupy():
             hint="pip install 'tcjit[cuda]' (cupy-cuda12x), or move the tensors to the CPU",
         ) from None
     return cupy
+
+
+_STREAMS: dict[tuple[int, int], object] = {}
+
+
+def _cupy_stream(cupy, device: int, handle: int):
+    """CuPy's view of the torch stream ``handle`` on ``device``, made once per stream and reused (a
+    call's launches go on torch's current stream; making the view costs more than a launch)."""
+    stream = _STREAMS.get((device, handle))
+    if stream is None:
+        with warnings.catch_warnings():  # CuPy 14 deprecates ExternalStream for Stream.from_external
+            warnings.simplefilter("ignore", DeprecationWarning)
+            stream = cupy.cuda.ExternalStream(handle, device)
+        _STREAMS[(device, handle)] = stream
+    return stream
 
 
 class CudaSpecialization(_Compiled):
@@ -107,7 +123,7 @@ class CudaSpecialization(_Compiled):
                     if p.name in cdef.outputs
                     else ("t", cdef.temporaries.index(p.name))
                 )
-                plan.append(("w", where, p.ctype))
+                plan.append(("w", where, p.ctype.split()[0]))  # "double *restrict": the element type
             elif p.name in index:
                 plan.append(("s" if p.kind == "scalar" else "i", index[p.name], p.ctype))
             elif p.name in cdef.outputs:
@@ -128,8 +144,9 @@ class CudaSpecialization(_Compiled):
             outs = list(outputs)
             _check_aliasing(self.cdef, inputs, outs)
         temps = allocate(self._temporaries, device)
-        errors = torch.zeros(2, dtype=torch.int64, device=device)
-        args: list[object] = [np.uint64(errors.data_ptr())]
+        # The error slots are written by bounds checks alone: without checks the kernels get null.
+        errors = torch.zeros(2, dtype=torch.int64, device=device) if self.lowered.checks else None
+        args: list[object] = [np.uint64(0 if errors is None else errors.data_ptr())]
         rounded: list[tuple[torch.Tensor, torch.Tensor]] = []
         for kind, i, ctype in self._plan:
             if kind == "w":  # wide sums: accumulate in a contiguous copy, round back once at the end
@@ -147,25 +164,17 @@ class CudaSpecialization(_Compiled):
                 name = self.cdef.params[i]
                 value = _scalar_value(self.cdef, name, inputs[i], self.cdef.scalars[name].dtype)
                 args.append(_NUMPY[ctype](value))
-        stream = torch.cuda.current_stream(device)
-        with cupy.cuda.Device(device.index or 0), cupy.cuda.ExternalStream(stream.cuda_stream):
+        index = device.index or 0
+        stream = _cupy_stream(cupy, index, torch.cuda.current_stream(device).cuda_stream)
+        with cupy.cuda.Device(index), stream:
             for fn, launch in zip(self._functions, self.lowered.kernels):
                 fn(launch.grid, launch.block, tuple(args))
         for target, buffer in rounded:  # torch's conversion rounds to nearest, as the CPU kernel does
             target.copy_(buffer)
-        if self.lowered.checks:  # gathers: the one place a call waits for the device
+        if errors is not None:  # gathers: the one place a call waits for the device
             number, value = errors.tolist()
             if number:
-                tensor, dim, size, span, verb = self.lowered.checks[number - 1]
-                from .polyhedral.errors import Span
-
-                raise TCBoundsError(
-                    f"subscript {dim} of '{tensor}' {verb} element {value}, outside [0, {size}) "
-                    f"(dimension {dim} has size {size})",
-                    source=self.cdef.source,
-                    span=Span(*span),
-                    where=self.cdef.name,
-                )
+                raise bounds_error(self.cdef, self.lowered.checks[number - 1], value)
         return tuple(outs)
 
 

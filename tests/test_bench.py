@@ -166,6 +166,36 @@ def test_wrong_tcjit_results_are_timed_but_marked(bench, monkeypatch: pytest.Mon
     assert "(wrong)" in md and "tcjit: wrong" in md and "## Failures" in md
 
 
+def test_runs_of_parts_of_the_suite_merge_into_one(bench, tmp_path: Path) -> None:
+    cpu_suite = bench("cpu_suite")
+    tmm, mm = _small_bench(cpu_suite, "tmm"), _small_bench(cpu_suite, "matmul")
+
+    def doc(*kernels, **machine):
+        return {
+            "benchmark": "cpu_suite",
+            "machine": {**_machine(), **machine},
+            "settings": _settings(),
+            "kernels": list(kernels),
+            "geomean_speedup": cpu_suite.geomean_speedups(kernels),
+        }
+
+    merged = cpu_suite.merge_results([doc(tmm), doc(mm)])
+    assert [k["kernel"] for k in merged["kernels"]] == ["matmul", "tmm"]  # suite order
+    assert merged["geomean_speedup"] == cpu_suite.geomean_speedups([mm, tmm])
+    assert merged["merged_from"] == 2
+    with pytest.raises(ValueError, match="more than one run"):
+        cpu_suite.merge_results([doc(mm), doc(mm)])
+    with pytest.raises(ValueError, match="gpu_name"):
+        cpu_suite.merge_results([doc(mm), doc(tmm, gpu_name="another GPU")])
+    paths = []
+    for name, d in (("a", doc(tmm)), ("b", doc(mm))):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(d))
+    assert cpu_suite.main(["--merge", *map(str, paths), "--out", str(tmp_path / "m")]) == 0
+    assert "| matmul |" in (tmp_path / "m.md").read_text()
+    assert cpu_suite.main(["--merge", str(paths[0]), str(paths[0]), "--out", str(tmp_path / "x")]) == 2
+
+
 def test_raising_tcjit_is_recorded_and_not_timed(bench, monkeypatch: pytest.MonkeyPatch) -> None:
     cpu_suite = bench("cpu_suite")
 
