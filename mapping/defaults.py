@@ -34,24 +34,36 @@ CUDA (and its emulation), not measured on a GPU yet (no device was available; do
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from ..polyhedral.lang import ast as A
 from ..polyhedral.lang.checked import CheckedDef, CheckedStatement
 from .options import MappingOptions
 
-__all__ = ["default_options", "has_row_reduction", "is_gemm_shaped", "outer_product_shaped"]
+__all__ = [
+    "UNLIMITED_GRID",
+    "default_options",
+    "gpu_options",
+    "has_row_reduction",
+    "is_gemm_shaped",
+    "main_statement",
+    "outer_product_shaped",
+    "row_reduction_options",
+]
+
+
+#: Grid sizes that never limit: each tile its own block (the mapper tightens the grid to the tiles).
+UNLIMITED_GRID = (2**31 - 1, 65535, 65535)
 
 
 def default_options(cdef: CheckedDef, sizes: Mapping[str, int], target: str) -> MappingOptions:
     """The options a call of ``cdef`` at ``sizes`` on ``target`` uses when none were given or tuned
     (the rules of this module's docstring)."""
-    del sizes  # no rule needs them yet
     if target != "cpu":
-        naive = MappingOptions("naive").map_to_blocks(256, 256).map_to_threads(32, 8)
         if has_row_reduction(cdef):
-            return naive.tile(8, 1024, 1024).match_library_calls(True)
-        return naive.tile(32, 32, 32)
+            return row_reduction_options()
+        return gpu_options(cdef, sizes)
     base = MappingOptions("naive").vectorize(True)
     if is_gemm_shaped(cdef):
         return base.tile(64, 512, 128).register_tile(8, 16)
@@ -109,3 +121,69 @@ def has_row_reduction(cdef: CheckedDef) -> bool:
         ):
             return True
     return False
+
+
+def row_reduction_options(rows: int = 8, lanes: int = 32, steps: int = 1024) -> MappingOptions:
+    """GPU options for row reductions (:func:`has_row_reduction`): block reductions over ``lanes``
+    threads along x, ``rows`` outputs per block along y, tiles of ``rows`` outputs by ``steps``
+    reduction steps, a block per tile."""
+    return (
+        MappingOptions("naive")
+        .tile(rows, steps, steps)
+        .map_to_blocks(*UNLIMITED_GRID)
+        .map_to_threads(lanes, rows)
+        .match_library_calls(True)
+    )
+
+
+def main_statement(cdef: CheckedDef, sizes: Mapping[str, int]) -> tuple[CheckedStatement, tuple[int, ...]]:
+    """The statement with the most instances (the last of equals) and its variables' extents at
+    ``sizes``, ``lhs_vars`` first."""
+    best, best_extents, most = cdef.statements[-1], (), -1
+    for st in cdef.statements:
+        extents = tuple(max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes)) for r in st.ranges)
+        n = math.prod(extents)
+        if n >= most:
+            best, best_extents, most = st, extents, n
+    return best, best_extents
+
+
+def gpu_options(
+    cdef: CheckedDef,
+    sizes: Mapping[str, int],
+    *,
+    threads: int = 256,
+    per_thread: tuple[int, int] = (1, 1),
+    reduction_tile: int = 0,
+    shared: bool = False,
+    private: bool = False,
+    unroll: int = 1,
+) -> MappingOptions:
+    """The GPU rule for everything but row reductions, from the statement with the most instances
+    (:func:`main_statement`), whose outermost band is assumed to hold its left-hand side variables
+    in order: the innermost variable on ``threadIdx.x`` (up to 32, a power of two covering it),
+    the next on ``y`` (the rest of ``threads``), ``per_thread`` outputs per thread along (y, x)
+    (tiles of threads x per_thread), the outer variables in tiles of 1 (the outermost three are
+    the grid; further ones loop in the block), a block per tile. ``reduction_tile`` > 0 also tiles
+    the reduction variables; ``shared``, ``private`` and ``unroll`` are the options of the same names.
+    """
+    st, extents = main_statement(cdef, sizes)
+    lhs = extents[: len(st.lhs_vars)]
+    opts = MappingOptions("naive").map_to_blocks(*UNLIMITED_GRID)
+    if not lhs:
+        return opts.tile(1).map_to_threads(1)
+    bx = min(32, _pow2_at_least(lhs[-1]))
+    by = min(max(1, threads // bx), _pow2_at_least(lhs[-2])) if len(lhs) > 1 else 1
+    ry, rx = per_thread
+    tiles = [1] * (len(lhs) - 2) + ([by * ry] if len(lhs) > 1 else []) + [bx * rx]
+    if reduction_tile > 0:
+        tiles += [reduction_tile] * len(st.reduction_vars)
+    opts = opts.tile(*tiles).map_to_threads(*((bx, by) if len(lhs) > 1 else (bx,)))
+    return opts.use_shared_memory(shared).use_private_memory(private).unroll(unroll)
+
+
+def _pow2_at_least(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p

@@ -124,11 +124,41 @@ def _is(node: isl.ScheduleNode, kind) -> bool:
 
 def _kernel_roots(sched: isl.Schedule) -> list[isl.ScheduleNode]:
     """The roots of the kernels: the children (filters) of the root's sequence or set, or the root's
-    only child."""
+    only child; a child with no band above its own sequence or set is split the same way, again
+    (one launch per statement group: as one kernel it would have no band to map to blocks and
+    run in a single block, as mlp3's and cosine's first kernels did)."""
+
+    def split(node: isl.ScheduleNode) -> list[isl.ScheduleNode]:
+        below = node
+        while below.n_children() == 1 and not _is(below, isl.schedule_node_type.band):
+            below = below.child(0)
+        if _is(below, isl.schedule_node_type.sequence) or _is(below, isl.schedule_node_type.set):
+            return [k for i in range(below.n_children()) for k in split(below.child(i))]
+        return [node]
+
     top = sched.get_root().child(0)
     if _is(top, isl.schedule_node_type.sequence) or _is(top, isl.schedule_node_type.set):
-        return [top.child(i) for i in range(top.n_children())]
-    return [top]
+        return [k for i in range(top.n_children()) for k in split(top.child(i))]
+    return split(top)
+
+
+def _coincident_iterations(band: isl.ScheduleNode) -> int:
+    """How many values the leading coincident members of ``band`` take together at most (the
+    product of their extents over the band's instances, whatever the parameters' values)."""
+    domain = band.get_domain()
+    partial = band.band_get_partial_schedule()
+    total = 1
+    for i in range(_leading_coincident(band)):
+        values = domain.apply(isl.UnionMap.from_union_pw_aff(partial.get_union_pw_aff(i)))
+        if values.is_empty():
+            return 0
+        line = isl.Set.from_union_set(values)
+        line = line.project_out(isl.dim_type.param, 0, line.dim(isl.dim_type.param))
+        lo, hi = line.dim_min_val(0), line.dim_max_val(0)
+        if not (lo.is_int() and hi.is_int()):
+            return 2  # unbounded: many
+        total *= hi.to_python() - lo.to_python() + 1
+    return total
 
 
 def _first_band(node: isl.ScheduleNode) -> isl.ScheduleNode | None:
@@ -247,6 +277,20 @@ class _Mapper:
         def visit(node: isl.ScheduleNode, under_block_band: bool) -> bool:
             """Collect; True if some band with a coincident member was chosen in this subtree."""
             if _is(node, isl.schedule_node_type.band):
+                if (
+                    not under_block_band
+                    and _leading_coincident(node) > 0
+                    and self._sequential_within(node)
+                    and not self._block_reduction_below(node)
+                    and _coincident_iterations(node) > 1
+                ):
+                    # Threads above a sequential loop, not below it: mapped below, each iteration
+                    # would end in a barrier and this band's parallel loops would run in every
+                    # thread one after the other (maxpool2x2: 2 threads per block for its 2 x 2
+                    # window, the 8 x 32 outputs of a tile in a loop). Unless the parallel loops
+                    # here have one iteration (a single output: its window on threads, then).
+                    leaves.append(node_path(node))
+                    return True
                 below = node.child(0) if node.n_children() else None
                 found = below is not None and visit(below, False)
                 if found:
@@ -325,6 +369,46 @@ class _Mapper:
             sched = node.get_schedule()
         # threads beyond the mapped dims: fixed to 0 by the context
         return sched, used
+
+    @staticmethod
+    def _sequential_within(band: isl.ScheduleNode) -> bool:
+        """Whether ``band`` or a band below it has a member that is not coincident (a loop that
+        carries a dependence, a reduction's loop among them)."""
+        found = False
+
+        def look(node: isl.ScheduleNode) -> bool:
+            nonlocal found
+            if _is(node, isl.schedule_node_type.band) and node.band_n_member() > 0:
+                if any(not node.band_member_get_coincident(i) for i in range(node.band_n_member())):
+                    found = True
+                    return False
+            return True
+
+        band.foreach_descendant_top_down(look)
+        return found
+
+    def _block_reduction_below(self, band: isl.ScheduleNode) -> bool:
+        """Whether a band strictly below ``band`` is one a block reduction would take over (then
+        the threads go to it, as ``match_library_calls`` asks)."""
+        if not self.reduce:
+            return False
+        found = False
+
+        def look(node: isl.ScheduleNode) -> bool:
+            nonlocal found
+            if found:
+                return False
+            if (
+                _is(node, isl.schedule_node_type.band)
+                and not node.is_equal(band)
+                and self._reduction_update(node) is not None
+            ):
+                found = True
+                return False
+            return True
+
+        band.foreach_descendant_top_down(look)
+        return found
 
     # ----------------------------------------------------------------------------- reductions
     def _reduction_update(self, node: isl.ScheduleNode) -> Reduction | None:
