@@ -7,7 +7,13 @@ import torch
 
 import tcjit
 from tcjit import suite
-from tcjit.mapping.defaults import default_options, has_row_reduction, is_gemm_shaped
+from tcjit.mapping.defaults import (
+    UNLIMITED_GRID,
+    default_options,
+    has_row_reduction,
+    is_gemm_shaped,
+    main_statement,
+)
 from tcjit.polyhedral.lang.check import check_source
 
 SHIFTED = """def f(float(M,K) A, float(K,N) B) -> (C) {
@@ -53,7 +59,15 @@ def test_suite_kernels_get_the_rule_of_their_shape() -> None:
         g = default_options(_cdef_of(name), k.cpu_sizes, "cuda").validate("cuda").values
         rows = name in {"softmax", "layernorm", "bn_reduce", "cosine", "abs_sum"}
         assert has_row_reduction(_cdef_of(name)) is rows, name
-        assert g.tile == ((8, 1024, 1024) if rows else (32, 32, 32)) and g.map_to_threads == (32, 8)
+        if rows:
+            assert g.tile == (8, 1024, 1024) and g.map_to_threads == (32, 8), name
+        else:  # the innermost output variable on x (up to 32), the next on y, outer ones in tiles of 1
+            st, extents = main_statement(_cdef_of(name), k.cpu_sizes)
+            lhs = extents[: len(st.lhs_vars)]
+            assert g.map_to_threads[0] == min(32, 1 << (lhs[-1] - 1).bit_length()), name
+            assert g.tile[-1] == g.map_to_threads[0] and all(t == 1 for t in g.tile[:-2]), name
+            assert len(g.tile) == len(lhs), name
+        assert g.map_to_blocks == UNLIMITED_GRID
         assert g.match_library_calls is rows
 
 

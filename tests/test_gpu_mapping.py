@@ -199,3 +199,43 @@ def test_unfused_statements_are_separate_launches_in_order() -> None:
     names = [d for d in plan.decisions if d.startswith("kernel over")]
     assert len(plan.kernels) == len(names) >= 3
     assert names[-1].startswith("kernel over ['S2']")  # O last: it reads both reductions
+
+
+# ====================================================== the default GPU mapping at the suite's sizes
+def _lowered(name: str):
+    from tcjit import suite
+    from tcjit.mapping.defaults import default_options
+    from tcjit.mapping.lower import lower_gpu
+
+    k = suite.get(name)
+    cdef = check_source(k.source).entry(k.entry)
+    sizes = dict(k.gpu_sizes[0])
+    return lower_gpu(cdef, sizes, default_options(cdef, sizes, "cuda").validate("cuda").values).plan
+
+
+def test_threads_go_above_a_sequential_window_loop() -> None:
+    """maxpool2x2's window is a sequential loop below its outputs' band: the threads take the
+    outputs (8 x 32 per block) and each reduces its window alone, with no barrier; mapped to the
+    window instead, a block had 2 threads and a barrier after every step."""
+    plan = _lowered("maxpool2x2")
+    mapped = "threads: members [2, 3] of the band over ['S0'] -> x (32), y (8) (innermost to x)"
+    assert mapped in plan.decisions
+    assert not any(d.startswith("sync") for d in plan.decisions)
+    assert [(k.grid, k.block) for k in plan.kernels] == [((64, 128, 7), (32, 8, 1))] * 2
+
+
+def test_a_sequence_without_a_band_above_is_one_launch_per_statement_group() -> None:
+    """mlp3's layers and cosine's norms were one kernel each without a band to map to blocks: a
+    single block ran them. Each group is its own launch now, with a grid of its own."""
+    for name in ("mlp3", "cosine"):
+        plan = _lowered(name)
+        assert len(plan.kernels) >= 5, name
+        assert all(k.grid[0] > 1 for k in plan.kernels), name
+        assert not any("blocks: none (no band)" in d for d in plan.decisions), name
+
+
+def test_default_gpu_grids_cover_the_outputs() -> None:
+    """Every tile its own block: gconv at its first GPU size has one block per (n, g, f), its
+    58 x 58 outputs on 32 x 8 threads (the grid cap of 256 x 256 with 32-wide tiles gave 1 block)."""
+    plan = _lowered("gconv")
+    assert [(k.grid, k.block) for k in plan.kernels] == [((32, 32, 4), (32, 8, 1))] * 2
