@@ -20,16 +20,21 @@ CPU:
   band carries a reduction under a parallel vector loop (contractions in the dot-product form keep
   long reduction tiles: 128-step tiles made tmm, fcrelu and mlp3 slower when tried).
 
-CUDA (and its emulation), not measured on a GPU yet (no device was available; docs/performance.md):
+CUDA (and its emulation); measured once on an H100 with the rules before the second (the
+results and what changed after them are in docs/performance.md, "GPU results"):
 
 * **Row reductions** (:func:`has_row_reduction`): a reduction whose operands read along a plain
   reduction variable as their last subscript and each mention every output variable (no operand
   reused across outputs: memory-bound, ``softmax``, ``layernorm``, ``cosine``, ``bn_reduce``,
   ``abs_sum``). Block reductions (``match_library_calls``): the reduction loop on a warp of
   ``threadIdx.x`` (32: the tree's last steps are shuffles), 8 outputs on ``y``; tiles of 8 outputs
-  by 1024 reduction steps, so that one tree combines 1024 terms (TC combines every tile).
-* **Everything else**: TC's naive tiles, blocks and threads (32 x 32 x 32 tiles on up to 256 x 256
-  blocks of 32 x 8 threads), each thread reducing sequentially.
+  by 1024 reduction steps, so that one tree combines 1024 terms (TC combines every tile), a block
+  per tile (:func:`row_reduction_options`).
+* **Everything else** (:func:`gpu_options`): from the statement with the most instances, its
+  innermost output variable on ``threadIdx.x`` (up to 32), the next on ``y`` (up to 256 threads a
+  block), outer variables in tiles of 1, a block per tile, each thread reducing sequentially.
+  TC's naive options (32 x 32 x 32 tiles on at most 256 x 256 blocks), used before, gave gconv
+  one block and maxpool2x2 eight on the H100 (0.01x and 0.0004x eager); not measured yet.
 """
 
 from __future__ import annotations

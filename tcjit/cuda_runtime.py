@@ -1,10 +1,10 @@
 """The CUDA runtime: kernels for CUDA tensors, compiled with NVRTC through CuPy, launched on torch's
 current stream.
 
-**Unverified**: no GPU has run this module yet (the sessions that wrote it had none). The CUDA
-source it compiles is checked on every CI machine (``tests/test_cuda_compile.py`` compiles it to
-PTX) and the mapping runs through the emulated target; the tests that launch real kernels are in
-``tests/test_cuda_runtime.py`` and skip without a GPU.
+Run on a real GPU once (an H100, in the session of commit 0bffbde): ``tests/test_cuda_runtime.py``
+passed there after two fixes, and the suite was benchmarked (docs/performance.md). Every CI
+machine compiles the CUDA source to PTX (``tests/test_cuda_compile.py``) and runs the mapping
+through the emulated target; the tests that launch real kernels skip without a GPU.
 
 * :func:`specialize_cuda` lowers a definition with :func:`~tcjit.mapping.cuda_printer.lower_cuda`
   and loads it with ``cupy.RawModule(code=...)``: CuPy runs NVRTC for the device's architecture
