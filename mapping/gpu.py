@@ -699,7 +699,9 @@ def map_gpu(
     for path, _, grid_used, threads_used, mapped, _, _ in per_kernel:
         node = node_at(sched, path)
         domain = node.child(0).get_domain() if _is(node, isl.schedule_node_type.filter) else node.get_domain()
-        grid, _ = _tighten(sched, domain, fixed, grid_used, [])
+        # thread ids free within the block: a block whose instances all have thread ids above 0
+        # (O(i, j) where i <= j: block i = 1 runs only j = 1) still counts
+        grid, _ = _tighten(sched, domain, fixed, grid_used, block_opt[:threads_used])
         block = (1, 1, 1)
         if mapped is not None:  # threads as far as the thread-mapped instances reach
             _, block = _tighten(sched, mapped, fixed, grid_used, block_opt[:threads_used])

@@ -126,19 +126,25 @@ SUMPOOL = """def sumpool(float(N,C,H,W) I) -> (O) {
 }"""
 
 
+#: 32 x 8 threads: with one output, the outputs' band has one iteration and the threads go to the
+#: window (the sizes-derived defaults would give the one output a single thread).
+WINDOW_ON_THREADS = MappingOptions("naive").tile(32, 32, 32).map_to_threads(32, 8)
+
+
 def test_a_barrier_orders_updates_of_one_element_by_several_threads() -> None:
     """With one output element, the scheduler walks the window as c = 2 r_kh + r_kw and the
     mapper puts r_kh on threads: thread r_kh updates at c = 2 r_kh and 2 r_kh + 1, so a barrier
     must follow every c. Without it, reversed threads add 1 + 0 first and 1e8 swallows it."""
     x = torch.tensor([[1e8, -1e8], [1.0, 0.0]]).reshape(1, 1, 2, 2)
     x = torch.cat([x, torch.zeros(1, 1, 2, 1)], dim=3)  # W = 3: one output column
+    opts = WINDOW_ON_THREADS
     k = tcjit.define(SUMPOOL)
-    spec = tcjit.compile(k, x, target="cuda-emulated")
+    spec = tcjit.compile(k, x, target="cuda-emulated", options=opts)
     assert "sync: after each iteration of the band over ['S0']" in spec.stages["decisions"]
     results = []
     for order in ("forward", "reversed", "shuffled"):
         with emulation_order(order):
-            results.append(k(x, target="cuda-emulated"))
+            results.append(k(x, target="cuda-emulated", options=opts))
     assert [r.item() for r in results] == [1.0, 1.0, 1.0]
 
 
@@ -216,12 +222,14 @@ def test_a_missing_barrier_is_a_race_even_where_every_order_agrees(monkeypatch) 
     """max= gives the same answer in any order, so only the shadow check sees that two threads
     update O(0, 0, 0, 0) in one barrier interval once the mapper places no barrier."""
     x = torch.randn(1, 1, 2, 3)
+    opts = WINDOW_ON_THREADS
     k = tcjit.define(MAXPOOL1)
-    torch.testing.assert_close(k(x, target="cuda-emulated"), H.as_tuple(H.ORACLE(MAXPOOL1, None, x))[0])
+    got = k(x, target="cuda-emulated", options=opts)
+    torch.testing.assert_close(got, H.as_tuple(H.ORACLE(MAXPOOL1, None, x))[0])
     monkeypatch.setattr(gpu._Mapper, "place_syncs", lambda self, sched, start: [])
     with pytest.raises(tcjit.TCInternalError, match="race") as info:
         tcjit.define(MAXPOOL1.replace("maxpool_one", "maxpool_one_without_barriers"))(
-            x, target="cuda-emulated"
+            x, target="cuda-emulated", options=opts
         )
     assert "element offset 0 of 'O'" in str(info.value)
 
@@ -234,3 +242,42 @@ def test_blocks_that_share_an_element_are_a_race(monkeypatch) -> None:
     opts = MappingOptions("naive").tile(4).map_to_blocks(8).map_to_threads(1)
     with pytest.raises(tcjit.TCInternalError, match="race"):
         tcjit.define(src)(torch.randn(32), options=opts, target="cuda-emulated")
+
+
+# ========================================== found by the full tier's fuzzing (kept as regressions)
+TRIANGLE = "def tri(float(N) X) -> (O) { O(i, j) +=! X(0) where i in 0:N, j in 0:N, i <= j }"
+TRIANGLE3 = """def tri3(float(N) X) -> (O) {
+    O(i, j, k) = ((X(0) + (i >= 1 && i - 1 < N ? X(i - 1) : 1.5)) + X(i)) where j in 0:N, k in 0:N, i <= j
+}"""
+
+
+@pytest.mark.parametrize(
+    "src, options",
+    [
+        (
+            TRIANGLE,
+            MappingOptions("naive")
+            .outer_schedule_fusion_strategy("Max")
+            .tile(1, 0, 0)
+            .map_to_blocks(2)
+            .map_to_threads(2),
+        ),
+        (
+            TRIANGLE3,
+            MappingOptions("naive")
+            .outer_schedule_fusion_strategy("Max")
+            .tile(0, 0, 1)
+            .map_to_blocks(1, 1, 2)
+            .map_to_threads(1, 2)
+            .use_shared_memory(True),
+        ),
+    ],
+    ids=["triangle", "triangle-promoted"],
+)
+def test_blocks_whose_instances_all_run_on_threads_above_0_are_launched(src, options) -> None:
+    """Block i = 1 of O(i, j) where i <= j runs only j = 1, on thread 1: the grid was tightened with
+    the thread ids pinned to 0, which dropped that block and left row 1 unwritten."""
+    x = torch.randn(2)
+    for order in ("forward", "reversed", "shuffled"):
+        with emulation_order(order):
+            H.check_against_oracle(src, None, (x,), options=options, target="cuda-emulated", what=order)
