@@ -57,6 +57,7 @@ __all__ = [
     "autotune",
     "compile",
     "define",
+    "make_autograd",
 ]
 
 
@@ -94,6 +95,18 @@ def compile(kernel, *example_inputs, options=None, target: str | None = None):
     from .kernel import compile as _compile
 
     return _compile(kernel, *example_inputs, options=options, target=target)
+
+
+def make_autograd(forward_kernel, backward_kernel):
+    """A kernel that runs ``forward_kernel`` and, when gradients are needed, computes the inputs'
+    gradients with ``backward_kernel`` (TC's ``make_autograd``): it takes the forward inputs
+    followed by one gradient per output, and returns one gradient per input.
+
+    :raises TCCallError: an argument is not a kernel, or the two do not match in parameters.
+    """
+    from .autograd import make_autograd as _make_autograd
+
+    return _make_autograd(forward_kernel, backward_kernel)
 
 
 def autotune(

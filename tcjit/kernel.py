@@ -23,15 +23,21 @@ class Kernel:
     :ivar name: the entry's name.
     :ivar definition: the checked definition (types, shapes, ranges).
     :ivar program: the whole checked source it came from.
+    :ivar backward: what computes the inputs' gradients (:mod:`tcjit.autograd`): ``"auto"``, the
+        name of an entry of ``program``, a :class:`Kernel` (:func:`~tcjit.make_autograd`), or
+        ``None`` (forward only).
     """
 
-    def __init__(self, program: CheckedProgram, name: str, *, backward: str | None = "auto", options=None):
+    def __init__(
+        self, program: CheckedProgram, name: str, *, backward: str | Kernel | None = "auto", options=None
+    ):
         self.program = program
         self.definition: CheckedDef = program.get(name)  # type: ignore[assignment]
         self.name = name
         self.backward = backward
         self.options = options
         self._specializations: dict = {}
+        self._backward: Kernel | None = None  # the named backward entry's kernel, made when first needed
 
     # ----------------------------------------------------------------------------------- describing
     @property
@@ -43,7 +49,9 @@ class Kernel:
     def canonical_source(self) -> str:
         """Canonical TC text of this entry (and its user-given backward): layout-free, a cache key."""
         text = def_to_tc(self.definition.ast)
-        if self.backward not in (None, "auto"):
+        if isinstance(self.backward, Kernel):
+            text += "\n" + def_to_tc(self.backward.definition.ast)
+        elif self.backward not in (None, "auto"):
             text += "\n" + def_to_tc(self.program.get(self.backward).ast)
         return text
 
@@ -104,13 +112,51 @@ class Kernel:
             outputs = (outputs,)
         key = (options, target, _layouts(inputs), None if outputs is None else _layouts(outputs))
         spec = self._specializations.get(key)
+        if _grad_requested(inputs):
+            return self._differentiable_call(inputs, outputs, options, target, key, spec)
         if spec is None:
             spec = self._specialize(inputs, outputs, options, target)
             self._specializations[key] = spec
-        elif _grad_requested(inputs):
-            self._refuse_grad()
         outs = spec.run(inputs, outputs)
         return outs[0] if len(outs) == 1 else outs
+
+    def _differentiable_call(self, inputs, outputs, options, target, key, spec):
+        """A call recorded for autograd (module :mod:`tcjit.autograd`); ``spec`` is the call's
+        specialisation under ``key`` if there is one yet."""
+        from .autograd import KernelFunction
+
+        if outputs is not None:
+            raise TCCallError(
+                f"{self.name}: outputs= cannot be used when an input requires grad",
+                hint="let the call allocate its outputs, or call it under torch.no_grad()",
+            )
+        backward = self._backward_kernel()
+        if spec is None:
+            spec = self._specialize(inputs, None, options, target)
+            self._specializations[key] = spec
+        return KernelFunction.apply(self, backward, spec, *inputs)
+
+    def _backward_kernel(self) -> Kernel:
+        """The kernel that computes this one's input gradients (:mod:`tcjit.autograd`)."""
+        b = self.backward
+        if isinstance(b, Kernel):
+            return b
+        if b is None:
+            raise TCCallError(
+                f"{self.name}: an input requires grad, but the kernel was defined with backward=None "
+                "(forward only)",
+                hint="define it with backward='<entry>' or use tcjit.make_autograd, or call it under "
+                "torch.no_grad()",
+            )
+        if b == "auto":
+            raise TCCallError(
+                f"{self.name}: an input requires grad, and automatic backward is not built yet",
+                hint="name a backward entry (tcjit.define(source, name, backward='<entry>')) or use "
+                "tcjit.make_autograd; or call it under torch.no_grad()",
+            )
+        if self._backward is None:
+            self._backward = Kernel(self.program, b, backward=None)
+        return self._backward
 
     def options_for(self, *inputs, target: str | None = None):
         """The :class:`~tcjit.MappingOptions` a call on ``inputs`` without ``options=`` uses: those
@@ -143,20 +189,12 @@ class Kernel:
         looks the tuned options up)."""
         self._specializations = {k: v for k, v in self._specializations.items() if k[0] is not None}
 
-    def _refuse_grad(self):
-        raise TCCallError(
-            f"{self.name}: an input requires grad, but tcjit does not differentiate kernels yet",
-            hint="call it under torch.no_grad() or pass detached inputs",
-        )
-
     def _specialize(self, inputs, outputs, options, target, *, allow_meta: bool = False):
         from .binding import bind
         from .compiler import specialize
 
         if target is not None and target not in _TARGETS:
             raise TCCallError(f"unknown target {target!r}; expected one of {', '.join(_TARGETS)}")
-        if _grad_requested(inputs):
-            self._refuse_grad()
         b = bind(self.definition, inputs, outputs)
         if not allow_meta:
             self._refuse_meta(

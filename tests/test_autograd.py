@@ -1,0 +1,127 @@
+"""Gradients through tcjit kernels with a user-supplied backward (tcjit/autograd.py).
+
+``torch.autograd.gradcheck`` in float64 on the CPU and emulated CUDA targets, for a backward
+entry named at ``define`` and for ``make_autograd``; inputs that need no gradient get none; the
+errors of kernels without a usable backward; double backward refused; ``no_grad`` keeps the plain
+path.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tcjit
+from tcjit import TCCallError
+
+MM = """
+def mm(double(M,K) A, double(K,N) B) -> (C) { C(m, n) +=! A(m, r_k) * B(r_k, n) }
+def mm_grad(double(M,K) A, double(K,N) B, double(M,N) dC) -> (dA, dB) {
+    dA(m, k) +=! dC(m, r_n) * B(k, r_n)
+    dB(k, n) +=! dC(r_m, n) * A(r_m, k)
+}
+"""
+
+#: Two outputs, a scalar argument and a temporary: the backward gets one gradient per output.
+SCALED = """
+def scaled(double(N) X, double s) -> (Y, Z) {
+    Y(i) = s * X(i) * X(i)
+    Z(i) = X(i) + 1
+}
+def scaled_grad(double(N) X, double s, double(N) dY, double(N) dZ) -> (dX, ds) {
+    dX(i) = 2 * s * X(i) * dY(i) + dZ(i)
+    ds +=! X(r_i) * X(r_i) * dY(r_i)
+}
+"""
+
+TARGETS = ["cpu", "cuda-emulated"]
+
+
+def _inputs(*shapes, requires_grad=True):
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(*s, dtype=torch.float64, generator=g).requires_grad_(requires_grad) for s in shapes]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_named_backward_entry_passes_gradcheck(target: str) -> None:
+    mm = tcjit.define(MM, "mm", backward="mm_grad")
+    a, b = _inputs((3, 4), (4, 5))
+    assert torch.autograd.gradcheck(lambda a, b: mm(a, b, target=target), (a, b))
+    c = mm(a, b, target=target)
+    assert c.requires_grad and c.grad_fn is not None
+    torch.testing.assert_close(c, a @ b)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_make_autograd_passes_gradcheck(target: str) -> None:
+    defs = tcjit.define(MM, backward=None)
+    mm = tcjit.make_autograd(defs.mm, defs.mm_grad)
+    a, b = _inputs((2, 3), (3, 4))
+    assert torch.autograd.gradcheck(lambda a, b: mm(a, b, target=target), (a, b))
+
+
+def test_several_outputs_and_a_scalar_argument() -> None:
+    k = tcjit.define(SCALED, "scaled", backward="scaled_grad")
+    (x,) = _inputs((6,))
+    s = torch.tensor(1.5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, s: k(x, s), (x, s))
+    # only Y used: Z's gradient is zeros, and x's gradient is 2 s x
+    y, _ = k(x, s)
+    (gx,) = torch.autograd.grad(y.sum(), (x,))
+    torch.testing.assert_close(gx, 2 * 1.5 * x.detach())
+
+
+def test_inputs_that_need_no_gradient_get_none() -> None:
+    mm = tcjit.define(MM, "mm", backward="mm_grad")
+    a, b = _inputs((3, 4), (4, 5))
+    b.requires_grad_(False)
+    mm(a, b).sum().backward()
+    assert b.grad is None
+    torch.testing.assert_close(a.grad, torch.ones(3, 5, dtype=torch.float64) @ b.T)
+
+
+def test_no_grad_calls_stay_plain() -> None:
+    mm = tcjit.define(MM, "mm", backward="mm_grad")
+    a, b = _inputs((3, 4), (4, 5))
+    with torch.no_grad():
+        c = mm(a, b)
+    assert not c.requires_grad and c.grad_fn is None
+    with torch.inference_mode():
+        assert not mm(a, b).requires_grad
+
+
+def test_kernels_without_a_usable_backward_say_so() -> None:
+    a, b = _inputs((3, 4), (4, 5))
+    with pytest.raises(TCCallError, match="automatic backward is not built yet"):
+        tcjit.define(MM, "mm")(a, b)
+    with pytest.raises(TCCallError, match="backward=None"):
+        tcjit.define(MM, "mm", backward=None)(a, b)
+    with pytest.raises(TCCallError, match="outputs= cannot be used"):
+        tcjit.define(MM, "mm", backward="mm_grad")(a, b, outputs=torch.empty(3, 5, dtype=torch.float64))
+    defs = tcjit.define(MM, backward=None)
+    with pytest.raises(TCCallError, match="must take the 2 inputs of 'mm'"):
+        tcjit.make_autograd(defs.mm, defs.mm)
+    with pytest.raises(TCCallError, match="must be a tcjit Kernel"):
+        tcjit.make_autograd(defs.mm, lambda *x: x)
+
+
+def test_a_backward_returning_the_wrong_shape_is_reported() -> None:
+    src = MM.replace("dA(m, k) +=! dC(m, r_n) * B(k, r_n)", "dA(k, m) +=! dC(m, r_n) * B(k, r_n)")
+    mm = tcjit.define(src, "mm", backward="mm_grad")
+    a, b = _inputs((3, 4), (4, 5))
+    with pytest.raises(TCCallError, match=r"mm_grad: gradient 0 has shape \(4, 3\).*'A'.*\(3, 4\)"):
+        mm(a, b).sum().backward()
+
+
+def test_double_backward_is_refused() -> None:
+    mm = tcjit.define(MM, "mm", backward="mm_grad")
+    a, b = _inputs((2, 2), (2, 2))
+    with pytest.raises(TCCallError, match="double backward"):
+        torch.autograd.grad(mm(a, b).sum(), (a,), create_graph=True)
+
+
+def test_the_backward_is_part_of_the_cache_key() -> None:
+    defs = tcjit.define(MM, backward=None)
+    plain = tcjit.define(MM, "mm", backward=None)
+    tuned = tcjit.make_autograd(defs.mm, defs.mm_grad)
+    assert "mm_grad" in tuned.canonical_source and "mm_grad" not in plain.canonical_source
