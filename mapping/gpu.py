@@ -38,7 +38,7 @@ import islpy as isl
 
 from ..polyhedral.errors import TCInternalError
 from ..polyhedral.lang import ast as A
-from ..polyhedral.schedule import bands, node_at, node_path
+from ..polyhedral.schedule import bands, member_extent, node_at, node_path
 from ..polyhedral.scop import Dependences, Reduction, Scop
 from . import ir
 from .cpu import _has_band_below, _leading_coincident, _spread
@@ -145,19 +145,12 @@ def _kernel_roots(sched: isl.Schedule) -> list[isl.ScheduleNode]:
 def _coincident_iterations(band: isl.ScheduleNode) -> int:
     """How many values the leading coincident members of ``band`` take together at most (the
     product of their extents over the band's instances, whatever the parameters' values)."""
-    domain = band.get_domain()
-    partial = band.band_get_partial_schedule()
     total = 1
     for i in range(_leading_coincident(band)):
-        values = domain.apply(isl.UnionMap.from_union_pw_aff(partial.get_union_pw_aff(i)))
-        if values.is_empty():
-            return 0
-        line = isl.Set.from_union_set(values)
-        line = line.project_out(isl.dim_type.param, 0, line.dim(isl.dim_type.param))
-        lo, hi = line.dim_min_val(0), line.dim_max_val(0)
-        if not (lo.is_int() and hi.is_int()):
+        extent = member_extent(band, i)
+        if extent is None:
             return 2  # unbounded: many
-        total *= hi.to_python() - lo.to_python() + 1
+        total *= extent
     return total
 
 

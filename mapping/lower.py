@@ -30,7 +30,7 @@ from ..polyhedral.lang import ast as A
 from ..polyhedral.lang.checked import CheckedDef
 from ..polyhedral.lang.ranges import affine_form
 from ..polyhedral.lang.types import SCALAR_TYPES, ScalarType
-from ..polyhedral.schedule import bands, check_legality, schedule, tile
+from ..polyhedral.schedule import bands, check_legality, member_extent, schedule, tile
 from ..polyhedral.scop import Dependences, Scop, build_scop, compute_dependences
 from . import ir
 from .c_printer import BoundsCheck, CParam, c_storage_type, print_kernel
@@ -286,17 +286,10 @@ def outer_band_extents(cdef: CheckedDef, sizes: Mapping[str, int], options) -> t
     _, _, _, sched = tiled_schedule(cdef, sizes, options.tile().values)
     extents: list[int] = []
     for band in bands(sched, outermost=True):
-        domain = band.get_domain()
-        partial = band.band_get_partial_schedule()
         for i in range(band.band_n_member()):
-            values = domain.apply(isl.UnionMap.from_union_pw_aff(partial.get_union_pw_aff(i)))
-            if values.is_empty():
-                continue
-            line = isl.Set.from_union_set(values)
-            lo, hi = line.dim_min_val(0), line.dim_max_val(0)
-            if not (lo.is_int() and hi.is_int()):
-                continue  # unbounded: cannot happen with fixed sizes
-            extent = hi.to_python() - lo.to_python() + 1
+            extent = member_extent(band, i)
+            if not extent:
+                continue  # no instances, or unbounded (cannot happen with fixed sizes)
             if i < len(extents):
                 extents[i] = max(extents[i], extent)
             else:

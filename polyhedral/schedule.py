@@ -148,6 +148,21 @@ def bands(sched: isl.Schedule, *, outermost: bool = False) -> list[isl.ScheduleN
     return found
 
 
+def member_extent(band: isl.ScheduleNode, member: int) -> int | None:
+    """How many values member ``member`` of ``band`` takes over the band's instances, whatever the
+    parameters' values (they are projected out); 0 for no instances, ``None`` if unbounded."""
+    partial = band.band_get_partial_schedule().get_union_pw_aff(member)
+    values = band.get_domain().apply(isl.UnionMap.from_union_pw_aff(partial))
+    if values.is_empty():
+        return 0
+    line = isl.Set.from_union_set(values)
+    line = line.project_out(isl.dim_type.param, 0, line.dim(isl.dim_type.param))
+    lo, hi = line.dim_min_val(0), line.dim_max_val(0)
+    if not (lo.is_int() and hi.is_int()):
+        return None
+    return hi.to_python() - lo.to_python() + 1
+
+
 def tile(sched: isl.Schedule, sizes: Sequence[int]) -> isl.Schedule:
     """Tile the outermost band of every branch of ``sched`` by ``sizes`` (0: that member untiled).
 

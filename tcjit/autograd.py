@@ -37,7 +37,6 @@ class KernelFunction(torch.autograd.Function):
         outs = spec.run(inputs, None)
         ctx.kernel, ctx.backward_kernel = kernel, backward
         tensors = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
-        ctx.tensor_positions = tensors
         ctx.others = {i: x for i, x in enumerate(inputs) if not isinstance(x, torch.Tensor)}
         ctx.n_inputs = len(inputs)
         ctx.save_for_backward(*(inputs[i] for i in tensors))
@@ -84,19 +83,6 @@ class KernelFunction(torch.autograd.Function):
         return (None, None, None, *grads_in)
 
 
-def check_backward_arity(forward, backward) -> None:
-    """:class:`~tcjit.TCCallError` unless ``backward`` takes the inputs of ``forward`` followed by
-    one gradient per output and returns one gradient per input."""
-    fwd, bwd = forward.definition, backward.definition
-    want = len(fwd.params) + len(fwd.outputs)
-    if len(bwd.params) != want or len(bwd.outputs) != len(fwd.params):
-        raise TCCallError(
-            f"backward '{bwd.name}' must take the {len(fwd.params)} inputs of '{fwd.name}' followed by "
-            f"{len(fwd.outputs)} output gradient(s) ({want} in all) and return {len(fwd.params)} "
-            f"gradient(s), one per input; it takes {len(bwd.params)} and returns {len(bwd.outputs)}"
-        )
-
-
 def make_autograd(forward_kernel, backward_kernel):
     """A kernel that runs ``forward_kernel`` and differentiates it with ``backward_kernel`` (TC's
     ``make_autograd``): the backward takes the forward inputs followed by one gradient per output
@@ -115,12 +101,14 @@ def make_autograd(forward_kernel, backward_kernel):
     :raises TCCallError: an argument is not a kernel, or the backward's parameters and outputs do
         not match the forward's.
     """
-    from .kernel import Kernel
+    from .kernel import Kernel, backward_arity_problem
 
     for what, k in (("forward_kernel", forward_kernel), ("backward_kernel", backward_kernel)):
         if not isinstance(k, Kernel):
             raise TCCallError(f"make_autograd: {what} must be a tcjit Kernel, got {type(k).__name__}")
-    check_backward_arity(forward_kernel, backward_kernel)
+    problem = backward_arity_problem(forward_kernel.definition, backward_kernel.definition)
+    if problem is not None:
+        raise TCCallError(problem)
     return Kernel(
         forward_kernel.program, forward_kernel.name, backward=backward_kernel, options=forward_kernel.options
     )

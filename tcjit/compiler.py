@@ -284,13 +284,11 @@ class Specialization(_Compiled):
 
 
 def bounds_error(cdef, check, value: int) -> TCBoundsError:
-    """The error of a failed run-time bounds check: ``check`` is the printer's ``BoundsCheck`` or its
-    stored form ``(tensor, dim, size, span, verb)``; ``value`` is the subscript's value."""
+    """The error of a failed run-time bounds check: ``check`` is ``(tensor, dim, size, span, verb)``
+    (a stored check, or the printer's ``BoundsCheck`` as a tuple); ``value`` is the subscript's value."""
     from .polyhedral.errors import Span
 
-    tensor, dim, size, span, verb = (
-        (check.tensor, check.dim, check.size, check.span, check.verb) if hasattr(check, "tensor") else check
-    )
+    tensor, dim, size, span, verb = check
     return TCBoundsError(
         f"subscript {dim} of '{tensor}' {verb} element {value}, outside [0, {size}) "
         f"(dimension {dim} has size {size})",

@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import warnings
 from collections.abc import Sequence
+from dataclasses import astuple
 
 import numpy as np
 import torch
@@ -174,7 +175,7 @@ class CudaSpecialization(_Compiled):
         if errors is not None:  # gathers: the one place a call waits for the device
             number, value = errors.tolist()
             if number:
-                raise bounds_error(self.cdef, self.lowered.checks[number - 1], value)
+                raise bounds_error(self.cdef, astuple(self.lowered.checks[number - 1]), value)
         return tuple(outs)
 
 

@@ -283,22 +283,28 @@ class Definitions:
         return "<tcjit.Definitions " + ", ".join(self._kernels) + ">"
 
 
+def backward_arity_problem(fwd: CheckedDef, bwd: CheckedDef) -> str | None:
+    """Why ``bwd`` cannot be the backward of ``fwd`` (it must take the forward inputs followed by one
+    gradient per output and return one gradient per input), or ``None``."""
+    want = len(fwd.params) + len(fwd.outputs)
+    if len(bwd.params) == want and len(bwd.outputs) == len(fwd.params):
+        return None
+    return (
+        f"backward '{bwd.name}' must take the {len(fwd.params)} inputs of '{fwd.name}' followed by "
+        f"{len(fwd.outputs)} output gradient(s) ({want} in all) and return {len(fwd.params)} "
+        f"gradient(s), one per input; it takes {len(bwd.params)} and returns {len(bwd.outputs)}"
+    )
+
+
 def _check_backward(program: CheckedProgram, fwd: CheckedDef, backward: str) -> None:
     bwd = program.get(backward)
     if bwd is None:
         raise TCNameError(
             f"backward entry '{backward}' is not defined in the source; it defines {', '.join(program.names)}"
         )
-    want = len(fwd.params) + len(fwd.outputs)
-    if len(bwd.params) != want or len(bwd.outputs) != len(fwd.params):
-        raise TCSemanticError(
-            f"backward '{backward}' must take the {len(fwd.params)} inputs of '{fwd.name}' followed by "
-            f"{len(fwd.outputs)} output gradient(s) ({want} in all) and return {len(fwd.params)} "
-            f"gradient(s), one per input; it takes {len(bwd.params)} and returns {len(bwd.outputs)}",
-            source=program.source,
-            span=bwd.ast.name_span,
-            where=backward,
-        )
+    problem = backward_arity_problem(fwd, bwd)
+    if problem is not None:
+        raise TCSemanticError(problem, source=program.source, span=bwd.ast.name_span, where=backward)
 
 
 def define(source: str, name: str | None = None, *, backward: str | None = "auto", options=None):
