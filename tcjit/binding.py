@@ -151,6 +151,8 @@ def bind(
                 hint="all tensors of one call must be on one device",
             )
         for k, (dim, n) in enumerate(zip(p.dims or (), value.shape)):
+            if not isinstance(dim.value, (int, str)):
+                continue  # a size expression [ext]: checked once every symbol is bound, below
             if isinstance(dim.value, int):
                 if n != dim.value:
                     raise _err(
@@ -171,6 +173,7 @@ def bind(
         tensors[p.name] = value
     if device is None:
         device = torch.device("cpu")
+    _check_size_expressions(cdef, params, tensors, sizes)
 
     _check_ranges(cdef, sizes)
     check_bounds(cdef, sizes)
@@ -189,6 +192,23 @@ def bind(
     if outputs is not None:
         _check_outputs(cdef, outputs, shapes, device)
     return Binding(sizes, tensors, scalars, shapes, device)
+
+
+def _check_size_expressions(cdef: CheckedDef, params, tensors, sizes: Mapping[str, int]) -> None:
+    """Dimensions declared as size expressions (``float(N, H - KH + 1) dO``) must equal them."""
+    for p in params:
+        for k, dim in enumerate(p.dims or ()):
+            if isinstance(dim.value, (int, str)) or p.name not in tensors:
+                continue
+            want = cdef.tensor(p.name).shape[k].evaluate(sizes)
+            got = tensors[p.name].shape[k]
+            if got != want:
+                raise _err(
+                    cdef,
+                    f"dimension {k} of input '{p.name}' must be {cdef.tensor(p.name).shape[k]} = {want} "
+                    f"for sizes {_fmt_sizes(sizes)}, got {got}",
+                    dim.span,
+                )
 
 
 def _fmt_sizes(sizes: Mapping[str, int]) -> str:

@@ -474,3 +474,50 @@ def test_rendered_ranges_reparse_as_python() -> None:
         text = re.sub(r"/", "//", hi.to_tc())
         for h, kh in ((9, 3), (10, 2), (5, 5)):
             assert eval(text, {"min": min, "max": max}, {"H": h, "KH": kh}) == hi.evaluate({"H": h, "KH": kh})
+
+
+# ------------------------------------------------------------------ [ext] dimensions as size expressions
+CONV_INPUT_GRAD = """
+def conv_input_grad(float(N,F,H - KH + 1,W - KW + 1) d_O, float(F,C,KH,KW) W1, float(N,C,H,W) like)
+    -> (float(N,C,H,W) d_I) {
+    d_I(n, c, y, x) +=! d_O(n, f, y - kh, x - kw) * W1(f, c, kh, kw)
+        where y in 0:H, x in 0:W, kh in 0:KH, kw in 0:KW,
+              y - kh >= 0, y - kh < H - KH + 1, x - kw >= 0, x - kw < W - KW + 1
+}
+"""
+
+
+def test_a_dimension_may_be_a_size_expression() -> None:
+    import torch
+
+    import tcjit
+    from tcjit.polyhedral.lang.parser import parse
+    from tcjit.polyhedral.lang.printer import to_tc
+
+    k = tcjit.define(CONV_INPUT_GRAD)
+    assert k.signature.startswith("conv_input_grad(float32(N, F, H - KH + 1, W - KW + 1) d_O")
+    text = to_tc(parse(CONV_INPUT_GRAD))
+    assert to_tc(parse(text)) == text and "float32(N, F, H - KH + 1, W - KW + 1) d_O" in text
+    g = torch.Generator().manual_seed(0)
+    d_o, w = torch.randn(2, 3, 4, 5, generator=g), torch.randn(3, 2, 3, 2, generator=g)
+    like = torch.empty(2, 2, 6, 6)
+    want = torch.nn.grad.conv2d_input(like.shape, w, d_o)
+    torch.testing.assert_close(k(d_o, w, like), want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_size_expression_dimension_is_checked_at_call_time() -> None:
+    import torch
+
+    import tcjit
+
+    k = tcjit.define(CONV_INPUT_GRAD)
+    with pytest.raises(tcjit.TCCallError, match=r"dimension 2 of input 'd_O' must be H - KH \+ 1 = 4") as e:
+        k(torch.zeros(2, 3, 5, 5), torch.zeros(3, 2, 3, 2), torch.zeros(2, 2, 6, 6))
+    assert "^" in str(e.value) and e.value.line == 2
+
+
+def test_a_size_expression_dimension_needs_bound_sizes() -> None:
+    import tcjit
+
+    with pytest.raises(tcjit.TCNameError, match="undefined size 'Q'"):
+        tcjit.define("def f(float(N, Q + 1) X) -> (O) { O(i) = X(i, 0) }")

@@ -230,9 +230,10 @@ class Statement:
 # ---------------------------------------------------------------------------------------- signatures
 @dataclass(frozen=True)
 class Dim:
-    """One dimension of a declared tensor: a size symbol (``str``) or a literal size (``int``)."""
+    """One dimension of a declared tensor: a size symbol (``str``), a literal size (``int``), or
+    [ext] a size expression (``H - KH + 1``) over symbols that other dimensions bind."""
 
-    value: str | int
+    value: str | int | Expr
     span: Span = _span()
 
 

@@ -101,6 +101,8 @@ class _DefChecker:
             raise self.err(TCNameError, f"{what} '{name}' uses a reserved word", span)
 
     def _size_expr_of_dim(self, dim: A.Dim, bind: bool, owner: str) -> SizeExpr:
+        if not isinstance(dim.value, (int, str)):  # [ext] a size expression; its symbols are bound
+            return self._size_expr(dim.value, f"a dimension of {owner}")
         if isinstance(dim.value, int):
             if dim.value < 0:
                 raise self.err(TCTypeError, f"size of {owner} must be non-negative", dim.span)
@@ -122,6 +124,16 @@ class _DefChecker:
         return sym(name)
 
     def signature(self) -> None:
+        # Plain symbols first, wherever they appear: a dimension written as a size expression
+        # (float(N, H - KH + 1) dO) may use sizes that later parameters bind.
+        for p in self.d.params:
+            for dim in p.dims or ():
+                if isinstance(dim.value, str) and dim.value not in self.size_spans:
+                    if dim.value in {q.name for q in self.d.params}:
+                        continue  # reported below, with the argument
+                    self._fresh_name(dim.value, dim.span, "size")
+                    self.sizes.append(dim.value)
+                    self.size_spans[dim.value] = dim.span
         for p in self.d.params:
             self._fresh_name(p.name, p.span, "argument")
             if p.name in self.tensors or p.name in self.scalars:
@@ -199,7 +211,8 @@ class _DefChecker:
                     TCSemanticError,
                     "left-hand side subscripts of '=' must be index variables",
                     e.span,
-                    hint="affine subscripts (2 * h + r_kh) are allowed for accumulations (+=, +=!, ...)",
+                    hint="affine (2 * h + r_kh) and gathered (I(b)) subscripts are allowed for "
+                    "accumulations (+=, +=!, ...)",
                 )
         lets: dict[str, A.Expr] = {}
         range_clauses: dict[str, A.RangeClause] = {}
@@ -279,7 +292,17 @@ class _DefChecker:
                 "use +=!, *=!, min=! or max=!",
             )
 
-        # ---- reads of the tensor being written.
+        # ---- reads of the tensor being written: never in a left-hand side subscript (a scatter
+        # through the tensor it updates), else only at the element written.
+        for e in lhs_exprs:
+            for node in A.walk(e):
+                if isinstance(node, A.Access) and node.tensor == name:
+                    raise self.err(
+                        TCSemanticError,
+                        f"a left-hand side subscript may not read '{name}', the tensor the statement writes",
+                        node.span,
+                        hint="compute the subscripts into another tensor first",
+                    )
         for node in A.walk(rhs):
             if (
                 isinstance(node, (A.Access, A.Ident))

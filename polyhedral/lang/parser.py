@@ -211,12 +211,15 @@ class _Parser:
         if not self.at(")"):
             while True:
                 t = self.tok
-                if t.kind == "ident":
-                    dims.append(A.Dim(self.advance().text, t.span))
-                elif t.kind == "int":
-                    dims.append(A.Dim(int(self.advance().text), t.span))
-                else:
+                if t.kind not in ("ident", "int", "op") and not self.at("("):
                     raise self.error(f"expected a size symbol or an integer size but found {t.describe()}")
+                e = self.binary(0)
+                if isinstance(e, A.Ident):
+                    dims.append(A.Dim(e.name, e.span))
+                elif isinstance(e, A.IntLit):
+                    dims.append(A.Dim(e.value, e.span))
+                else:  # [ext] a size expression of sizes bound elsewhere: float(N, H - KH + 1) dO
+                    dims.append(A.Dim(e, e.span))
                 if not self.at(","):
                     break
                 self.advance()

@@ -89,7 +89,10 @@ def expr_to_tc(e: A.Expr) -> str:
 
 
 def _dims(dims: tuple[A.Dim, ...] | None) -> str:
-    return "" if dims is None else f"({', '.join(str(d.value) for d in dims)})"
+    def one(v) -> str:
+        return str(v) if isinstance(v, (str, int)) else expr_to_tc(v)
+
+    return "" if dims is None else f"({', '.join(one(d.value) for d in dims)})"
 
 
 def _clause(c: A.Clause) -> str:
