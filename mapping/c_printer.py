@@ -350,9 +350,13 @@ class _Printer:
 
     # --------------------------------------------------------------------------------- memory
     def address(self, tensor: str, args: Sequence[A.Expr], ex: _Exprs, node) -> str:
+        """C for the offset of element ``args`` of ``tensor``; ``node`` is the access (a read) or
+        the statement (the element it writes), for the messages of run-time bounds checks."""
         info = self.cdef.tensor(tensor)
         if not args:
             return "0"
+        writes = isinstance(node, A.Statement)
+        span = node.lhs_span if writes else node.span
         terms = []
         for k, (arg, stride) in enumerate(zip(args, self.held_strides(tensor))):
             sub = ex.index(arg)
@@ -360,7 +364,11 @@ class _Printer:
                 n = info.shape[k].evaluate(self.sizes)
                 self.checks.append(
                     BoundsCheck(
-                        tensor, k, n, (node.span.start, node.span.end, node.span.line, node.span.col), "reads"
+                        tensor,
+                        k,
+                        n,
+                        (span.start, span.end, span.line, span.col),
+                        "writes" if writes else "reads",
                     )
                 )
                 sub = f"tc_checked({sub}, INT64_C({n}), {len(self.checks)}, tc_errors)"

@@ -132,9 +132,10 @@ def _prove_bounds(
     guarded = _guarded_accesses(cdef)
     for acc in scop.accesses:
         shape = shapes[acc.tensor]
+        args = _subscripts(scop, acc)
         if not acc.exact:
             dims = set(scop.statement(acc.statement).dims)
-            for arg in acc.node.args:
+            for arg in args:
                 if (
                     affine_form(arg, dims, lambda n: n in cdef.sizes, lambda t, k: cdef.tensor(t).shape[k])
                     is None
@@ -153,7 +154,7 @@ def _prove_bounds(
         if outside.is_empty():
             continue
         if id(acc.node) in guarded:  # maybe never evaluated out there: check as it runs
-            checked.update(id(arg) for arg in acc.node.args)
+            checked.update(id(arg) for arg in args)
             continue
         point = outside.sample_point()
         coords = [int(point.get_coordinate_val(isl.dim_type.set, k).to_python()) for k in range(len(shape))]
@@ -169,6 +170,17 @@ def _prove_bounds(
             where=cdef.name,
         )
     return frozenset(checked)
+
+
+def _subscripts(scop: Scop, acc) -> tuple[A.Expr, ...]:
+    """The typed subscripts of ``acc`` as the printers see them: a read's own, or the left-hand
+    side of the checked statement for the element a statement writes (or an update reads back)."""
+    if isinstance(acc.node, A.Statement):
+        st = scop.statement(acc.statement)
+        if st.kind == "init" and not st.source.plain_lhs:
+            return ()  # the elements its update reaches, named by plain variables
+        return tuple(st.source.lhs)
+    return tuple(acc.node.args)
 
 
 def _guarded_accesses(cdef: CheckedDef) -> set[int]:

@@ -8,6 +8,13 @@ not affine, so a definition with such ranges is always specialised). Every acces
 reference id (``[S0[m, n, k] -> R2[]] -> A[m, k]``) so later passes can tell two accesses of one
 tensor apart. A gather (a subscript that is not affine) may touch any element of its dimension.
 
+A gather on the left-hand side of an accumulation (``dW(I(b), d) += dO(b, d)``, a scatter) is
+therefore a may-write of a whole dimension: any two instances of the update may hit one element,
+so the dependences order them all along the iterations that feed the gathered subscript and no
+mapping runs those in parallel (``Reduction.reduction_dims`` is empty: there is nothing to
+relax). Its ``!`` initialisation writes the whole tensor, every element the scatter might reach.
+The tensors a left-hand side's subscripts read are read accesses of the statement like any other.
+
 Each Scop owns its isl context: scheduling options are context settings, so compilations never
 disturb each other.
 """
@@ -168,6 +175,10 @@ class _Builder:
         self.refs += 1
         return f"R{self.refs - 1}"
 
+    def gathers(self, args, dims: set[str]) -> bool:
+        """Whether some subscript in ``args`` is not affine (a gather)."""
+        return any(self.affine(arg, dims) is None for arg in args)
+
     def subscripts(self, args, dims: set[str], tensor: str) -> tuple[list[str], list[str], bool]:
         """(names of the tensor's index dims, constraints, exact) for one access."""
         shape = self.cdef.tensor(tensor).shape
@@ -239,9 +250,15 @@ def build_scop(cdef: CheckedDef, sizes: Mapping[str, int] | None = None) -> Scop
                 lhs_only = [b.condition(c, lhs_dims) for c in st.lhs_conditions]
                 tup = add(f"{name}_init", st, "init", st.lhs_vars, ranges[: len(st.lhs_vars)] + lhs_only)
                 access(f"{name}_init", tup, lhs_dims, st.tensor, st.lhs, True, st.source)
-            else:  # the elements an affine left-hand side reaches, computed below with isl
+            else:
+                # An affine left-hand side: the elements it reaches, computed below with isl. A
+                # gathered one may reach any element: the whole tensor.
                 edims = tuple(f"e{i}" for i in range(len(st.lhs)))
-                tup = add(f"{name}_init", st, "init", edims, [])
+                box = []
+                if b.gathers(st.lhs, dims):
+                    shape = cdef.tensor(st.tensor).shape
+                    box = [f"0 <= {e} < {b.size(n)}" for e, n in zip(edims, shape)]
+                tup = add(f"{name}_init", st, "init", edims, box)
                 idents = tuple(A.Ident(e, kind="index") for e in edims)
                 access(f"{name}_init", tup, set(edims), st.tensor, idents, True, st.source)
         tup = add(name, st, "update" if st.is_reduction else "assign", st.vars, ranges + conds)
@@ -251,9 +268,10 @@ def build_scop(cdef: CheckedDef, sizes: Mapping[str, int] | None = None) -> Scop
             reductions.append(
                 Reduction(name, st.op, tuple(range(len(st.lhs_vars), len(st.vars))) if st.plain_lhs else ())
             )
-        for node in A.walk(st.rhs):
-            if isinstance(node, A.Access):
-                access(name, tup, dims, node.tensor, node.args, False, node)
+        for root in (*st.lhs, st.rhs):  # a gathered left-hand side reads its subscripts' tensors
+            for node in A.walk(root):
+                if isinstance(node, A.Access):
+                    access(name, tup, dims, node.tensor, node.args, False, node)
 
     domain = isl.UnionSet.read_from_str(ctx, head + "{ " + "; ".join(domains) + " }")
     write_map = isl.UnionMap.read_from_str(ctx, head + "{ " + "; ".join(writes) + " }")
@@ -262,7 +280,8 @@ def build_scop(cdef: CheckedDef, sizes: Mapping[str, int] | None = None) -> Scop
     else:
         read_map = isl.UnionMap.empty(write_map.get_space())
     domain = domain.intersect_params(context)
-    domain = _affine_init_domains(ctx, domain, write_map, statements)
+    gathered = {a.statement for a in accesses if a.write and not a.exact}
+    domain = _affine_init_domains(ctx, domain, write_map, statements, gathered)
     write_map = write_map.intersect_domain(_tagged(domain, write_map))
     read_map = read_map.intersect_domain(_tagged(domain, read_map))
     order_map = isl.UnionMap.read_from_str(ctx, head + "{ " + "; ".join(order) + " }").intersect_domain(
@@ -290,12 +309,15 @@ def _tagged(domain: isl.UnionSet, tagged: isl.UnionMap) -> isl.UnionSet:
     return wrapped.intersect_domain(domain).wrap()
 
 
-def _affine_init_domains(ctx, domain: isl.UnionSet, writes: isl.UnionMap, statements) -> isl.UnionSet:
-    """Give each affine ``!`` initialisation the elements its update reaches; it writes them."""
+def _affine_init_domains(
+    ctx, domain: isl.UnionSet, writes: isl.UnionMap, statements, gathered: set[str]
+) -> isl.UnionSet:
+    """Give each affine ``!`` initialisation the elements its update reaches; it writes them.
+    (A gathered left-hand side's initialisation already has the whole tensor.)"""
     for st in statements:
-        if st.kind != "init" or st.source.plain_lhs:
-            continue
         update = st.name[: -len("_init")]
+        if st.kind != "init" or st.source.plain_lhs or update in gathered:
+            continue
         upd = (
             writes.domain_factor_domain()
             .intersect_domain(domain)

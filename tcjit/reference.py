@@ -3,8 +3,8 @@
 ``evaluate(source, entry, *inputs)`` computes the outputs of any checked TC program with torch tensor
 operations: each statement's iteration space is laid out as a broadcast grid of index tensors, the
 right-hand side is evaluated on it elementwise, and reductions are torch reductions over the
-reduction axes (or scatter-reductions for affine left-hand sides). Nothing here uses polyhedral
-code. It is slow on purpose-less Python glue and that is fine.
+reduction axes (or scatter-reductions for affine and gathered left-hand sides). Nothing here uses
+polyhedral code. It is slow on purpose-less Python glue and that is fine.
 
 Value semantics (the language's, see docs/language.md) are honoured exactly for integers and as
 closely as IEEE arithmetic allows for floats:
@@ -18,7 +18,8 @@ closely as IEEE arithmetic allows for floats:
 * ``c ? a : b``, ``&&`` and ``||`` evaluate only the branch taken (a gather in the other branch
   may be out of bounds);
 * elements of an output that no statement writes are zero; ``!`` sets the elements a statement
-  writes to the identity of its operator before reducing.
+  writes to the identity of its operator before reducing (with a gathered left-hand side, which
+  may write anywhere, the whole tensor).
 
 Memory stays bounded: a statement's iteration space is cut into boxes of at most ``max_points``
 points (about 1 GiB of temporaries at the default), whatever its size.
@@ -39,6 +40,7 @@ from .polyhedral.lang import ast as A
 from .polyhedral.lang.builtins import LANGUAGE_FUNCTIONS
 from .polyhedral.lang.check import check_source
 from .polyhedral.lang.checked import CheckedDef, CheckedProgram, CheckedStatement
+from .polyhedral.lang.ranges import affine_form
 from .polyhedral.lang.types import SCALAR_TYPES, ScalarType, common_type
 
 __all__ = ["DEFAULT_MAX_POINTS", "evaluate", "evaluate_def"]
@@ -280,8 +282,9 @@ class _Evaluator:
         idx = self.checked(idx, src.shape, e, active, "reads")
         return src[tuple(idx)]
 
-    def checked(self, idx, shape, node, active, verb: str) -> list[torch.Tensor]:
-        """Bounds-check subscripts at the active points; inactive points are redirected to 0."""
+    def checked(self, idx, shape, node, active, verb: str, span=None) -> list[torch.Tensor]:
+        """Bounds-check subscripts at the active points; inactive points are redirected to 0.
+        Errors point at ``span``, by default ``node``'s."""
         out = []
         for k, (ix, n) in enumerate(zip(idx, shape)):
             bad = (ix < 0) | (ix >= n)
@@ -293,7 +296,7 @@ class _Evaluator:
                     f"subscript {k} of '{getattr(node, 'tensor', '?')}' {verb} element {value}, outside "
                     f"[0, {n}) (dimension {k} has size {n})",
                     source=self.cdef.source,
-                    span=node.span,
+                    span=span or node.span,
                     where=self.cdef.name,
                 )
             if active is not None:
@@ -378,19 +381,28 @@ def _run_statement(ev: _Evaluator, st: CheckedStatement, max_points: int) -> Non
 
     def lhs_index(ch: _Chunk, active):
         idx = [ev.index(e, ch, active) for e in st.lhs]
-        return ev.checked(idx, target.shape, st.source, active, "writes")
+        return ev.checked(idx, target.shape, st.source, active, "writes", span=st.source.lhs_span)
+
+    # A gathered (data-dependent) subscript on the left-hand side may reach any element.
+    gathered = any(
+        affine_form(e, set(names), lambda n: n in cdef.sizes, lambda t, k: cdef.tensor(t).shape[k]) is None
+        for e in st.lhs
+    )
 
     extents = [max(0, b - a) for a, b in bounds]
 
     if st.init and st.is_reduction:
         # `!`: the identity at every element the left-hand side denotes. For a plain left-hand side
         # that is its variables' box (under the conditions on them alone), so an element whose
-        # reduction is empty still gets the identity; an affine one denotes what it reaches.
+        # reduction is empty still gets the identity; an affine one denotes what it reaches, a
+        # gathered one the whole tensor.
         ident = ev.const(_identity(st.op, info.dtype), info.dtype)
+        if gathered:
+            target.fill_(ident)
         init_dims, init_conditions = (
             (n_lhs, st.lhs_conditions) if st.plain_lhs else (len(names), st.conditions)
         )
-        for box in _boxes(extents[:init_dims], max_points):
+        for box in _boxes(extents[:init_dims], max_points) if not gathered else ():
             ch = chunk(box)
             active = mask(ch, init_conditions)
             idx = lhs_index(ch, active)
