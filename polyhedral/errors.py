@@ -20,6 +20,7 @@ __all__ = [
     "TCBoundsError",
     "TCCacheError",
     "TCCallError",
+    "TCDerivativeError",
     "TCError",
     "TCInternalError",
     "TCNameError",
@@ -144,6 +145,11 @@ class TCRangeError(TCError):
 
 class TCBoundsError(TCError):
     """An access can fall (or fell, for gathers) outside the tensor it reads or writes."""
+
+
+class TCDerivativeError(TCError):
+    """Automatic backward cannot differentiate a statement (named by the error's position): a
+    builtin without a derivative on the way to a wanted gradient, a partial overwrite."""
 
 
 class TCCallError(TCError):

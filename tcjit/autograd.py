@@ -1,46 +1,135 @@
 """Gradients through tcjit kernels: calls wrapped in a ``torch.autograd.Function``.
 
+Every differentiable kernel has a :class:`GradPlan`: a *forward* kernel, which computes the kernel's
+outputs followed by the tensors its backward reads (*saved* tensors: none for a user-supplied
+backward; for a derived backward, the intermediate values it needs), and a *backward* that takes the
+forward inputs, the saved tensors and one gradient per output, and returns the inputs' gradients.
+
 A call of a :class:`~tcjit.Kernel` whose tensor inputs require grad, with grad mode on, goes through
 :class:`KernelFunction`:
 
-* **forward** runs the kernel's compiled specialisation for the call's layout, as a call without
-  gradients would (the same specialisation, options and target);
-* **backward** runs the *backward kernel* on the forward inputs followed by the gradients of the
-  outputs (made contiguous; an output that received no gradient gets zeros), and returns its
-  outputs as the inputs' gradients, checked against the inputs' shapes. Inputs that do not require
-  grad get ``None``; integer outputs are not differentiable (``mark_non_differentiable``).
+* **forward** runs the plan's forward kernel on the call's layout (the call's ``options`` and
+  ``target`` apply), returns the outputs and keeps the inputs and saved tensors for backward;
+* **backward** runs the plan's backward on the inputs, the saved tensors and the gradients of the
+  outputs (made contiguous; an output that received no gradient gets zeros), and returns the inputs'
+  gradients, checked against the inputs' shapes. Inputs that do not require grad get ``None`` (a
+  derived backward does not compute them); integer outputs are not differentiable
+  (``mark_non_differentiable``).
 
-The backward kernel is, as in Tensor Comprehensions, an entry of the same source named by
+The backward is, as in Tensor Comprehensions, an entry of the same source named by
 ``tcjit.define(source, name, backward="entry")``, or any kernel given to :func:`make_autograd`: it
 takes the forward inputs followed by one gradient per output and returns one gradient per input.
-``backward="auto"`` (derived from the forward program) is not built yet and raises
-:class:`~tcjit.TCCallError` when a gradient is needed; ``backward=None`` declares the kernel
-forward-only. Backward passes are not themselves differentiable: a backward with
-``create_graph=True`` (a double backward's first step) raises :class:`~tcjit.TCCallError`.
+``backward="auto"`` (the default) derives it from the forward program
+(:mod:`tcjit.polyhedral.autodiff`); ``backward=None`` declares the kernel forward-only. Backward
+passes are not themselves differentiable: a backward with ``create_graph=True`` (a double
+backward's first step) raises :class:`~tcjit.TCCallError`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from .polyhedral.errors import TCCallError
 
-__all__ = ["KernelFunction", "make_autograd"]
+__all__ = ["GradPlan", "KernelFunction", "make_autograd"]
+
+
+@dataclass(frozen=True)
+class GradPlan:
+    """How calls of one kernel are differentiated.
+
+    :ivar kernel: the kernel differentiated.
+    :ivar forward: runs on the kernel's inputs and returns its outputs followed by ``n_saved`` saved
+        tensors (``kernel`` itself when nothing is saved).
+    :ivar n_saved: how many tensors ``forward`` returns beyond the kernel's outputs.
+    :ivar backward_for: ``needs -> kernel``: for a tuple of booleans, one per input (whether its
+        gradient is wanted), a kernel that takes the inputs, the saved tensors and one gradient per
+        output and returns the gradients of the wanted inputs in input order (``all_grads``: of every
+        input, whatever ``needs`` says).
+    :ivar derived: ``False`` for a user-supplied backward, which takes the inputs and the output
+        gradients only (``saved`` is empty) and returns one gradient per input whatever ``needs``
+        says; ``True`` for a derived one, which takes the inputs, the kernel's *outputs*, then the
+        ``n_saved`` intermediate tensors, then the output gradients, and returns the wanted
+        gradients only.
+    """
+
+    kernel: object
+    forward: object
+    n_saved: int
+    backward_for: Callable[[tuple[bool, ...]], object]
+    derived: bool
+
+    @property
+    def saves_outputs(self) -> bool:
+        """Whether the backward reads the forward's outputs (they are saved with the inputs)."""
+        return self.derived
+
+    def grads(self, inputs, saved, grad_outputs, needs: tuple[bool, ...]) -> tuple:
+        """The inputs' gradients (``None`` where not ``needs``), shapes and dtypes checked.
+
+        ``saved`` holds what the backward takes between the inputs and the output gradients: for a
+        derived backward the kernel's outputs and then the intermediates ``forward`` returned
+        after them; empty for a user-supplied backward. ``grad_outputs`` holds one tensor or
+        ``None`` (zeros) per output of :attr:`kernel`; its tensors are made contiguous.
+        """
+        kernel = self.kernel
+        needs = tuple(bool(n) and isinstance(x, torch.Tensor) for n, x in zip(needs, inputs))
+        if not any(needs):
+            return (None,) * len(inputs)
+        shapes = kernel.output_shapes(*inputs) if any(g is None for g in grad_outputs) else ()
+        device = next((x.device for x in inputs if isinstance(x, torch.Tensor)), torch.device("cpu"))
+        grads_out = []
+        for k, (name, g) in enumerate(zip(kernel.outputs, grad_outputs)):
+            dtype = _torch_dtype(kernel.definition.tensor(name).dtype)
+            grads_out.append(
+                torch.zeros(shapes[k], dtype=dtype, device=device) if g is None else g.to(dtype).contiguous()
+            )
+        backward = self.backward_for(needs)
+        result = backward(*inputs, *saved, *grads_out)
+        result = list(result) if isinstance(result, tuple) else [result]
+        if self.derived:  # the derived backward returns the wanted gradients only
+            it = iter(result)
+            result = [next(it) if n else None for n in needs]
+        out = []
+        for i, (x, g, n) in enumerate(zip(inputs, result, needs)):
+            if not n:
+                out.append(None)
+                continue
+            if g.shape != x.shape:
+                raise TCCallError(
+                    f"{backward.name}: gradient {i} has shape {tuple(g.shape)}, but input "
+                    f"'{kernel.definition.params[i]}' of {kernel.name} has shape {tuple(x.shape)}",
+                    hint="the backward kernel returns one gradient per forward input, in the inputs' shapes",
+                )
+            out.append(g.to(x.dtype))
+        return tuple(out)
+
+
+def _torch_dtype(t):
+    from .binding import torch_dtype
+
+    return torch_dtype(t)
 
 
 class KernelFunction(torch.autograd.Function):
-    """``apply(kernel, backward, spec, *inputs)``: run ``spec`` (``kernel``'s specialisation for
-    these inputs) and differentiate it with the ``backward`` kernel."""
+    """``apply(plan, spec, *inputs)``: run ``spec`` (the specialisation of ``plan.forward`` for these
+    inputs) and differentiate it with ``plan``'s backward."""
 
     @staticmethod
-    def forward(ctx, kernel, backward, spec, *inputs):
+    def forward(ctx, plan, spec, *inputs):
         outs = spec.run(inputs, None)
-        ctx.kernel, ctx.backward_kernel = kernel, backward
+        n_out = len(plan.kernel.outputs)
+        outs, saved = tuple(outs[:n_out]), tuple(outs[n_out:])
+        if plan.saves_outputs:
+            saved = outs + saved
+        ctx.plan = plan
         tensors = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
         ctx.others = {i: x for i, x in enumerate(inputs) if not isinstance(x, torch.Tensor)}
         ctx.n_inputs = len(inputs)
-        ctx.save_for_backward(*(inputs[i] for i in tensors))
-        ctx.out_meta = [(o.shape, o.dtype, o.device) for o in outs]
+        ctx.save_for_backward(*(inputs[i] for i in tensors), *saved)
         not_differentiable = [o for o in outs if not (o.is_floating_point() or o.is_complex())]
         if not_differentiable:
             ctx.mark_non_differentiable(*not_differentiable)
@@ -48,39 +137,27 @@ class KernelFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
+        plan = ctx.plan
         if torch.is_grad_enabled():  # create_graph=True: the gradients would need a graph of their own
             raise TCCallError(
-                f"{ctx.kernel.name}: a double backward (create_graph=True) through a tcjit kernel is "
+                f"{plan.kernel.name}: a double backward (create_graph=True) through a tcjit kernel is "
                 "not supported: its backward kernel is not differentiable",
                 hint="differentiate once (create_graph=False), or write the second derivative as "
                 "a kernel of its own",
             )
-        return KernelFunction._backward(ctx, *grads)
+        saved = list(ctx.saved_tensors)
+        n_tensors = ctx.n_inputs - len(ctx.others)
+        it = iter(saved[:n_tensors])
+        inputs = [ctx.others[i] if i in ctx.others else next(it) for i in range(ctx.n_inputs)]
+        needs = tuple(ctx.needs_input_grad[2:])
+        return (None, None, *plan.grads(inputs, saved[n_tensors:], grads, needs))
 
-    @staticmethod
-    def _backward(ctx, *grads):
-        saved = iter(ctx.saved_tensors)
-        inputs = [ctx.others[i] if i in ctx.others else next(saved) for i in range(ctx.n_inputs)]
-        grads_out = [
-            torch.zeros(shape, dtype=dtype, device=device) if g is None else g.contiguous()
-            for g, (shape, dtype, device) in zip(grads, ctx.out_meta)
-        ]
-        result = ctx.backward_kernel(*inputs, *grads_out)
-        result = result if isinstance(result, tuple) else (result,)
-        grads_in = []
-        for i, (x, g) in enumerate(zip(inputs, result)):
-            if not (isinstance(x, torch.Tensor) and ctx.needs_input_grad[3 + i]):
-                grads_in.append(None)
-                continue
-            if g.shape != x.shape:
-                name = ctx.kernel.definition.params[i]
-                raise TCCallError(
-                    f"{ctx.backward_kernel.name}: gradient {i} has shape {tuple(g.shape)}, but input "
-                    f"'{name}' of {ctx.kernel.name} has shape {tuple(x.shape)}",
-                    hint="the backward kernel returns one gradient per forward input, in the inputs' shapes",
-                )
-            grads_in.append(g.to(x.dtype))
-        return (None, None, None, *grads_in)
+
+def user_plan(kernel, backward) -> GradPlan:
+    """The plan of a kernel with a user-supplied backward kernel (nothing saved)."""
+    return GradPlan(
+        kernel=kernel, forward=kernel, n_saved=0, backward_for=lambda needs: backward, derived=False
+    )
 
 
 def make_autograd(forward_kernel, backward_kernel):

@@ -1,7 +1,8 @@
 """The ``tcjit`` command line: ``demo``, ``show``, ``run`` and ``cache``.
 
 * ``tcjit show FILE.tc --stage STAGE`` prints one stage of the compilation of an entry: ``ast``,
-  ``checked`` (the default: types and index ranges), ``canonical``, ``scop``, ``schedule``, ``tree``
+  ``checked`` (the default: types and index ranges), ``canonical``, ``backward`` (the derived
+  augmented forward and backward TC of automatic differentiation), ``scop``, ``schedule``, ``tree``
   (the mapped schedule tree and the mapping decisions) or ``c`` (the generated C). ``tree`` and ``c``
   need every size (``--sizes M=64,N=32``) and take the mapping options (``--options JSON``,
   ``--fusion``, ``--tile``, ``--no-parallel``, ``--no-vectorize``); they lower for contiguous tensors.
@@ -27,7 +28,7 @@ from .polyhedral.errors import TCError
 
 __all__ = ["lower_for_show", "main"]
 
-_FRONT_STAGES = ("ast", "checked", "canonical", "scop", "schedule")
+_FRONT_STAGES = ("ast", "checked", "canonical", "backward", "scop", "schedule")
 _MAPPED_STAGES = ("tree", "c")
 _DEFAULT_FUSION = "Preserve3Coincident"
 
@@ -149,6 +150,13 @@ def cmd_show(args) -> int:
         print(parse(program.source).get(cdef.name))
     elif args.stage == "canonical":
         print(def_to_tc(cdef.ast), end="")
+    elif args.stage == "backward":
+        from .polyhedral.autodiff import derive
+        from .polyhedral.lang.check import check_source
+
+        d = derive(cdef)
+        for text in (d.forward, d.backward):  # printed canonically, as the compiler reads them
+            print(def_to_tc(check_source(text).defs[0].ast))
     elif args.stage in ("scop", "schedule"):
         from .polyhedral.schedule import schedule, tile
         from .polyhedral.scop import build_scop, compute_dependences

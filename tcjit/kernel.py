@@ -37,7 +37,7 @@ class Kernel:
         self.backward = backward
         self.options = options
         self._specializations: dict = {}
-        self._backward: Kernel | None = None  # the named backward entry's kernel, made when first needed
+        self._plan = None  # the GradPlan (tcjit.autograd), made when a gradient is first needed
 
     # ----------------------------------------------------------------------------------- describing
     @property
@@ -110,19 +110,19 @@ class Kernel:
         """
         if outputs is not None and not isinstance(outputs, (list, tuple)):
             outputs = (outputs,)
+        if _grad_requested(inputs):
+            return self._differentiable_call(inputs, outputs, options, target)
         key = (options, target, _layouts(inputs), None if outputs is None else _layouts(outputs))
         spec = self._specializations.get(key)
-        if _grad_requested(inputs):
-            return self._differentiable_call(inputs, outputs, options, target, key, spec)
         if spec is None:
             spec = self._specialize(inputs, outputs, options, target)
             self._specializations[key] = spec
         outs = spec.run(inputs, outputs)
         return outs[0] if len(outs) == 1 else outs
 
-    def _differentiable_call(self, inputs, outputs, options, target, key, spec):
-        """A call recorded for autograd (module :mod:`tcjit.autograd`); ``spec`` is the call's
-        specialisation under ``key`` if there is one yet."""
+    def _differentiable_call(self, inputs, outputs, options, target):
+        """A call recorded for autograd (module :mod:`tcjit.autograd`): the grad plan's forward
+        kernel runs, specialised for the call's layout, options and target."""
         from .autograd import KernelFunction
 
         if outputs is not None:
@@ -130,33 +130,44 @@ class Kernel:
                 f"{self.name}: outputs= cannot be used when an input requires grad",
                 hint="let the call allocate its outputs, or call it under torch.no_grad()",
             )
-        backward = self._backward_kernel()
+        plan = self.grad_plan()
+        forward = plan.forward
+        key = (options, target, _layouts(inputs), None)
+        spec = forward._specializations.get(key)
         if spec is None:
-            spec = self._specialize(inputs, None, options, target)
-            self._specializations[key] = spec
-        return KernelFunction.apply(self, backward, spec, *inputs)
+            spec = forward._specialize(inputs, None, options, target)
+            forward._specializations[key] = spec
+        return KernelFunction.apply(plan, spec, *inputs)
 
-    def _backward_kernel(self) -> Kernel:
-        """The kernel that computes this one's input gradients (:mod:`tcjit.autograd`)."""
+    def grad_plan(self):
+        """How this kernel's calls are differentiated: a :class:`tcjit.autograd.GradPlan` (made on
+        first use, then kept).
+
+        :raises TCCallError: the kernel was defined with ``backward=None``.
+        :raises TCSemanticError: ``backward="auto"`` and a statement has no derivative (the error
+            names it).
+        """
+        if self._plan is not None:
+            return self._plan
+        from .autograd import user_plan
+
         b = self.backward
-        if isinstance(b, Kernel):
-            return b
         if b is None:
             raise TCCallError(
                 f"{self.name}: an input requires grad, but the kernel was defined with backward=None "
                 "(forward only)",
-                hint="define it with backward='<entry>' or use tcjit.make_autograd, or call it under "
-                "torch.no_grad()",
+                hint="define it with backward='auto' or backward='<entry>', or use tcjit.make_autograd, "
+                "or call it under torch.no_grad()",
             )
-        if b == "auto":
-            raise TCCallError(
-                f"{self.name}: an input requires grad, and automatic backward is not built yet",
-                hint="name a backward entry (tcjit.define(source, name, backward='<entry>')) or use "
-                "tcjit.make_autograd; or call it under torch.no_grad()",
-            )
-        if self._backward is None:
-            self._backward = Kernel(self.program, b, backward=None)
-        return self._backward
+        if isinstance(b, Kernel):
+            self._plan = user_plan(self, b)
+        elif b == "auto":
+            from .derived import derived_plan
+
+            self._plan = derived_plan(self)
+        else:
+            self._plan = user_plan(self, Kernel(self.program, b, backward=None))
+        return self._plan
 
     def options_for(self, *inputs, target: str | None = None):
         """The :class:`~tcjit.MappingOptions` a call on ``inputs`` without ``options=`` uses: those

@@ -183,6 +183,15 @@ class SizeExpr:
             lo, hi = lo + tlo, hi + thi
         return lo, hi
 
+    def alternatives(self, op: str) -> tuple[SizeExpr, ...]:
+        """``self`` as the ``op`` (``"min"`` or ``"max"``) of min/max-free expressions where it is
+        one (``min(a, b) + 1`` -> ``(a + 1, b + 1)``), else ``(self,)``."""
+        for k, (atom, coeff) in enumerate(self.terms):
+            if isinstance(atom, _MinMax) and atom.op == op and coeff == 1:
+                rest = SizeExpr(self.terms[:k] + self.terms[k + 1 :], self.const)
+                return tuple(a + rest for a in atom.args)
+        return (self,)
+
     def minus_const(self, other: SizeExpr) -> int | None:
         """``self - other`` if that difference is a constant, else ``None``."""
         d = self - other
