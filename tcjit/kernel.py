@@ -107,7 +107,16 @@ class Kernel:
         :arg target: ``None`` follows the inputs' device; ``"cpu"``, ``"cuda"`` or
             ``"cuda-emulated"`` (the CUDA mapping run on CPU tensors).
         :returns: a tensor, or a tuple of tensors when the entry has several outputs.
+
+        Under ``torch.compile`` (``torch.compiler.is_compiling()``) the call is a custom operator
+        instead (:mod:`tcjit.ops`), which Dynamo traces into its graph.
         """
+        import torch
+
+        if torch.compiler.is_compiling():
+            from .ops import compiled_call
+
+            return compiled_call(self, inputs, outputs, options, target)
         if outputs is not None and not isinstance(outputs, (list, tuple)):
             outputs = (outputs,)
         if _grad_requested(inputs):
