@@ -13,7 +13,8 @@ import pytest
 import torch
 
 import tcjit
-from tcjit.cli import lower_for_show
+from tcjit.cpu_runtime import vector_bytes
+from tcjit.mapping.lower import contiguous_strides, lower_cpu
 from tcjit.mapping.options import MappingOptions
 from tcjit.polyhedral.lang.check import check_source
 
@@ -30,8 +31,22 @@ ROWSUM = "def rowsum(float(M,K) A) -> (S) { S(m) +=! A(m, r_k) }"
 OPTS = MappingOptions("naive").vectorize(True).tile(64, 256, 512).register_tile(4, 16)
 
 
+#: The vector width the source-level checks below assume: AVX2's 32 bytes (8 floats), whatever this
+#: machine has (an AVX-512 host compiles with 64), so that their figures hold on every CI machine.
+VECTOR_BYTES = 32
+
+#: How many times wider than :data:`VECTOR_BYTES` this machine's vectors are (2 with AVX-512): the
+#: compiled checks scale their column counts by it, so "whole vectors" and "a partial tile" stay so.
+WIDTH = max(1, vector_bytes() // VECTOR_BYTES)
+
+
 def _lowered(src: str, sizes: dict, options=OPTS):
-    return lower_for_show(check_source(src).entry(), sizes, options)
+    """The lowered CPU kernel at :data:`VECTOR_BYTES`-wide vectors (not this machine's width)."""
+    cdef = check_source(src).entry()
+    strides = {
+        t.name: contiguous_strides(tuple(int(s.evaluate(sizes)) for s in t.shape)) for t in cdef.tensor_infos
+    }
+    return lower_cpu(cdef, dict(sizes), strides, options.validate("cpu").values, vector_bytes=VECTOR_BYTES)
 
 
 def _inputs(shapes, dtype=torch.float32, seed=0):
@@ -147,11 +162,12 @@ SHIFTED = """def conv1d(float(M,K) A, float(N) X, float(K,R) W) -> (O) {
 @pytest.mark.parametrize(
     "src, shapes, scalars",
     [
-        (MATMUL, [(13, 11), (11, 48)], ()),  # 48 columns: 16-wide tiles of 2 vectors
-        (MATMUL, [(8, 5), (5, 40)], ()),  # 40 = 2 x 16 + 8: full tiles and a partial one
-        (CONV, [(2, 3, 9, 34), (4, 3, 3, 3)], ()),  # 32 output columns, w + r_kw subscripts
-        (SCALED, [(9, 7), (7, 32)], (1.5,)),  # scalars, literals, - and unary minus
-        (SHIFTED, [(6, 5), (36,), (5, 5)], ()),  # n + r_r, a where-bounded range
+        # Column counts for 8-float vectors, times WIDTH on wider machines.
+        (MATMUL, [(13, 11), (11, 48 * WIDTH)], ()),  # 48 columns: 16-wide tiles of 2 vectors
+        (MATMUL, [(8, 5), (5, 40 * WIDTH)], ()),  # 40 = 2 x 16 + 8: full tiles and a partial one
+        (CONV, [(2, 3, 9, 32 * WIDTH + 2), (4, 3, 3, 3)], ()),  # 32 output columns, w + r_kw subscripts
+        (SCALED, [(9, 7), (7, 32 * WIDTH)], (1.5,)),  # scalars, literals, - and unary minus
+        (SHIFTED, [(6, 5), (32 * WIDTH + 4,), (5, 5)], ()),  # n + r_r, a where-bounded range
     ],
     ids=["matmul", "matmul-partial", "conv", "scaled", "shifted"],
 )
@@ -163,12 +179,13 @@ def test_vector_tiles_are_bit_identical_to_no_tiles(src: str, shapes, scalars, d
     if dtype == torch.float64:
         src = src.replace("float(", "double(").replace("float s", "double s")
     kernel = tcjit.define(src)
-    source = tcjit.compile(kernel, *inputs, options=OPTS).source
+    opts = OPTS.register_tile(4, 16 * WIDTH)
+    source = tcjit.compile(kernel, *inputs, options=opts).source
     assert "register tile (outer-product form, vectors of" in source
-    tiled = H.as_tuple(kernel(*inputs, options=OPTS))
-    plain = H.as_tuple(kernel(*inputs, options=OPTS.register_tile()))
+    tiled = H.as_tuple(kernel(*inputs, options=opts))
+    plain = H.as_tuple(kernel(*inputs, options=opts.register_tile()))
     assert all(torch.equal(a, b) for a, b in zip(tiled, plain))
-    H.check_against_oracle(src, None, inputs, options=OPTS, reduction_length=64)
+    H.check_against_oracle(src, None, inputs, options=opts, reduction_length=64)
 
 
 def test_vector_tiles_need_unit_strides() -> None:
