@@ -1,0 +1,298 @@
+"""tcjit kernels inside PyTorch programs: torch.compile, grad modes, layouts (tcjit/ops.py, tcjit/kernel.py).
+
+``torch.compile(fullgraph=True)`` traces models made of tcjit kernels (each call one
+``torch.library`` custom operator whose fake implementation gets the output shapes from range
+inference), and their outputs and gradients equal eager calls. Most cases compile with the
+``aot_eager`` backend (Dynamo and AOTAutograd trace exactly as with inductor, without generating
+code: seconds instead of tens of seconds); one small model goes through inductor, the default.
+``torch.library.opcheck`` checks each kind of operator (schema, fake implementation, autograd
+registration, AOT dispatch). Eager calls: ``no_grad``, ``inference_mode``, non-contiguous and
+expanded inputs, double backward (refused plainly).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tcjit
+from tcjit import TCCallError, ops
+
+FCRELU = """
+def fcrelu(float(B,M) I, float(N,M) W, float(N) bias) -> (O) {
+    O(b, n) +=! I(b, r_m) * W(n, r_m)
+    O(b, n)  = fmax(O(b, n) + bias(n), 0)
+}
+"""
+
+#: Two outputs, one of them integer (not differentiable), and a rank-0 argument.
+STATS = """
+def stats(float(N, K) X, float s) -> (M, A) {
+    M(n) max=! s * X(n, r_k)
+    A(n) +=! int64(X(n, r_k) == M(n) / s)
+}
+"""
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+@pytest.fixture(scope="module")
+def fcrelu():
+    return tcjit.define(FCRELU)
+
+
+def _randn(*shape, requires_grad=False, seed=0, dtype=torch.float32, device="cpu"):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(*shape, generator=g, dtype=dtype).to(device)
+    return x.requires_grad_(requires_grad)
+
+
+class _Recorder:
+    """A torch.compile backend that keeps the FX graphs Dynamo hands it and runs them as they are."""
+
+    def __init__(self):
+        self.graphs = []
+
+    def __call__(self, gm, example_inputs):
+        self.graphs.append(gm)
+        return gm.forward
+
+    def targets(self) -> list[str]:
+        return [str(n.target) for g in self.graphs for n in g.graph.nodes if n.op == "call_function"]
+
+
+class _MLP(torch.nn.Module):
+    """Two tcjit fcrelu layers with torch code between and after them."""
+
+    def __init__(self, kernel, m=8, h=16, n=4):
+        super().__init__()
+        self.kernel = kernel
+        self.w1 = torch.nn.Parameter(_randn(h, m, seed=1) / m**0.5)
+        self.b1 = torch.nn.Parameter(_randn(h, seed=2))
+        self.w2 = torch.nn.Parameter(_randn(n, h, seed=3) / h**0.5)
+        self.b2 = torch.nn.Parameter(_randn(n, seed=4))
+
+    def forward(self, x):
+        h = self.kernel(x, self.w1, self.b1)
+        y = self.kernel(torch.tanh(h) * 2, self.w2, self.b2)
+        return torch.nn.functional.log_softmax(y, dim=1).sum()
+
+
+def _loss_and_grads(model, x):
+    model.zero_grad(set_to_none=True)
+    x.grad = None
+    loss = model(x)
+    loss.backward()
+    return (
+        loss.detach(),
+        [p.grad.clone() for p in model.parameters()],
+        None if x.grad is None else x.grad.clone(),
+    )
+
+
+# ============================================================================ torch.compile
+def test_compiled_model_equals_eager_with_inductor(fcrelu):
+    model = _MLP(fcrelu)
+    x = _randn(5, 8, seed=5)
+    want = _loss_and_grads(model, x)
+    compiled = torch.compile(model, fullgraph=True)
+    got = _loss_and_grads(compiled, x)
+    torch.testing.assert_close(got[0], want[0])
+    for g, w in zip(got[1], want[1]):
+        torch.testing.assert_close(g, w)
+
+
+def test_compiled_graph_holds_the_custom_operators_and_no_break(fcrelu):
+    model = _MLP(fcrelu)
+    x = _randn(3, 8, seed=6, requires_grad=True)
+    want = _loss_and_grads(model, x)
+    rec = _Recorder()
+    got = _loss_and_grads(torch.compile(model, fullgraph=True, backend=rec), x)
+    assert len(rec.graphs) == 1  # one graph: no break
+    name = ops.op_name(fcrelu, ("Tensor",) * 3, None, None, "fwd")
+    assert rec.targets().count(f"tcjit.{name}.default") == 2
+    assert (
+        f"tcjit::{name}" in ops.registered_ops()
+        and f"tcjit::{name[: -len('_fwd')]}_bwd" in ops.registered_ops()
+    )
+    torch.testing.assert_close(got[0], want[0])
+    for g, w in zip(got[1], want[1]):
+        torch.testing.assert_close(g, w)
+    torch.testing.assert_close(got[2], want[2])  # the batch's gradient: d_I of the first layer
+
+
+def test_compiled_call_without_gradients_uses_the_plain_operator(fcrelu):
+    x, w, b = _randn(4, 8, seed=7), _randn(6, 8, seed=8, requires_grad=True), _randn(6, seed=9)
+    plain = ops.op_name(fcrelu, ("Tensor",) * 3, None, None)
+    for mode in (torch.no_grad, torch.inference_mode):
+        rec = _Recorder()
+        f = torch.compile(lambda x, w, b: fcrelu(x, w, b) * 2, fullgraph=True, backend=rec)
+        with mode():
+            y = f(x, w, b)
+        assert not y.requires_grad
+        assert rec.targets().count(f"tcjit.{plain}.default") == 1, rec.targets()
+        torch.testing.assert_close(y, 2 * torch.relu(x @ w.detach().T + b))
+
+
+def test_compiled_functions_recompile_for_new_sizes(fcrelu):
+    f = torch.compile(lambda x, w, b: fcrelu(x, w, b).sum(1), fullgraph=True, backend="aot_eager")
+    w, b = _randn(6, 8, seed=10), _randn(6, seed=11)
+    for batch in (3, 5, 7, 3):  # the third size would make Dynamo's shapes symbolic
+        x = _randn(batch, 8, seed=batch)
+        torch.testing.assert_close(f(x, w, b), torch.relu(x @ w.T + b).sum(1))
+
+
+def test_compiled_multiple_outputs_scalar_argument_and_integer_output():
+    stats = tcjit.define(STATS)
+    x = _randn(4, 5, seed=12, requires_grad=True)
+    x.data[1, 2] = x.data[1, 4] = 9.0  # a tie: the gradient is shared by the two
+    want_m, want_a = stats(x, 2.0)
+    (want_g,) = torch.autograd.grad(want_m.sum(), x)
+
+    def f(x):
+        m, a = stats(x, 2.0)
+        return m, a
+
+    got_m, got_a = torch.compile(f, fullgraph=True, backend="aot_eager")(x)
+    (got_g,) = torch.autograd.grad(got_m.sum(), x)
+    assert got_a.dtype == torch.int64 and not got_a.requires_grad
+    torch.testing.assert_close((got_m, got_a), (want_m, want_a))
+    torch.testing.assert_close(got_g, want_g)
+    expected = torch.zeros(4, 5)
+    expected[x.detach() == x.detach().max(1, keepdim=True).values] = 1.0
+    expected /= expected.sum(1, keepdim=True)
+    torch.testing.assert_close(got_g, 2 * expected)
+
+
+def test_operators_pass_opcheck(fcrelu):
+    """Schema, fake implementation, autograd registration and AOT dispatch of each kind of operator."""
+    x, w, b = _randn(3, 8, seed=13), _randn(5, 8, seed=14), _randn(5, seed=15)
+    kinds = ("Tensor",) * 3
+    with torch.no_grad():
+        torch.compile(lambda *a: fcrelu(*a), fullgraph=True, backend="aot_eager")(x, w, b)
+    torch.compile(lambda *a: fcrelu(*a), fullgraph=True, backend="aot_eager")(x, w.requires_grad_(), b)
+    call = getattr(torch.ops.tcjit, ops.op_name(fcrelu, kinds, None, None)).default
+    fwd = getattr(torch.ops.tcjit, ops.op_name(fcrelu, kinds, None, None, "fwd")).default
+    for op, args in ((call, (x, w.detach(), b)), (fwd, (x, w, b))):
+        result = torch.library.opcheck(op, args)
+        assert set(result.values()) == {"SUCCESS"}, result
+
+
+def test_fake_implementation_checks_the_call_like_an_eager_call(fcrelu):
+    f = torch.compile(lambda x, w, b: fcrelu(x, w, b), fullgraph=True, backend="aot_eager")
+    """With fullgraph=True Dynamo wraps the fake implementation's TCCallError in its own error,
+    message, line, column and caret included."""
+    with pytest.raises(Exception, match="sizes contradict: M is 8 from dimension 1 of 'I' but 7") as info:
+        f(_randn(3, 8), _randn(5, 7), _randn(5))
+    assert "TCCallError" in str(info.value) and "fcrelu:2:34" in str(info.value)
+
+
+def test_outputs_argument_is_refused_under_compile(fcrelu):
+    out = torch.empty(3, 5)
+    f = torch.compile(lambda x, w, b: fcrelu(x, w, b, outputs=(out,)), fullgraph=True, backend="aot_eager")
+    with pytest.raises(Exception, match=r"outputs= cannot be used under torch\.compile"):
+        f(_randn(3, 8), _randn(5, 8), _randn(5))
+
+
+def test_operator_names_are_stable_and_distinguish_kernels(fcrelu):
+    kinds = ("Tensor",) * 3
+    again = tcjit.define(FCRELU)
+    assert ops.op_name(again, kinds, None, None) == ops.op_name(fcrelu, kinds, None, None)
+    other = tcjit.define(FCRELU.replace("fmax(O(b, n) + bias(n), 0)", "O(b, n) + bias(n)"))
+    assert ops.op_name(other, kinds, None, None) != ops.op_name(fcrelu, kinds, None, None)
+    tiled = tcjit.MappingOptions.naive().tile(4, 4)
+    assert ops.op_name(fcrelu, kinds, tiled, None) != ops.op_name(fcrelu, kinds, None, None)
+    assert ops.op_name(fcrelu, kinds, None, "cuda-emulated") != ops.op_name(fcrelu, kinds, None, None)
+    assert ops.op_name(fcrelu, kinds, None, None, "fwd").startswith("fcrelu_")
+
+
+@pytest.mark.full
+def test_compiled_emulated_target_with_options(fcrelu):
+    opts = tcjit.MappingOptions.naive().tile(2, 4)
+    x, w, b = _randn(3, 8, seed=16, requires_grad=True), _randn(5, 8, seed=17, requires_grad=True), _randn(5)
+
+    def f(x, w, b):
+        return fcrelu(x, w, b, options=opts, target="cuda-emulated").sum()
+
+    got = torch.autograd.grad(torch.compile(f, fullgraph=True, backend="aot_eager")(x, w, b), (x, w))
+    want = torch.autograd.grad(torch.relu(x @ w.T + b).sum(), (x, w))
+    torch.testing.assert_close(got, want)
+
+
+@CUDA
+def test_compiled_model_on_cuda_equals_eager(fcrelu):
+    model = _MLP(fcrelu).cuda()
+    x = _randn(5, 8, seed=18, device="cuda")
+    want = _loss_and_grads(model, x)
+    got = _loss_and_grads(torch.compile(model, fullgraph=True), x)
+    torch.testing.assert_close(got[0], want[0])
+    for g, w in zip(got[1], want[1]):
+        torch.testing.assert_close(g, w)
+
+
+# ================================================================================ grad modes
+@pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode])
+def test_calls_without_gradients_take_the_plain_path(mode):
+    k = tcjit.define(FCRELU)  # a fresh kernel: no grad plan made yet
+    x, w, b = _randn(3, 8), _randn(4, 8, requires_grad=True), _randn(4, requires_grad=True)
+    with mode():
+        y = k(x, w, b)
+    assert not y.requires_grad and y.grad_fn is None
+    assert k._plan is None  # nothing derived, nothing compiled for a backward
+    if mode is torch.inference_mode:
+        assert y.is_inference()
+    torch.testing.assert_close(y, torch.relu(x @ w.detach().T + b.detach()))
+
+
+def test_inputs_that_need_no_gradient_get_none(fcrelu):
+    x, w, b = _randn(3, 8), _randn(4, 8, requires_grad=True), _randn(4)
+    y = fcrelu(x, w, b)
+    assert y.requires_grad
+    y.sum().backward()
+    assert x.grad is None and b.grad is None and w.grad is not None
+
+
+def test_double_backward_is_refused_plainly(fcrelu):
+    """create_graph=True asks for gradients that can be differentiated again: refused when asked."""
+    x, w, b = _randn(3, 8, requires_grad=True), _randn(4, 8, requires_grad=True), _randn(4)
+    with pytest.raises(TCCallError, match="double backward"):
+        torch.autograd.grad(fcrelu(x, w, b).pow(2).sum(), w, create_graph=True)
+    (gw,) = torch.autograd.grad(fcrelu(x, w, b).pow(2).sum(), w)  # once is fine
+    assert gw.shape == w.shape
+
+
+# ================================================================================= layouts
+def test_non_contiguous_inputs_pass_gradcheck():
+    k = tcjit.define(FCRELU.replace("float", "double"))
+    g = torch.Generator().manual_seed(19)
+    xt = torch.randn(8, 3, dtype=torch.float64, generator=g, requires_grad=True)  # passed transposed
+    w2 = torch.randn(4, 16, dtype=torch.float64, generator=g, requires_grad=True)  # every other column
+    b = torch.randn(4, dtype=torch.float64, generator=g, requires_grad=True)
+    assert not xt.t().is_contiguous() and not w2[:, ::2].is_contiguous()
+    assert torch.autograd.gradcheck(lambda xt, w2, b: k(xt.t(), w2[:, ::2], b), (xt, w2, b))
+    assert torch.autograd.gradcheck(
+        lambda xt, w2, b: k(xt.t(), w2[:, ::2], b, target="cuda-emulated"), (xt, w2, b)
+    )
+
+
+def test_expanded_inputs_pass_gradcheck():
+    """A stride-0 input (a bias broadcast to the batch, a row expanded): gradients sum over the copies."""
+    add = tcjit.define("def add(double(B, N) X, double(B, N) Y) -> (Z) { Z(b, n) = X(b, n) * Y(b, n) }")
+    g = torch.Generator().manual_seed(20)
+    x = torch.randn(5, 3, dtype=torch.float64, generator=g, requires_grad=True)
+    row = torch.randn(1, 3, dtype=torch.float64, generator=g, requires_grad=True)
+    assert row.expand(5, 3).stride() == (0, 1)
+    assert torch.autograd.gradcheck(lambda x, row: add(x, row.expand(5, 3)), (x, row))
+    z = add(x, row.expand(5, 3))
+    (grow,) = torch.autograd.grad(z.sum(), row)
+    torch.testing.assert_close(grow, x.detach().sum(0, keepdim=True))
+
+
+def test_gradients_have_the_inputs_shapes_and_dtypes(fcrelu):
+    xt = _randn(8, 3, requires_grad=True)
+    w = _randn(4, 8, requires_grad=True)
+    b = _randn(4, requires_grad=True)
+    fcrelu(xt.t(), w.expand(4, 8), b).sum().backward()
+    for p in (xt, w, b):
+        assert p.grad.shape == p.shape and p.grad.dtype == p.dtype
+    torch.testing.assert_close(xt.grad, torch.autograd.grad(torch.relu(xt.t() @ w.T + b).sum(), xt)[0])
