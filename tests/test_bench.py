@@ -380,7 +380,13 @@ def test_call_overhead_runs(bench, tmp_path: Path) -> None:
     out = tmp_path / "call_overhead"
     assert call_overhead.main(["--calls", "3", "--samples", "2", "--out", str(out)]) == 0
     doc = json.loads(out.with_suffix(".json").read_text())
-    assert [c["case"] for c in doc["cases"]] == ["matmul 8x8", "pointwise 1 element"]
+    assert [(c["case"], c["mode"]) for c in doc["cases"]] == [
+        ("matmul 8x8", "no_grad"),
+        ("pointwise 1 element", "no_grad"),
+        ("matmul 8x8, grad", "grad"),
+        ("matmul 8x8, forward+backward", "forward+backward"),
+    ]
+    assert [c["target_us"] for c in doc["cases"]] == [20, 20, 40, None]
     for c in doc["cases"]:
         assert c["correct"] is True
         _check_timing(c["tcjit_timing"])
@@ -398,6 +404,29 @@ def test_compile_latency_runs(bench, tmp_path: Path) -> None:
     assert k["cold_s"] > 0 and k["disk_hit_s"] > 0
     assert isinstance(k["islpy_imported_on_disk_hit"], bool)
     assert k["cold_target_s"] == 1.5 and k["disk_hit_target_s"] == 0.05
+
+
+def test_training_step_runs(bench, tmp_path: Path) -> None:
+    """bench/training_step.py at the small sizes: every contender's gradients checked, steps and
+    breakdown timed, the derived TC recorded (torch.compile left out: it costs tens of seconds)."""
+    training_step = bench("training_step")
+    out = tmp_path / "training_step"
+    argv = ["--sizes", "small", "--repeat", "2", "--budget", "0.01", "--no-compile", "--cases", "mlp3"]
+    assert training_step.main([*argv, "--out", str(out)]) == 0
+    (case,) = json.loads(out.with_suffix(".json").read_text())["cases"]
+    assert (
+        case["case"] == "mlp3"
+        and case["all_correct"]
+        and case["wanted"] == ["W1", "B1", "W2", "B2", "W3", "B3"]
+    )
+    assert case["contenders"]["compile"]["status"] == "skipped"
+    for name in ("tcjit", "eager"):
+        assert case["contenders"][name]["correct"] is True
+        _check_timing(case["contenders"][name]["timing"])
+    parts = [p["part"] for p in case["breakdown"]]
+    assert "tcjit forward, augmented" in parts and "tcjit backward d_W1" in parts
+    assert "def mlp3__bwd(" in case["derived_tc"]["backward"]
+    assert "| mlp3 |" in out.with_suffix(".md").read_text()
 
 
 def test_geomean_speedups_skip_wrong_and_untimed_contenders(bench) -> None:
