@@ -10,8 +10,10 @@ of length 32 to 64 here), and training carries those differences from step to st
 this test was written (per-step losses, SGD with momentum, batch 32): the largest difference
 between the two runs is 2.4e-7 over the first 45 steps, 6.6e-7 over the first 135, and 4.8e-5 over
 900 steps (20 epochs, the loss down to 4e-4), where torch float32 itself is 1.3e-5 away from the
-same training in float64. So the tolerance is 1e-5 for the fast test (135 steps, losses 0.09 to
-2.3: some 15 times the measured difference) and 2e-4 for the full tier's 900 steps. With Adam (lr
+same training in float64 (on a 2-core AMD EPYC; on an AVX-512 Xeon both reach 1.4e-3 around step
+750: the training amplifies rounding once it has run long enough). So the tolerance is 1e-5 for
+the fast test (135 steps, losses 0.09 to 2.3: some 15 times the measured difference), and the full
+tier's 900 steps are held to torch float32's own distance from float64. With Adam (lr
 1e-3, 5 epochs, full tier) the difference stays under 5e-7: 1e-5 there too. The first batch's
 gradients differ by about 1e-7 of their largest entry (as torch float32 and float64 do); they must
 agree within 1e-5 of it.
@@ -19,6 +21,8 @@ agree within 1e-5 of it.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
@@ -94,7 +98,22 @@ def test_training_matches_torch(td, data):
 
 @pytest.mark.full
 def test_long_training_matches_torch(td, data):
-    _compare(td, data, epochs=20, optimizer="sgd", atol=2e-4)
+    """900 steps: past a few hundred, rounding differences are amplified by the training itself
+    (on an AVX-512 Xeon, torch float32 ends 1.4e-3 away from the same training in float64 around
+    step 750, and tcjit with it), so the bound is relative: tcjit's run stays as close to the
+    float64 run as torch's own float32 run does (twice its largest distance, plus 1e-5)."""
+    tc_model, torch_model = td.make_models(seed=0)
+    exact_model = copy.deepcopy(torch_model).double()
+    exact_data = dataclasses.replace(data, x_train=data.x_train.double(), x_test=data.x_test.double())
+    tc_run = td.train(tc_model, data, epochs=20, optimizer="sgd")
+    torch_run = td.train(torch_model, data, epochs=20, optimizer="sgd")
+    exact_run = td.train(exact_model, exact_data, epochs=20, optimizer="sgd")
+    torch_drift = max(abs(a - b) for a, b in zip(torch_run.losses, exact_run.losses))
+    tc_drift = [abs(a - b) for a, b in zip(tc_run.losses, exact_run.losses)]
+    worst = max(range(len(tc_drift)), key=tc_drift.__getitem__)
+    assert tc_drift[worst] <= 2 * torch_drift + 1e-5, (worst, tc_drift[worst], torch_drift)
+    assert exact_run.epoch_losses[-1] < 0.1 * exact_run.epoch_losses[0]
+    assert abs(tc_run.test_accuracy - torch_run.test_accuracy) <= 0.01, (tc_run, torch_run)
 
 
 @pytest.mark.full
