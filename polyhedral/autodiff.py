@@ -199,7 +199,20 @@ _DERIVATIVES: dict[str, tuple[str, ...]] = {
 
 
 def _fill(template: str, args: list[str], value: str) -> str:
-    return template.format(*(_p(a) for a in args), f=_p(value))
+    text = template.format(*(_p(a) for a in args), f=_p(value))
+    # fmax/fmin's NaN test of a literal operand is always false: `x > 0 || 0 != 0` is `x > 0`.
+    for a in args:
+        if _is_number(a):
+            text = text.replace(f" || {a} != {a})", ")")
+    return text
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 # ------------------------------------------------------------------------------------- versions
