@@ -18,7 +18,7 @@ from .polyhedral.lang.bounds import check_bounds
 from .polyhedral.lang.checked import CheckedDef
 from .polyhedral.lang.types import ScalarType
 
-__all__ = ["TORCH_DTYPES", "Binding", "bind", "torch_dtype"]
+__all__ = ["TORCH_DTYPES", "Binding", "bind", "float_substitution", "torch_dtype"]
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "bool": torch.bool,
@@ -40,6 +40,52 @@ TORCH_DTYPES: dict[str, torch.dtype] = {
 def torch_dtype(t: ScalarType) -> torch.dtype:
     """The torch dtype that stores TC type ``t``."""
     return TORCH_DTYPES[t.name]
+
+
+_TC_FLOAT_NAMES: dict[torch.dtype, str] = {d: n for n, d in TORCH_DTYPES.items() if d.is_floating_point}
+
+
+def float_substitution(cdef: CheckedDef, dtypes: Sequence[torch.dtype | None]) -> dict[str, str]:
+    """The retyping a call with these input dtypes asks for [ext]: declared float type -> the float
+    type passed (canonical names), identity pairs left out, so ``{}`` means "as declared".
+
+    ``dtypes`` holds one entry per argument: the tensor's dtype, or ``None`` for a Python number.
+    Every tensor parameter declared with a float type ``T`` that receives a tensor of a TC float
+    dtype ``D`` maps ``T`` to ``D``. Rank-0 scalar arguments (``float alpha``), integer and bool
+    parameters take no part; neither do tensors of other dtypes passed for float parameters (an
+    integer or float8 tensor): :func:`bind` then reports them against the retyped declaration. A
+    call with the wrong number of arguments is not retyped (:func:`bind` reports the count).
+
+    :raises TCCallError: two parameters declared with one type receive different float dtypes (the
+        caret on the second one's declaration).
+    """
+    params = cdef.ast.params
+    if len(dtypes) != len(params):
+        return {}
+    sigma: dict[str, str] = {}
+    first: dict[str, tuple[str, torch.dtype]] = {}
+    for p, dtype in zip(params, dtypes):
+        if p.dims is None or dtype is None:
+            continue
+        declared = cdef.tensor(p.name).dtype
+        if not declared.is_float:
+            continue
+        got = _TC_FLOAT_NAMES.get(dtype)
+        if got is None:
+            continue
+        if declared.name in first and sigma[declared.name] != got:
+            other, other_dtype = first[declared.name]
+            raise _err(
+                cdef,
+                f"inputs '{other}' and '{p.name}' are both declared {declared} but get different dtypes "
+                f"in this call: '{other}' is {other_dtype}, '{p.name}' is {dtype}",
+                p.span,
+                hint="parameters declared with one type share one dtype per call: cast one "
+                f"(e.g. {p.name}.to({other_dtype})), or declare them with different types",
+            )
+        sigma[declared.name] = got
+        first.setdefault(declared.name, (p.name, dtype))
+    return {t: d for t, d in sigma.items() if t != d}
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
 
-from .polyhedral.errors import TCCallError, TCNameError, TCSemanticError
+from .polyhedral.errors import TCCallError, TCError, TCNameError, TCSemanticError, TCWarning
 from .polyhedral.lang.check import check_source
 from .polyhedral.lang.checked import CheckedDef, CheckedProgram
 from .polyhedral.lang.printer import def_to_tc
@@ -18,14 +19,18 @@ class Kernel:
     """One entry point of a TC source, callable on torch tensors.
 
     Calls run compiled code: C with OpenMP for CPU tensors, one specialisation per input layout
-    (see :meth:`__call__`).
+    (see :meth:`__call__`). A call with other float dtypes than declared runs a *retyped variant*
+    of the kernel (:meth:`variant_for`), itself a :class:`Kernel`, made once per retyping and kept.
 
     :ivar name: the entry's name.
     :ivar definition: the checked definition (types, shapes, ranges).
-    :ivar program: the whole checked source it came from.
+    :ivar program: the whole checked source it came from (for a variant: the entry and its
+        backward entry, retyped).
     :ivar backward: what computes the inputs' gradients (:mod:`tcjit.autograd`): ``"auto"``, the
         name of an entry of ``program``, a :class:`Kernel` (:func:`~tcjit.make_autograd`), or
         ``None`` (forward only).
+    :ivar retyping: for a variant, the float types it retypes (canonical names, e.g.
+        ``{"float32": "float64"}``) relative to the kernel it was made from; ``{}`` otherwise.
     """
 
     def __init__(
@@ -38,6 +43,10 @@ class Kernel:
         self.options = options
         self._specializations: dict = {}
         self._plan = None  # the GradPlan (tcjit.autograd), made when a gradient is first needed
+        self._grad_calls: dict = {}  # differentiable calls: key -> (GradPlan, forward specialisation)
+        self._variants: dict[tuple[tuple[str, str], ...], Kernel] = {}  # retyping -> variant
+        self._base: Kernel | None = None  # the kernel a variant was made from
+        self.retyping: dict[str, str] = {}
 
     # ----------------------------------------------------------------------------------- describing
     @property
@@ -85,7 +94,7 @@ class Kernel:
         """
         from .binding import bind
 
-        b = bind(self.definition, inputs)
+        b = bind(self.variant_for(*inputs).definition, inputs)
         return tuple(b.output_shapes[o] for o in self.outputs)
 
     def __repr__(self) -> str:
@@ -97,6 +106,19 @@ class Kernel:
 
         The first call with a new layout (shapes, dtypes, strides) compiles a specialisation, or
         loads it from the on-disk cache; later calls with that layout cost a dictionary lookup.
+
+        **Float dtypes [ext].** Float types in the definition are defaults: tensors of another
+        float dtype (float16, bfloat16, float32, float64) may be passed for parameters declared
+        with a float type. The call then runs the definition with each declared float type ``T``
+        replaced by the dtype its parameters received, everywhere ``T`` is written (parameters,
+        rank-0 scalar arguments, typed outputs, conversions such as ``float(x)``); literals and
+        inferred outputs follow as usual (:meth:`variant_for`). Parameters declared with one type
+        must receive one dtype per call (a :class:`~tcjit.TCCallError` at the second one's
+        declaration otherwise); integer and bool parameters are never retyped, and an integer
+        tensor for a float parameter (or the reverse) is an error. Python numbers passed for rank-0
+        arguments follow their declared type's retyping. ``outputs=`` tensors must have the
+        retyped output dtypes. Each retyping is compiled, cached and differentiated as a kernel of
+        its own; calls with the declared dtypes are unaffected.
 
         :arg outputs: tensors to write the results into (accumulations without ``!`` start from
             their contents); returned instead of new tensors. They may not share memory with each
@@ -123,8 +145,8 @@ class Kernel:
             return self._differentiable_call(inputs, outputs, options, target)
         key = (options, target, _layouts(inputs), None if outputs is None else _layouts(outputs))
         spec = self._specializations.get(key)
-        if spec is None:
-            spec = self._specialize(inputs, outputs, options, target)
+        if spec is None:  # compiled (or loaded) once per layout; a retyped variant's if dtypes ask
+            spec = self._specialize(inputs, outputs, options, target, key=key)
             self._specializations[key] = spec
         outs = spec.run(inputs, outputs)
         return outs[0] if len(outs) == 1 else outs
@@ -139,13 +161,15 @@ class Kernel:
                 f"{self.name}: outputs= cannot be used when an input requires grad",
                 hint="let the call allocate its outputs, or call it under torch.no_grad()",
             )
-        plan = self.grad_plan()
-        forward = plan.forward
         key = (options, target, _layouts(inputs), None)
-        spec = forward._specializations.get(key)
-        if spec is None:
-            spec = forward._specialize(inputs, None, options, target)
-            forward._specializations[key] = spec
+        found = self._grad_calls.get(key)
+        if found is None:  # the plan of the variant the dtypes ask for (self when as declared)
+            plan = self.variant_for(*inputs).grad_plan()
+            found = self._grad_calls[key] = (
+                plan,
+                plan.forward._specialization(key, inputs, None, options, target),
+            )
+        plan, spec = found
         return KernelFunction.apply(plan, spec, *inputs)
 
     def grad_plan(self):
@@ -188,9 +212,76 @@ class Kernel:
 
         if target is not None and target not in _TARGETS:
             raise TCCallError(f"unknown target {target!r}; expected one of {', '.join(_TARGETS)}")
-        b = bind(self.definition, inputs)
+        kernel = self.variant_for(*inputs)
+        b = bind(kernel.definition, inputs)
         target = target or ("cuda" if b.device.type == "cuda" else "cpu")
-        return self._resolve_options(None, b.sizes, target, inputs)
+        return kernel._resolve_options(None, b.sizes, target, inputs)
+
+    # ------------------------------------------------------------------------------ float dtypes
+    def variant_for(self, *inputs) -> Kernel:
+        """The kernel that runs a call on ``inputs``: ``self`` when every float tensor has its
+        parameter's declared dtype, else the variant retyped for those dtypes (see
+        :meth:`__call__`), made on first use and kept. Nothing is compiled; inputs may be
+        ``meta`` tensors.
+
+        >>> mm.variant_for(a.double(), b.double()).signature
+        'matmul(float64(M, K) A, float64(K, N) B) -> (float64(M, N) C)'
+
+        :raises TCCallError: parameters declared with one type receive different float dtypes, or
+            the retyped definition does not check (it would narrow a value, for instance).
+        """
+        import torch
+
+        return self._variant_for_dtypes(
+            tuple(x.dtype if isinstance(x, torch.Tensor) else None for x in inputs)
+        )
+
+    def _variant_for_dtypes(self, dtypes) -> Kernel:
+        """:meth:`variant_for` from the arguments' dtypes (``None`` for a Python number)."""
+        from .binding import float_substitution
+
+        sigma = float_substitution(self.definition, dtypes)
+        return self._variant(sigma) if sigma else self
+
+    def _variant(self, sigma: Mapping[str, str]) -> Kernel:
+        """The variant of this kernel retyped by ``sigma`` (float type names; ``self`` when the
+        retyping changes nothing in it)."""
+        key = tuple(sorted(sigma.items()))
+        found = self._variants.get(key)
+        if found is None:
+            found = self._variants[key] = self._make_variant(dict(key))
+        return found
+
+    def _make_variant(self, sigma: dict[str, str]) -> Kernel:
+        from .polyhedral.lang.check import check
+        from .polyhedral.lang.retype import retype_program
+
+        b = self.backward
+        names = (self.name, b) if isinstance(b, str) and b != "auto" else (self.name,)
+        retyped = retype_program(self.program.program, sigma, names)
+        if retyped.defs == tuple(d.ast for d in self.program.defs if d.name in names):
+            return self  # none of the retyped types is written here (a make_autograd backward)
+        try:
+            with warnings.catch_warnings():  # the definition as written already warned
+                warnings.simplefilter("ignore", TCWarning)
+                program = check(retyped)
+        except TCError as e:
+            raise TCCallError(
+                f"with {_describe(sigma)} (the dtypes passed) the definition does not check: {e.message}",
+                source=e.source,
+                span=e.span,
+                where=e.where or self.name,
+                hint="pass the declared dtypes, or declare the types the call needs",
+            ) from None
+        variant = Kernel(
+            program,
+            self.name,
+            backward=b._variant(sigma) if isinstance(b, Kernel) else b,
+            options=self.options,
+        )
+        variant._base = self
+        variant.retyping = sigma
+        return variant
 
     def _refuse_meta(self, binding, why: str, hint: str | None = None) -> None:
         """TCCallError, with a caret at the parameter, for the first input on the meta device."""
@@ -206,15 +297,39 @@ class Kernel:
 
     def _forget_default_specializations(self) -> None:
         """Drop the specialisations built without explicit options (after tuning: the next call
-        looks the tuned options up)."""
-        self._specializations = {k: v for k, v in self._specializations.items() if k[0] is not None}
+        looks the tuned options up), in the kernel this one was made from and all its variants."""
+        root = self
+        while root._base is not None:
+            root = root._base
+        stack = [root]
+        while stack:
+            k = stack.pop()
+            k._specializations = {key: v for key, v in k._specializations.items() if key[0] is not None}
+            k._grad_calls = {key: v for key, v in k._grad_calls.items() if key[0] is not None}
+            stack.extend(v for v in k._variants.values() if v is not k)
 
-    def _specialize(self, inputs, outputs, options, target, *, allow_meta: bool = False):
+    def _specialization(self, key, inputs, outputs, options, target, *, allow_meta: bool = False):
+        """The specialisation for a call whose key (options, target, layouts) is ``key``: looked up,
+        else made by :meth:`_specialize` and kept under ``key``."""
+        spec = self._specializations.get(key)
+        if spec is None:
+            spec = self._specialize(inputs, outputs, options, target, key=key, allow_meta=allow_meta)
+            self._specializations[key] = spec
+        return spec
+
+    def _specialize(self, inputs, outputs, options, target, *, key=None, allow_meta: bool = False):
+        """A new specialisation for this call (of the variant its dtypes ask for, which keeps it
+        under ``key`` as well)."""
         from .binding import bind
         from .compiler import specialize
 
         if target is not None and target not in _TARGETS:
             raise TCCallError(f"unknown target {target!r}; expected one of {', '.join(_TARGETS)}")
+        kernel = self.variant_for(*inputs)
+        if kernel is not self:
+            if key is None:
+                key = (options, target, _layouts(inputs), None if outputs is None else _layouts(outputs))
+            return kernel._specialization(key, inputs, outputs, options, target, allow_meta=allow_meta)
         b = bind(self.definition, inputs, outputs)
         if not allow_meta:
             self._refuse_meta(
@@ -254,6 +369,11 @@ def _layouts(args, meta_as: str | None = None) -> tuple:
         else:
             out.append(type(x))
     return tuple(out)
+
+
+def _describe(sigma: Mapping[str, str]) -> str:
+    """``float32 as float64, float16 as bfloat16``."""
+    return ", ".join(f"{t} as {d}" for t, d in sorted(sigma.items()))
 
 
 def _grad_requested(inputs) -> bool:
@@ -351,8 +471,4 @@ def compile(kernel: Kernel, *example_inputs, options=None, target: str | None = 
     if not isinstance(kernel, Kernel):
         raise TCCallError(f"tcjit.compile takes a Kernel (from tcjit.define), got {type(kernel).__name__}")
     key = (options, target, _layouts(example_inputs, meta_as="cpu"), None)
-    spec = kernel._specializations.get(key)
-    if spec is None:
-        spec = kernel._specialize(example_inputs, None, options, target, allow_meta=True)
-        kernel._specializations[key] = spec
-    return spec
+    return kernel._specialization(key, example_inputs, None, options, target, allow_meta=True)

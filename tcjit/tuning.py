@@ -332,6 +332,8 @@ def tune_kernel(
 
     if not isinstance(kernel, Kernel):
         raise TCCallError(f"autotune takes a Kernel (from tcjit.define), got {type(kernel).__name__}")
+    # Other float dtypes than declared tune the retyped variant those calls run (stored under its text).
+    kernel = kernel.variant_for(*inputs)
     settings = TunerSettings(
         generations=generations,
         population=population,

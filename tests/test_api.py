@@ -93,7 +93,23 @@ def test_call_checks_point_into_the_source():
     a = torch.randn(3, 5)
     _raises_at(TCCallError, 2, 5, ["takes 2 inputs", "got 1"], k, a)
     _raises_at(
-        TCCallError, 2, 26, ["input 'B'", "torch.float32", "torch.float64"], k, a, torch.randn(5, 2).double()
+        TCCallError,
+        2,
+        26,
+        ["input 'B'", "torch.float32", "torch.int64"],
+        k,
+        a,
+        torch.ones(5, 2, dtype=torch.int64),
+    )
+    # [ext] other float dtypes retype the kernel, one dtype per declared type (tests/test_call_dtypes.py)
+    _raises_at(
+        TCCallError,
+        2,
+        26,
+        ["'A' and 'B'", "torch.float32", "torch.float64"],
+        k,
+        a,
+        torch.randn(5, 2).double(),
     )
     _raises_at(TCCallError, 2, 26, ["input 'B'", "2 dimensions", "got 1"], k, a, torch.randn(5))
     _raises_at(

@@ -333,11 +333,12 @@ def test_a_new_shape_stride_or_options_is_a_new_specialization(count_specialize)
 
 
 def test_a_wrong_dtype_is_refused_before_compiling(count_specialize):
-    """TC declares each dtype, so one kernel has one dtype per input: another is an error, not a
+    """Inputs declared with one float type must share one dtype per call ([ext]: a dtype shared by
+    all of them retypes the kernel, tests/test_call_dtypes.py): a mix is an error, not a
     specialisation (the disk key still records dtypes: see the next test)."""
     k = tcjit.define(FCRELU)
     x, w, b = _fc_inputs()
-    with pytest.raises(tcjit.TCCallError, match="dtype"):
+    with pytest.raises(tcjit.TCCallError, match="different dtypes"):
         k(x.double(), w, b)
     assert count_specialize == []
     k(x, w, b)
