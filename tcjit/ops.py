@@ -40,10 +40,13 @@ operators; the names are the same in every process.
   automatic dynamic shapes after a recompile) is *specialised* by it (Dynamo adds a guard that the
   size equals the traced one; ``mark_dynamic`` on such a dimension raises Dynamo's constraint
   violation). Each new size is then a new graph, as each is a new compiled kernel in eager mode.
-* *Dtypes* are fixed by the TC definition; a mismatch is reported by the fake implementation as the
-  same :class:`~tcjit.TCCallError` an eager call raises (with ``fullgraph=True`` Dynamo wraps it
-  in its own error, with the message; otherwise Dynamo breaks the graph there and the call, run
-  eagerly, raises it).
+* *Dtypes.* Float tensors of other dtypes than declared select a retyped variant of the kernel
+  (:meth:`Kernel.variant_for`), whose canonical text differs: each variant has operators of its
+  own, resolved at trace time from the arguments' dtypes. A dtype no variant fits (an integer
+  tensor for a float parameter, two dtypes for one declared type) is reported by the trace or
+  the fake implementation as the same :class:`~tcjit.TCCallError` an eager call raises (with
+  ``fullgraph=True`` Dynamo wraps it in its own error, with the message; otherwise Dynamo breaks
+  the graph there and the call, run eagerly, raises it).
 """
 
 from __future__ import annotations
@@ -92,8 +95,9 @@ def compiled_call(kernel: Kernel, inputs: Sequence, outputs, options, target):
     constant of the graph.
     """
     kinds = tuple(_kind(x) for x in inputs)
+    dtypes = tuple(x.dtype if isinstance(x, torch.Tensor) else None for x in inputs)
     train = torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in inputs)
-    name, n_out = _operator(kernel, kinds, options, target, train, outputs is not None)
+    name, n_out = _operator(kernel, kinds, dtypes, options, target, train, outputs is not None)
     result = getattr(torch.ops.tcjit, name).default(*inputs)
     if isinstance(result, torch.Tensor):
         return result
@@ -105,8 +109,11 @@ def _kind(x) -> str:
 
 
 @torch._dynamo.assume_constant_result
-def _operator(kernel: Kernel, kinds: tuple[str, ...], options, target, train: bool, has_outputs: bool):
-    """``(name, number of kernel outputs)`` of the operator for this call, registered if new."""
+def _operator(
+    kernel: Kernel, kinds: tuple[str, ...], dtypes: tuple, options, target, train: bool, has_outputs: bool
+):
+    """``(name, number of kernel outputs)`` of the operator for this call, registered if new: an
+    operator of the variant the arguments' ``dtypes`` ask for (:meth:`Kernel.variant_for`)."""
     if has_outputs:
         raise TCCallError(
             f"{kernel.name}: outputs= cannot be used under torch.compile (tcjit's custom operators "
@@ -115,6 +122,7 @@ def _operator(kernel: Kernel, kinds: tuple[str, ...], options, target, train: bo
         )
     if target is not None and target not in _TARGETS:
         raise TCCallError(f"unknown target {target!r}; expected one of {', '.join(_TARGETS)}")
+    kernel = kernel._variant_for_dtypes(dtypes)
     if train:
         kernel.grad_plan()  # raises for backward=None (as an eager call does)
     name = op_name(kernel, kinds, options, target, "fwd" if train else "call")
@@ -195,12 +203,7 @@ def _specialization(kernel: Kernel, inputs, options, target):
     """The specialisation of ``kernel`` for these (real) inputs, shared with eager calls."""
     from .kernel import _layouts
 
-    key = (options, target, _layouts(inputs), None)
-    spec = kernel._specializations.get(key)
-    if spec is None:
-        spec = kernel._specialize(inputs, None, options, target)
-        kernel._specializations[key] = spec
-    return spec
+    return kernel._specialization((options, target, _layouts(inputs), None), inputs, None, options, target)
 
 
 def _fake_outputs(kernel: Kernel, inputs) -> tuple[torch.Tensor, ...]:

@@ -394,6 +394,44 @@ def test_make_autograd_retypes_its_backward_kernel():
     assert k.variant_for(*args).backward.definition.tensor("d_C").dtype.name == "float64"
 
 
+# ============================================================================== torch.compile
+def test_torch_compile_of_a_float64_call():
+    """Inductor once (one tiny graph); aot_eager for the float32 call and for gradients."""
+    k = tcjit.define(MATMUL)
+
+    def f(x, y):
+        return torch.relu(k(x, y)) * 2
+
+    a, b = _randn(3, 4, dtype=torch.float64, seed=1), _randn(4, 2, dtype=torch.float64, seed=2)
+    got = torch.compile(f, fullgraph=True)(a, b)
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(got, f(a, b), rtol=0, atol=0)
+    quick = torch.compile(f, fullgraph=True, backend="aot_eager")
+    got32 = quick(a.float(), b.float())
+    assert got32.dtype == torch.float32
+    torch.testing.assert_close(got32, f(a.float(), b.float()), rtol=0, atol=0)
+    x, y = a.clone().requires_grad_(), b.clone().requires_grad_()
+    quick(x, y).sum().backward()
+    x2, y2 = a.clone().requires_grad_(), b.clone().requires_grad_()
+    f(x2, y2).sum().backward()
+    assert x.grad.dtype == torch.float64
+    torch.testing.assert_close((x.grad, y.grad), (x2.grad, y2.grad), **tolerance(torch.float64, 4))
+    with pytest.raises(Exception, match="'A' and 'B' are both declared float32"):
+        quick(a, b.float())
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_torch_compile_with_inductor_in_each_dtype(dtype):
+    k = tcjit.define(LINEAR, "linear")
+
+    def f(x, w, b):
+        return torch.tanh(k(x, w, b)).sum()
+
+    args = [_randn(*s, dtype=dtype, seed=n) for n, s in enumerate([(5, 6), (3, 6), (3,)])]
+    torch.testing.assert_close(torch.compile(f, fullgraph=True)(*args), f(*args), **tolerance(dtype, 18))
+
+
 # ================================================================================= full tier
 @pytest.mark.full
 @pytest.mark.parametrize("target", ["cpu", "cuda-emulated"])
