@@ -496,6 +496,7 @@ class _Deriver:
             self.start(value)
             op = "+="
         self.lines.append(f"{lhs} {op} {rhs}{_where(ranges, extra)}")
+        return op
 
     # ------------------------------------------------------------------------ chain rule
     def is_active(self, e: A.Expr, reads: dict[str, str]) -> bool:
@@ -604,6 +605,10 @@ class _Deriver:
             seed = self.product_seed(v, f, g, lhs)
         else:
             seed = g
+        # A contribution written in full over the statement's variables (d_O_0(b, n) = d_O(b, n) *
+        # relu'(...)) is read back by the statement's later contributions with the same value
+        # (d_bias(n) +=! d_O_0(b, n)) instead of computing it again.
+        materialized: dict[str, tuple[str, str]] = {}  # contribution text -> (adjoint, its access)
         for read, contrib in self.chain(st.rhs, seed, reads, st):
             target = reads.get(read.tensor, read.tensor) if isinstance(read, A.Access) else read.name
             if target not in self.active:
@@ -611,7 +616,14 @@ class _Deriver:
             if isinstance(contrib, _Poison):
                 self.poison.setdefault(target, contrib.error)
                 continue
-            self.contribute(st, target, read, contrib, reads, ranges, conditions)
+            name = self.adjoint_name(target)
+            materialized = {k: m for k, m in materialized.items() if m[0] != name}  # it changes now
+            text = contrib
+            if contrib in materialized:
+                text = materialized[contrib][1]
+            op, args = self.contribute(st, target, read, text, reads, ranges, conditions)
+            if op == "=" and args == list(st.vars) and text == contrib:
+                materialized[contrib] = (name, f"{name}({', '.join(args)})")
 
     def sources(self, step: _Step) -> set[str]:
         """The values (inputs, rank-0 arguments, versions) a step reads."""
@@ -679,12 +691,12 @@ class _Deriver:
             f"((({nz}({at}) == 1.0) && ({fp} == 0.0)) ? {_p(g)} * {pz}({at}) : 0.0)"
         )
 
-    def contribute(self, st, target, read, contrib, reads, ranges, conditions) -> None:
+    def contribute(self, st, target, read, contrib, reads, ranges, conditions) -> tuple[str, list[str]]:
         """``d_target(read's subscripts) += contrib`` over ``st``'s iterations, as a gather where a
-        shifted subscript can be solved for one of its variables."""
+        shifted subscript can be solved for one of its variables; the operator written and the
+        left-hand side's subscripts (empty for a gather)."""
         if isinstance(read, A.Ident):  # a rank-0 argument: a full reduction
-            self.emit(target, [], contrib, ranges, conditions, covers=True, reduces=bool(st.vars))
-            return
+            return self.emit(target, [], contrib, ranges, conditions, covers=True, reduces=bool(st.vars)), []
         shape = self.shape_of(target)
         index_set = set(st.vars)
         args: list[str] = []
@@ -739,7 +751,8 @@ class _Deriver:
                 if used <= lhs_vars:
                     covers = False
         reduces = any(t[0] not in args for t in ranges)
-        self.emit(target, args, contrib, ranges, lets + extra, covers, reduces)
+        op = self.emit(target, args, contrib, ranges, lets + extra, covers, reduces)
+        return op, (args if not lets else [])
 
     def affine(self, e: A.Expr, index_set) -> Affine | None:
         if any(isinstance(n, A.Access) for n in A.walk(e)):
