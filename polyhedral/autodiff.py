@@ -609,6 +609,10 @@ class _Deriver:
         # relu'(...)) is read back by the statement's later contributions with the same value
         # (d_bias(n) +=! d_O_0(b, n)) instead of computing it again.
         materialized: dict[str, tuple[str, str]] = {}  # contribution text -> (adjoint, its access)
+        # The seed as a plain access of the adjoint of the statement's value: what a gather's
+        # contribution may read from a zero-padded copy instead (see :meth:`padded_gather`).
+        self.seed_access = (g, g_name, lhs, v) if seed == g else None
+        self.pads: dict[tuple, str] = {}
         for read, contrib in self.chain(st.rhs, seed, reads, st):
             target = reads.get(read.tensor, read.tensor) if isinstance(read, A.Access) else read.name
             if target not in self.active:
@@ -704,6 +708,8 @@ class _Deriver:
         extra = list(conditions)
         ranges = list(ranges)
         affines: list[Affine | None] = [self.affine(a, index_set) for a in read.args]
+        # (eliminated variable, the new one, the rest of the subscript, the coefficient, the new one's extent)
+        solutions: list[tuple[str, str, Affine, int, SizeExpr]] = []
         eliminated: set[str] = set()
         solved_vars: list[tuple[str, set[str]]] = []  # eliminated variable -> the variables it is made of
         plain: list[str] = []
@@ -727,7 +733,13 @@ class _Deriver:
             ranges.append((y, "0", shape[k].to_tc()))
             eliminated.add(var)
             solved_vars.append((var, {y} | set(rest.vars)))
+            solutions.append((var, y, rest, c, shape[k]))
             args.append(y)
+        if solutions:
+            padded = self.padded_gather(st, contrib, solutions, conditions)
+            if padded is not None:  # no let-bindings, no bound conditions: a plain convolution
+                contrib, lets, extra = padded, [], list(conditions)
+                solved_vars = []
         # Does the accumulation write every element of the adjoint? Its subscripts must be
         # distinct variables ranging over whole dimensions, and no condition may restrict them
         # alone (conditions that also involve a reduced variable do not hide an element).
@@ -753,6 +765,87 @@ class _Deriver:
         reduces = any(t[0] not in args for t in ranges)
         op = self.emit(target, args, contrib, ranges, lets + extra, covers, reduces)
         return op, (args if not lets else [])
+
+    def padded_gather(self, st, contrib: str, solutions, conditions) -> str | None:
+        """``contrib`` of a gather, reading the statement's seed from a zero-padded copy instead of
+        behind let-bindings and bound conditions; ``None`` where that does not apply.
+
+        A convolution's input gradient ``d_I(y) += d_O(h) * W(r)`` with ``h = y - r`` needs
+        ``0 <= h < OH``: as conditions, they split every loop of the kernel into pieces. Written
+        ``d_I(y) += d_O_pad(y - r + KH - 1) * W(r)`` over a copy of ``d_O`` with ``KH - 1`` zeros
+        on each side (``d_O_pad(p) = (KH - 1 <= p < OH + KH - 1) ? d_O(p - KH + 1) : 0.0``), it is
+        a plain convolution, mapped as the forward is. It applies where the seed (the adjoint of
+        the statement's value) is a plain access in which each eliminated variable is a whole
+        subscript, every eliminated variable was solved with coefficient 1 (``h = y - rest``) and
+        appears nowhere else in the contribution or in a condition, and no range has ``min``/``max``
+        bounds. The out-of-range terms then read zeros and add nothing (their other factor is
+        finite where the weights are).
+        """
+        import re
+
+        if self.seed_access is None:
+            return None
+        seed, g_name, lhs, value = self.seed_access
+        if seed not in contrib or any(s[3] != 1 for s in solutions):
+            return None
+        gone = {s[0] for s in solutions}
+        token = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, gone)) + r")(?![\w(])")
+        if token.search(contrib.replace(seed, "")) or any(token.search(c) for c in conditions):
+            return None
+        positions = {}
+        for j, a in enumerate(lhs):
+            if a in gone:
+                positions[a] = j
+            elif token.search(a):
+                return None
+        if set(positions) != gone:
+            return None
+
+        def bounds_of(u: str):
+            r = st.range_of(u)
+            if len(r.lo.alternatives("max")) > 1 or len(r.hi.alternatives("min")) > 1:
+                return None
+            return r.lo, r.hi - 1
+
+        shape = self.shape_of(value)
+        offsets: dict[int, tuple] = {}  # position -> (offset, extent, lo, hi of the variable)
+        access = list(lhs)
+        for v, y, rest, _, target_extent in solutions:
+            most, least = rest.rest, rest.rest  # max and min of rest over its variables' box
+            for u, c in rest.coeffs:
+                b = bounds_of(u)
+                if b is None:
+                    return None
+                lo, hi = b
+                most, least = (most + hi * c, least + lo * c) if c > 0 else (most + lo * c, least + hi * c)
+            vb = bounds_of(v)
+            if vb is None:
+                return None
+            k = positions[v]
+            offset = most  # y - rest + offset >= 0
+            extent = target_extent + most - least
+            offsets[k] = (offset, extent, vb[0], vb[1] + 1)
+            access[k] = _affine_text(Affine.of({y: 1, **{u: -c for u, c in rest.coeffs}}, offset - rest.rest))
+        key = (g_name, tuple(sorted((k, o[0].to_tc(), o[1].to_tc()) for k, o in offsets.items())))
+        pad = self.pads.get(key)
+        if pad is None:
+            pad = self.pads[key] = self.names.fresh(f"{g_name}_pad")
+            idx = [self.names.fresh(f"p{j}") for j in range(len(lhs))]
+            inner, conds, ranges = [], [], []
+            for j, i in enumerate(idx):
+                if j in offsets:
+                    offset, extent, lo, hi = offsets[j]
+                    inner.append(_affine_text(Affine.of({i: 1}, -offset)))
+                    conds += [f"{i} >= {_p((lo + offset).to_tc())}", f"{i} < {_p((hi + offset).to_tc())}"]
+                    ranges.append((i, "0", extent.to_tc()))
+                else:
+                    inner.append(i)
+                    ranges.append((i, "0", shape[j].to_tc()))
+            read = f"{g_name}({', '.join(inner)})"
+            self.lines.append(
+                f"{pad}({', '.join(idx)}) = ({' && '.join(conds)}) ? {read} : 0.0{_where(ranges, [])}"
+            )
+        return contrib.replace(seed, f"{pad}({', '.join(access)})")
 
     def affine(self, e: A.Expr, index_set) -> Affine | None:
         if any(isinstance(n, A.Access) for n in A.walk(e)):

@@ -312,6 +312,38 @@ def test_intermediates_are_saved_not_recomputed() -> None:
     assert "O_0(b, n) +=!" not in d.backward and "I(b, r_m) * W(n, r_m)" not in d.backward
 
 
+def test_a_convolution_input_gradient_reads_a_zero_padded_copy() -> None:
+    """d_I of a convolution is a convolution of a zero-padded d_O with the kernel (no let-bindings
+    or bound conditions, which split every loop); the statement's reuse of d_O is kept."""
+    conv = suite.get("conv2d")
+    d = derivation(tcjit.define(conv.source, name=conv.entry))
+    assert "d_O_pad(p0, p1, p2, p3) = (p2 >= (KH - 1) && p2 < H && p3 >= (KW - 1) && p3 < W) ?" in d.backward
+    assert "p2 in 0:(H + KH - 1)" in d.backward
+    assert "d_I(n, r_c, y2, y3) +=! d_O_pad(n, f, -r_kh + y2 + KH - 1, -r_kw + y3 + KW - 1) *" in d.backward
+    assert " h = " not in d.backward
+
+
+#: Shifted reads the padding must leave as gathers (another factor reads the shifted variable:
+#: X(i + r) twice; the subscript's coefficient is 2), and one it handles with an offset and a
+#: bounded range (i + r + 1, i in 1:N - R).
+SHIFTS = """
+def square(double(N) X, double(R) K) -> (O) { O(i) +=! X(i + r) * X(i + r) * K(r) where i in 0:N - R + 1 }
+def strided(double(N) X, double(R) K) -> (O) { O(i) +=! X(2 * i + r) * K(r) where i in 0:(N - R) / 2 + 1 }
+def offset(double(N) X, double(R) K) -> (O) { O(i) +=! X(i + r + 1) * K(r) where i in 1:N - R }
+"""
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_shifted_reads_are_padded_only_where_that_is_exact(target: str) -> None:
+    program = {name: tcjit.define(SHIFTS, name=name) for name in ("square", "strided", "offset")}
+    assert "_pad" not in derivation(program["square"]).backward
+    assert "_pad" not in derivation(program["strided"]).backward
+    assert "d_O_pad(" in derivation(program["offset"]).backward
+    x, k = randn(11, seed=4), randn(3, seed=5)
+    for kernel in program.values():
+        _gradcheck(kernel, [x.clone(), k.clone()], target, fast=False)
+
+
 def test_only_wanted_gradients_are_derived_and_computed() -> None:
     kernel = tcjit.define(MLP)
     d = derivation(kernel, ("W",))
