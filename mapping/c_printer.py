@@ -554,6 +554,10 @@ class _Printer:
         With ``simd_reduction`` on ``loop`` itself (the dot-product form) ``loop`` is strip-mined
         into :attr:`lanes` partial sums per output, added up after it.
         """
+        if "simd_reduction" not in kinds:
+            shape = _reduction_chain(loop)
+            if shape is not None:
+                return self.chain_tile(loop, *shape, indent)
         chain, node = [], loop.body
         while isinstance(node, (ir.For, ir.Mark)):
             if isinstance(node, ir.Mark):
@@ -563,31 +567,11 @@ class _Printer:
             else:
                 chain.append(node)
                 node = node.body
-        points: list[ir.For] = []
-        while isinstance(node, (ir.For, ir.Mark)):
-            if isinstance(node, ir.Mark):
-                node = node.body
-                continue
-            if not (node.degenerate or set(node.kind.split("+")) & {"unroll", "simd"}):
-                return False
-            points.append(node)
-            node = node.body
-        runs = _flat_runs(node)
         inner = {loop.var, *(c.var for c in chain)}
-        st = self.one_element_update(runs or [], inner) if points else None
-        if st is None:
+        found = self._tile_points(node, inner)
+        if found is None:
             return False
-        pvars = {p.var for p in points}
-        extents = []
-        for p in points:
-            if (ir.free_vars(p.init) | ir.free_vars(p.cond)) & (inner | (pvars - {p.var})):
-                return False
-            if p.degenerate:
-                continue
-            hi = _constant_upper_bound(p.cond, p.var)
-            if not isinstance(p.init, ir.Int) or p.init.value < 0 or p.step != 1 or hi is None:
-                return False
-            extents.append(hi + 1)
+        points, node, runs, st, extents = found
         dot = "simd_reduction" in kinds
         if dot and (chain or any("simd" in p.kind.split("+") for p in points) or st.op not in _ASSOCIATIVE):
             dot = False
@@ -620,6 +604,312 @@ class _Printer:
         else:
             self._register_tile(loop, points, node, runs, extents, dot, name, indent)
         return True
+
+    def _tile_points(self, node: ir.Node, inner: set[str]):
+        """``(points, body, runs, statement, extents)`` of a register tile whose point loops start
+        at ``node``: the ``unroll``/``simd`` (or single-iteration) loops, of constant extents and
+        bounds free of the reduction loops ``inner`` and of each other, around instances of one
+        update of one element that ``inner`` does not move (:meth:`one_element_update`); None
+        if the nest is not of that shape."""
+        points: list[ir.For] = []
+        while isinstance(node, (ir.For, ir.Mark)):
+            if isinstance(node, ir.Mark):
+                node = node.body
+                continue
+            if not (node.degenerate or set(node.kind.split("+")) & {"unroll", "simd"}):
+                return None
+            points.append(node)
+            node = node.body
+        runs = _flat_runs(node)
+        st = self.one_element_update(runs or [], inner) if points else None
+        if st is None:
+            return None
+        pvars = {p.var for p in points}
+        extents = []
+        for p in points:
+            if (ir.free_vars(p.init) | ir.free_vars(p.cond)) & (inner | (pvars - {p.var})):
+                return None
+            if p.degenerate:
+                continue
+            hi = _constant_upper_bound(p.cond, p.var)
+            if not isinstance(p.init, ir.Int) or p.init.value < 0 or p.step != 1 or hi is None:
+                return None
+            extents.append(hi + 1)
+        return points, node, runs, st, extents
+
+    def chain_tile(self, loop: ir.For, chain: list[ir.For], vloop: ir.For, indent: str) -> bool:
+        """The dot-product register tile over a chain of reductions (:mod:`.cpu`,
+        ``_register_tile_chain``): ``loop`` (marked ``accumulate``), the loops ``chain`` below it,
+        the ``simd_reduction`` loop ``vloop``, then the point loops around one ``+=`` update.
+        Every output of the tile keeps a vector of partial sums across all of them; the lanes
+        are added up once, after ``loop``. False (print the nest plainly) if it does not fit."""
+        if not self.canonical(vloop) or vloop.step != 1:
+            return False
+        inner = {loop.var, *(c.var for c in chain), vloop.var}
+        found = self._tile_points(vloop.body, inner)
+        if found is None:
+            return False
+        points, node, runs, st, extents = found
+        if st.op != "+=":
+            return False
+        plan = self._chain_plan(runs, vloop)
+        if plan is not None:
+            if math.prod(extents) > MAX_VECTOR_ACCUMULATORS:
+                return False
+        elif math.prod(extents) * self.lanes(self.element_type(st.tensor)) > MAX_REGISTER_TILE:
+            return False
+        name = f"tc_r{self.tiles}"
+        self.tiles += 1
+        full, conds = [], []  # full tiles get constant bounds (see register_tile)
+        for p in points:
+            if p.degenerate:
+                full.append(p)
+                continue
+            hi = _constant_upper_bound(p.cond, p.var)
+            conds += [f"{expr(e)} >= {hi}" for e in _variable_bounds(p.cond)]
+            full.append(
+                ir.For(p.var, p.init, ir.Op("<=", (ir.Var(p.var), ir.Int(hi))), 1, p.body, kind=p.kind)
+            )
+        copies = [(full, indent + "  "), ([_without_kind(p, "unroll") for p in points], indent + "  ")]
+        if not conds:
+            copies = [(points, indent)]
+        for k, (pts, ind) in enumerate(copies):
+            if conds:
+                self.lines.append(
+                    f"{indent}if ({' && '.join(conds)}) {{" if k == 0 else f"{indent}}} else {{"
+                )
+            if plan is not None:
+                self._chain_vector(loop, chain, vloop, pts, runs, extents, plan, name, ind)
+            else:
+                self._chain_array(loop, chain, vloop, pts, node, runs, extents, name, ind)
+        if conds:
+            self.lines.append(f"{indent}}}")
+        return True
+
+    def _chain_plan(self, runs: Sequence[ir.Run], vloop: ir.For):
+        """``(type, dimension)`` if the chain tile's update can run in vector registers along loop
+        ``vloop``: a ``+=`` of float32 or float64 values into a tensor of that type (or of float32
+        ones accumulated in float64, a long sum, where ``vloop`` runs a known number of times
+        below :data:`.lower.LONG_SUM`: one run is the shortest float32 block
+        :meth:`_chain_vector` may use), one dimension moving by one along ``vloop``
+        and a right-hand side :meth:`_vector_value` accepts; None otherwise (and in the
+        emulated target, which checks races per element)."""
+        if self.shadowed:
+            return None
+        scop_st = self.statements[runs[0].statement]
+        st = scop_st.source
+        t = self.cdef.tensor(st.tensor).dtype
+        et = self.element_type(st.tensor)
+        if t.name not in ("float32", "float64") or st.value_type != t:
+            return None
+        if et != t:
+            from .lower import LONG_SUM  # lower imports this module
+
+            runs_of = _extent(vloop)
+            if not (t.name == "float32" and et.name == "float64") or runs_of is None or runs_of >= LONG_SUM:
+                return None  # float32 blocks need runs of a known length below LONG_SUM
+        vdims = set()
+        for run in runs:
+            bound = dict(zip(scop_st.dims, run.args))
+            moving = [d for d in scop_st.dims if vloop.var in ir.free_vars(bound[d])]
+            if len(moving) != 1 or not _moves_by_one(bound[moving[0]], vloop.var):
+                return None
+            vdims.add(moving[0])
+        if len(vdims) != 1:
+            return None
+        (vdim,) = vdims
+        if vdim in st.lhs_vars or not self._vector_value(st.rhs, t, vdim):
+            return None
+        return t, vdim
+
+    def _vtype(self, ctype: str, count: int) -> str:
+        """The name of a vector type of ``count`` elements of C type ``ctype``, declared in the
+        kernel."""
+        suffix = {"float": "f32", "double": "f64", "int32_t": "i32", "int64_t": "i64"}[ctype]
+        vtype = f"tc_v{count}{suffix}"
+        self.vector_types[vtype] = (ctype, count * (4 if suffix.endswith("32") else 8))
+        return vtype
+
+    def _chain_open(self, chain: Sequence[ir.For], indent: str) -> tuple[list[str], str]:
+        """Print the headers of a chain tile's reduction loops; their closing lines and the
+        indentation inside them."""
+        closing = []
+        for c in chain:
+            if c.degenerate:
+                self.lines.append(f"{indent}{{ const int64_t {c.var} = {expr(c.init)};")
+            else:
+                self.lines.append(f"{indent}{self.loop_header(c)} {{")
+            closing.append(f"{indent}}}")
+            indent += "  "
+        return closing, indent
+
+    def _chain_vector(self, loop, chain, vloop, points, runs, extents, plan, name, indent) -> None:
+        """The chain tile in GCC vector types: per output one vector of ``L`` partial sums
+        (:attr:`lanes` of the tensor's type); every step loads each operand's vector once for all
+        the outputs that share it. ``vloop`` is strip-mined by ``L``; its remainder is one
+        overlapping vector that ends at the loop's last value, the lanes counted already masked
+        to +0 (bitwise, so that NaN and infinities in them count nothing), or scalar updates of
+        single lanes when the loop is shorter than a vector.
+
+        A float32 sum accumulated in float64 (a long sum, :data:`.lower.LONG_SUM`) is blocked:
+        each run of ``vloop`` sums in float32 vectors, which are then converted and added into
+        float64 vectors of partial sums. Each float32 partial thus sums at most one run of
+        ``vloop`` (a row of a convolution's output: tens of terms), far fewer than the
+        :data:`.lower.LONG_SUM` terms below which float32 sums are accurate enough everywhere else
+        in tcjit, and the long sum itself is carried in float64."""
+        t, vdim = plan
+        first = runs[0]
+        st = self.statements[first.statement].source
+        et = self.element_type(st.tensor)
+        wide = et != t
+        ct, ect = _ctype(t), _ctype(et)
+        lanes = self.lanes(t)
+        vt = self._vtype(ct, lanes)
+        wt = self._vtype(ect, lanes)
+        lane_int = "int32_t" if ct == "float" else "int64_t"
+        it = self._vtype(lane_int, lanes)
+        acc = f"{name}_p" if wide else name
+        idx = "".join(f"[{p.var}]" for p in points if not p.degenerate)
+        dims = "".join(f"[{e}]" for e in extents)
+        nest = list(points)
+        vex = _VectorExprs(self, st, vdim, vt)
+        sex = _Exprs(self, st)
+        addr = self.address(st.tensor, st.lhs, sex, st.source)
+        lhs_bind = self.bindings(first.statement, first.args, set(st.lhs_vars))
+        loops = ", ".join([loop.var, *(c.var for c in chain), vloop.var])
+        loops_ = [loop, *chain]
+        block = _float32_block(loops_, vloop) if wide else 0  # float32 partials inside loops_[:block]
+        how = f"vectors of {lanes}"
+        if wide:
+            per = f"iteration of {loops_[block - 1].var}" if block else "tile"
+            how += f", {t.name} partial sums per {per} added into {et.name}"
+        self.lines.append(
+            f"{indent}{{ /* register tile (dot-product form over a chain of reductions, {how}):"
+            f" '{st.tensor}' kept in {name} across loops {loops} */"
+        )
+        iota = ", ".join(str(k) for k in range(lanes))
+        self.lines.append(f"{indent}  const {it} tc_iota = {{{iota}}}; (void)tc_iota;")
+        self.lines.append(f"{indent}  {wt} {name}{dims};")
+        self.point_nest(nest, f"{name}{idx} = ({wt}){{0}};", indent + "  ")
+        closing, inner = self._chain_open(loops_[:block], indent + "  ")
+        if wide:
+            self.lines.append(f"{inner}{vt} {acc}{dims};")
+            self.point_nest(nest, f"{acc}{idx} = ({vt}){{0}};", inner)
+        more, inner_ = self._chain_open(loops_[block:], inner)
+        outer, inner = inner, inner_
+        hi = _constant_upper_bound(vloop.cond, vloop.var, constant=False)
+        v = vloop.var
+        self.lines.append(
+            f"{inner}const int64_t tc_lo = {expr(vloop.init)}, tc_hi = {hi};"
+            f" const int64_t tc_main = tc_hi < tc_lo ? tc_lo"
+            f" : tc_lo + (tc_hi - tc_lo + 1) / {lanes} * {lanes};"
+        )
+        self.lines.append(f"{inner}{self.comment(first.statement)}")
+        vvalue = vex.value(st.rhs)
+
+        def updates(value: Callable[[], str]) -> str:
+            return " ".join(f"{{ {self.bindings(r.statement, r.args)} {value()} }}" for r in runs)
+
+        self.lines.append(f"{inner}for (int64_t {v} = tc_lo; {v} < tc_main; {v} += {lanes}) {{")
+        self.point_nest(nest, updates(lambda: f"{acc}{idx} += {vvalue};"), inner + "  ")
+        self.lines.append(f"{inner}}}")
+        self.lines.append(f"{inner}if (tc_main <= tc_hi && tc_hi - tc_lo + 1 >= {lanes}) {{")
+        self.lines.append(
+            f"{inner}  const int64_t {v} = tc_hi - {lanes - 1};"
+            f" const {lane_int} tc_d = ({lane_int})(tc_main - {v}); const {it} tc_m = tc_iota >= tc_d;"
+        )
+        masked = f"({vt})(({it})({vvalue}) & tc_m)"
+        self.point_nest(nest, updates(lambda: f"{acc}{idx} += {masked};"), inner + "  ")
+        self.lines.append(f"{inner}}} else {{")
+        svalue = convert(convert(sex.value(st.rhs), st.value_type, t), t, t)
+        self.lines.append(f"{inner}  for (int64_t {v} = tc_main; {v} <= tc_hi; {v}++) {{")
+        self.point_nest(
+            [_without_kind(p, "unroll") for p in nest],
+            updates(lambda: f"{acc}{idx}[{v} - tc_main] += {svalue};"),
+            inner + "    ",
+        )
+        self.lines.append(f"{inner}  }}")
+        self.lines.append(f"{inner}}}")
+        self.lines.extend(reversed(more))
+        if wide:
+            self.point_nest(nest, f"{name}{idx} += __builtin_convertvector({acc}{idx}, {wt});", outer)
+        self.lines.extend(reversed(closing))
+        finish = (
+            f"{ect} tc_s = {self.load(st.tensor, addr, et)};"
+            f" for (int tc_l = 0; tc_l < {lanes}; tc_l++) tc_s = tc_s + {name}{idx}[tc_l];"
+            f" {self.store(st.tensor, addr, 'tc_s')}"
+        )
+        self.point_nest(nest, f"{lhs_bind} {finish}", indent + "  ")
+        self.lines.append(f"{indent}}}")
+
+    def _chain_array(self, loop, chain, vloop, points, node, runs, extents, name, indent) -> None:
+        """The chain tile where the update does not fit vector types (a conversion, a call, a
+        gather): per output an array of :attr:`lanes` partial sums in the type the tensor is held
+        in, ``vloop`` strip-mined into an ``omp simd`` loop over the lanes, its remainder
+        accumulated into lane 0."""
+        first = runs[0]
+        st = self.statements[first.statement].source
+        et = self.element_type(st.tensor).compute
+        ct = _ctype(et)
+        lanes = self.lanes(self.element_type(st.tensor))
+        idx = "".join(f"[{p.var}]" for p in points if not p.degenerate)
+        dims = "".join(f"[{e}]" for e in extents) + f"[{lanes}]"
+        ex = _Exprs(self, st)
+        addr = self.address(st.tensor, st.lhs, ex, st.source)
+        lhs_bind = self.bindings(first.statement, first.args, set(st.lhs_vars))
+        loops = ", ".join([loop.var, *(c.var for c in chain), vloop.var])
+        self.lines.append(
+            f"{indent}{{ /* register tile (dot-product form over a chain of reductions, {lanes} lanes):"
+            f" '{st.tensor}' kept in {name} across loops {loops} */"
+        )
+        self.lines.append(f"{indent}  {ct} {name}{dims};")
+        zero = _identity(st.op, et)
+        self.point_nest(
+            points, f"for (int tc_l = 0; tc_l < {lanes}; tc_l++) {name}{idx}[tc_l] = {zero};", indent + "  "
+        )
+        closing, inner = self._chain_open([loop, *chain], indent + "  ")
+        hi = _constant_upper_bound(vloop.cond, vloop.var, constant=False)
+        self.lines.append(
+            f"{inner}const int64_t tc_lo = {expr(vloop.init)}, tc_hi = {hi};"
+            f" const int64_t tc_main = tc_hi < tc_lo ? tc_lo"
+            f" : tc_lo + (tc_hi - tc_lo + 1) / {lanes} * {lanes};"
+        )
+        lane_loop = ir.For(
+            "tc_l",
+            ir.Int(0),
+            ir.Op("<", (ir.Var("tc_l"), ir.Int(lanes))),
+            1,
+            _substitute_runs(node, {vloop.var: ir.Op("+", (ir.Var("tc_k"), ir.Var("tc_l")))}),
+            kind="simd",
+        )
+        main = ir.For(
+            "tc_k",
+            ir.Var("tc_lo"),
+            ir.Op("<", (ir.Var("tc_k"), ir.Var("tc_main"))),
+            lanes,
+            _rebuild(points, lane_loop),
+        )
+        tail = ir.For(
+            vloop.var,
+            ir.Var("tc_main"),
+            ir.Op("<=", (ir.Var(vloop.var), ir.Var("tc_hi"))),
+            1,
+            _rebuild(points, node),
+        )
+        self.accumulator = _Accumulator(first.statement, f"{name}{idx}[tc_l]")
+        self.loop(main, inner)
+        self.accumulator = _Accumulator(first.statement, f"{name}{idx}[0]")
+        self.loop(tail, inner)
+        self.accumulator = None
+        self.lines.extend(reversed(closing))
+        combine = _combine(st.op, "tc_s", f"{name}{idx}[tc_l]", et)
+        finish = (
+            f"{ct} tc_s = {self.load(st.tensor, addr, et)};"
+            f" for (int tc_l = 0; tc_l < {lanes}; tc_l++) tc_s = {combine};"
+            f" {self.store(st.tensor, addr, 'tc_s')}"
+        )
+        self.point_nest(points, f"{lhs_bind} {finish}", indent + "  ")
+        self.lines.append(f"{indent}}}")
 
     def _register_tile(self, loop, points, node, runs, extents, dot, name, indent) -> None:
         if not dot and self.vector_tile(loop, points, node, name, indent):
@@ -1237,6 +1527,56 @@ def _substitute_runs(node: ir.Node, values: dict[str, ir.Expr]) -> ir.Node:
     if isinstance(node, ir.Block):
         return ir.Block(tuple(_substitute_runs(c, values) for c in node.children))
     raise TCInternalError(f"cannot substitute into {node!r}")
+
+
+def _reduction_chain(loop: ir.For) -> tuple[list[ir.For], ir.For] | None:
+    """``(chain, vector loop)`` if the loops below ``loop`` lead, through loops that are not a
+    register tile's point loops, to a ``simd_reduction`` loop (the chain form of a register
+    tile); None otherwise."""
+    chain, node = [], loop.body
+    while isinstance(node, (ir.For, ir.Mark)):
+        if isinstance(node, ir.Mark):
+            node = node.body
+            continue
+        kinds = set(node.kind.split("+"))
+        if "simd_reduction" in kinds and not node.degenerate:
+            return chain, node
+        if kinds & {"unroll", "simd"}:
+            return None
+        chain.append(node)
+        node = node.body
+    return None
+
+
+def _extent(loop: ir.For) -> int | None:
+    """How many iterations ``loop`` runs, if its bounds are constants."""
+    if loop.degenerate:
+        return 1
+    hi = _constant_upper_bound(loop.cond, loop.var)
+    if hi is None or _variable_bounds(loop.cond) or not isinstance(loop.init, ir.Int) or loop.step < 1:
+        return None
+    return max(0, (hi - loop.init.value) // loop.step + 1)
+
+
+def _float32_block(loops: Sequence[ir.For], vloop: ir.For) -> int:
+    """Where a chain tile of a float32 sum held in float64 starts its float32 partial sums: the
+    number of ``loops`` (outermost first) outside them. The partials sum the loops inside, as
+    many of them as keep an output's terms per block below :data:`.lower.LONG_SUM` (a float32 sum
+    that long is accurate enough everywhere in tcjit): a convolution's whole ``h`` x ``w``
+    plane, or, where the bounds are not constants, one run of ``vloop``."""
+    from .lower import LONG_SUM  # lower imports this module
+
+    terms = _extent(vloop)
+    if terms is None:
+        return len(loops)
+    block = len(loops)
+    for k in reversed(range(len(loops))):
+        n = _extent(loops[k])
+        if n is None or terms * n >= LONG_SUM:
+            break
+        terms *= n
+        block = k
+    return block
 
 
 def _rebuild(points: Sequence[ir.For], body: ir.Node) -> ir.Node:

@@ -27,7 +27,9 @@ marks the C printer turns into pragmas:
   replacement). In the *outer-product form* (the vector loop is parallel: a matrix product's ``j``)
   the innermost point loop is the vector loop; in the *dot-product form* (the vector loop is the
   reduction: ``A(m, k) * B(n, k)``) every output of the tile holds a vector of partial sums, added
-  up after the loop. See :meth:`_Mapper._register_tile`.
+  up after the loop. See :meth:`_Mapper._register_tile`. The dot-product form also applies over
+  a *chain of reductions* in bands of their own (a weight gradient's ``n``, ``h``, ``w``): see
+  :meth:`_Mapper._register_tile_chain`.
 
 Every "carries no dependence" is proved with isl on the concrete sizes (:func:`carries_dependence`),
 not read off the scheduler's coincidence flags, so a mark can never introduce a race.
@@ -290,6 +292,8 @@ class _Mapper:
                     n -= len(small)
             if options.register_tile and node.band_get_permutable() and not small:
                 tiled = self._register_tile_over_window(node, options)
+                if tiled is None:
+                    tiled = self._register_tile_chain(node, options)
                 if tiled is not None:
                     sched = tiled
                     continue
@@ -398,6 +402,167 @@ class _Mapper:
             f"register tile {tuple(sizes)} over the reduction window below (outer-product form)"
         )
         return sched
+
+    def _register_tile_chain(self, node: isl.ScheduleNode, options) -> isl.Schedule | None:
+        """The dot-product register tile over a chain of reductions (a weight gradient's sum).
+
+        Applies when innermost band ``node``'s last member is a ``simd_reduction`` loop over which
+        every operand moves by one element or not at all, the band holds one ``+=`` update (a
+        reassociable sum; no other statement kind), and the members between it and the nearest
+        band above with free (parallel) members, in a chain of bands with one child each, are all
+        reductions: ``d_W1(g, f, c, kh, kw) += d_O(n, g, f, h, w) * I(n, g, c, h + kh, w + kw)``
+        scheduled as a band ``(g, f, c, kh, kw, n)`` above bands ``h`` and ``w``.
+
+        The free members are tiled for reuse (:meth:`_fit_chain_tile`: ``f`` x ``c``, the ``d_O``
+        vector shared by the tile's ``c``, the ``I`` vector by its ``f``), their point loops moved
+        below the vector loop and unrolled; the first reduction loop with several iterations gets
+        the ``accumulate`` mark, the vector loop ``simd_reduction``: the printer keeps one vector
+        of partial sums per output of the tile across the whole chain (``n``, ``h`` and the
+        strip-mined ``w``) and adds the lanes up once at the end. Kept only if the legality check
+        agrees (moving parallel loops inside reductions is legal when nothing else depends on the
+        sums' order, which the check proves).
+        """
+        if not options.vectorize:
+            return None
+        names = _statements_of(node)
+        if len(names) != 1:
+            return None
+        stmt = names[0]
+        st = self.scop.statement(stmt)
+        src = st.source
+        if st.kind != "update" or src.op != "+=" or not src.plain_lhs:
+            return None
+        if any(isinstance(a, A.Access) and a.tensor == src.tensor for a in A.walk(src.rhs)):
+            return None  # the sum reads its own target: its updates must stay in order
+        nv = node.band_n_member()
+        if self._vector_kind(node, nv - 1) != "simd_reduction":
+            return None
+        k = _member_dim(node, nv - 1, stmt, len(st.dims))
+        if k is None:
+            return None
+        steps = self._access_steps(stmt, st.dims[k])[1:]
+        if any(s not in (0, 1) for s in steps) or 1 not in steps:
+            return None  # the printer loads operands as whole vectors: unit stride or invariant
+        # the chain: bands from ``node`` up to the nearest one with a free member
+        path = [node]
+        while True:
+            free = [
+                j for j in range(path[-1].band_n_member()) if not carries_dependence(path[-1], j, self.deps)
+            ]
+            if free:
+                break
+            up = path[-1].parent()
+            if up.get_type() != isl.schedule_node_type.band:
+                return None
+            path.append(up)
+        top = path[-1]
+        n = top.band_n_member()
+        if top is node and nv - 1 in free:
+            return None  # the vector loop is parallel: the outer-product forms' business
+        reductions = [j for j in range(n) if j not in free and not (top is node and j == nv - 1)]
+        order = free + reductions + ([nv - 1] if top is node else [])
+        if order != list(range(n)):
+            if not top.band_get_permutable():
+                return None
+            top = self._permute(top, order)
+        sizes = self._fit_chain_tile(top, stmt, len(free))
+        if sizes is None:
+            return None  # no operand is shared by the tile's outputs (a row sum): nothing to gain
+        if len(free) < n:
+            top = top.band_split(len(free))
+        top = _tile_band(top, sizes[: len(free)]).child(0)
+        points = top.band_get_partial_schedule()
+        node = top.delete()  # the first reduction band, below the free members' tile loops
+        # the accumulate mark goes on the first reduction loop of several iterations
+        marked = False
+        while True:
+            for j in range(node.band_n_member()):
+                if (_spread(node, j) or 2) > 1:
+                    if j > 0:
+                        node = node.band_split(j).child(0)
+                    if node.band_n_member() > 1:
+                        node = node.band_split(1)
+                    node = node.insert_mark(loop_mark("accumulate", node)).child(0)
+                    marked = True
+                    break
+            if marked or not _has_band_below(node):
+                break
+            node = node.child(0)
+        if not marked:
+            return None
+        while _has_band_below(node):
+            node = node.child(0)
+            while node.get_type() != isl.schedule_node_type.band:
+                node = node.child(0)
+        if node.band_n_member() > 1:
+            node = node.band_split(node.band_n_member() - 1).child(0)
+        node = node.insert_mark(loop_mark("simd_reduction", node)).child(0)
+        node = node.child(0).insert_partial_schedule(points).band_set_permutable(1)
+        node = _mark_point_loops(node, vector=False)
+        sched = node.get_schedule()
+        try:
+            check_legality(sched, self.legality_deps, sizes=self.legality_sizes)
+        except TCInternalError:
+            return None
+        self.decisions.append(
+            f"register tile {tuple(sizes[: len(free)])} over a chain of reductions (dot-product form):"
+            " sums kept in vector registers across the chain"
+        )
+        return sched
+
+    def _fit_chain_tile(self, node: isl.ScheduleNode, stmt: str, nfree: int) -> list[int] | None:
+        """Tile sizes for the free members ``0 .. nfree - 1`` of band ``node`` (1 for the others)
+        of the chain form (:meth:`_register_tile_chain`), or None if no tile shares an operand.
+
+        Every output of the tile holds a vector of partial sums and each step loads, per operand,
+        one vector for each tile position it moves along: ``f`` x ``c`` tiles load 4 + 2 vectors
+        for 8 outputs. Sizes go up to :data:`DOT_TILE` + 1 with at most ``DOT_TILE ** 2`` outputs,
+        as in the dot-product form; among the tiles of at least half the largest size those that
+        tile evenly (:func:`_tiles_evenly`) come first, then the fewest loads per output.
+        """
+        st = self.scop.statement(stmt)
+        moves: list[list[bool]] = []  # per free member: does each operand move along it?
+        nops = len(self._access_steps(stmt, st.dims[0])) - 1
+        extents = []
+        for j in range(nfree):
+            k = _member_dim(node, j, stmt, len(st.dims))
+            if k is None:  # not one statement dimension (a member constant at these sizes): untiled
+                moves.append([False] * nops)
+                extents.append(1)
+                continue
+            moves.append([s != 0 for s in self._access_steps(stmt, st.dims[k])[1:]])
+            extents.append(_spread(node, j) or 1)
+        if not nops:
+            return None
+        choices = [range(1, min(DOT_TILE + 1, e) + 1) for e in extents]
+
+        def loads(combo: tuple[int, ...]) -> float:
+            total = 0
+            for op in range(nops):
+                total += math.prod(v for j, v in enumerate(combo) if moves[j][op])
+            return total / math.prod(combo)
+
+        combos = [c for c in itertools.product(*choices) if math.prod(c) <= DOT_TILE**2]
+        combos = [c for c in combos if sum(v > 1 for v in c) <= 2 and loads(c) < nops]
+        even: dict[tuple[int, int], bool] = {}
+
+        def key(combo: tuple[int, ...]) -> tuple:
+            for j, v in enumerate(combo):
+                if (j, v) not in even:
+                    even[j, v] = _tiles_evenly(node, j, v)
+            return (
+                all(even[j, v] for j, v in enumerate(combo)),
+                -round(loads(combo), 6),
+                math.prod(combo),
+                -(max(combo) - min(combo)),
+                combo,
+            )
+
+        most = max((math.prod(c) for c in combos), default=1)
+        best = max((c for c in combos if 2 * math.prod(c) >= most), key=key, default=None)
+        if best is None:
+            return None
+        return list(best) + [1] * (node.band_n_member() - nfree)
 
     def _reused_along(self, node: isl.ScheduleNode, member: int) -> bool:
         """Whether some operand read by the band's statements stays put along ``member``."""

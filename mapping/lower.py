@@ -241,6 +241,13 @@ def wide_accumulators(cdef: CheckedDef, sizes: Mapping[str, int]) -> dict[str, S
     with :data:`LONG_SUM` terms or more per element in float64: adding millions of float32 terms
     one by one loses every digit (the oracle, like torch, keeps them). The tensor lives in the
     wide buffer for the whole kernel and is rounded to its type once, at the end.
+
+    Blocked summation: the register tile over a chain of reductions (``c_printer``,
+    ``_chain_vector``) adds float32 products in float32 vector partial sums over blocks of fewer
+    than :data:`LONG_SUM` terms per element (a convolution's ``h`` x ``w`` plane, or one row of
+    ``w``), then adds each block, converted, into float64 partial sums. Each float32 partial is
+    then no longer than the sums this rule leaves in float32 anywhere else, and the long sum is
+    carried in float64, so the accuracy argument above holds for it too.
     """
     terms: dict[str, int] = {}
     for st in cdef.statements:

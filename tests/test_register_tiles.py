@@ -213,3 +213,151 @@ def test_convolution_tiles_double_rows_where_columns_halve(W: int, tile: tuple) 
     assert "vectors of 8" in low.source
     inputs = _inputs([(1, 3, 10, W), (8, 3, 3, 3)])
     H.check_against_oracle(CONV, None, inputs, options=OPTS, reduction_length=27)
+
+
+# ------------------------------------------------------------- chains of reductions (weight gradients)
+#: The weight gradient of a grouped convolution, as tcjit derives it: every weight sums over n, h
+#: and w, which the scheduler puts in three bands below the free (g, f, c, kh, kw) members.
+GBWD = """def gbwd(float(N,G,C,H,W) I, float(N,G,F,OH,OW) d_O, float(KH) kh, float(KW) kw) -> (d_W1) {
+    d_W1(g, f, r_c, r_kh, r_kw) +=! d_O(n, g, f, h, w) * I(n, g, r_c, h + r_kh, w + r_kw)
+        where n in 0:N, h in 0:OH, w in 0:OW, r_kh in 0:KH, r_kw in 0:KW
+}"""
+#: Two reductions and nothing shared between outputs: no register tile.
+ROWSUM2 = "def rowsum2(float(M,R,K) A) -> (S) { S(m) +=! A(m, r_r, r_k) }"
+#: A stride-2 convolution's weight gradient: I moves by two elements along w.
+STRIDED = """def sbwd(float(N,C,H,W) I, float(N,F,OH,OW) d_O, float(KH) kh, float(KW) kw) -> (d_W1) {
+    d_W1(f, r_c, r_kh, r_kw) +=! d_O(n, f, h, w) * I(n, r_c, 2 * h + r_kh, 2 * w + r_kw)
+        where n in 0:N, h in 0:OH, w in 0:OW, r_kh in 0:KH, r_kw in 0:KW
+}"""
+
+
+def _gbwd_inputs(N, G, C, F, OH, OW, K=3, dtype=torch.float32, seed=0):
+    I, d_O = _inputs([(N, G, C, OH + K - 1, OW + K - 1), (N, G, F, OH, OW)], seed=seed)
+    return I.to(dtype), d_O.to(dtype), torch.zeros(K, dtype=dtype), torch.zeros(K, dtype=dtype)
+
+
+def _gbwd_sizes(N, G, C, F, OH, OW, K=3):
+    return {
+        "N": N,
+        "G": G,
+        "C": C,
+        "H": OH + K - 1,
+        "W": OW + K - 1,
+        "F": F,
+        "OH": OH,
+        "OW": OW,
+        "KH": K,
+        "KW": K,
+    }
+
+
+def _chain_comment(source: str) -> str:
+    start = source.index("register tile (dot-product form over a chain of reductions")
+    return source[start : source.index("*/", start)]
+
+
+@pytest.mark.parametrize(
+    "sizes, tile, wide",
+    [
+        (_gbwd_sizes(2, 2, 4, 8, 5, 21), (1, 4, 2, 1, 1), False),  # f x c: d_O shared by c, I by f
+        (_gbwd_sizes(8, 1, 4, 8, 46, 46), (1, 4, 2, 1, 1), True),  # 8 * 46 * 46 >= LONG_SUM terms
+    ],
+)
+def test_chain_form_is_chosen_for_weight_gradients(sizes: dict, tile: tuple, wide: bool) -> None:
+    """The reductions n, h and w sit in three bands: the chain form tiles f x c, keeps a vector of
+    partial sums per weight across all three, and (long sums) blocks them in float32."""
+    low = _lowered(GBWD, sizes)
+    assert f"register tile {tile} over a chain of reductions" in low.stages["decisions"], low.stages[
+        "decisions"
+    ]
+    comment = _chain_comment(low.source)
+    assert "vectors of 8" in comment, comment
+    assert ("float32 partial sums per iteration of" in comment) == wide, comment
+    if wide:  # one n: h x w = 2116 terms per float32 block, below LONG_SUM
+        loops = comment.split("across loops ")[1].split(", ")
+        assert f"per iteration of {loops[0]} " in comment, comment
+
+
+def test_float32_blocks_stay_below_long_sum() -> None:
+    """Where one n's plane holds LONG_SUM terms or more, the float32 partials sum one row."""
+    low = _lowered(GBWD, _gbwd_sizes(2, 1, 2, 4, 130, 130))
+    comment = _chain_comment(low.source)
+    loops = comment.split("across loops ")[1].split(", ")
+    assert f"per iteration of {loops[1]} " in comment, comment
+
+
+@pytest.mark.parametrize(
+    "shape, dtype",
+    [
+        ((2, 2, 4, 8, 5, 8 * WIDTH + 5), torch.float32),  # full tiles, a remainder of w
+        ((2, 1, 5, 7, 4, 8 * WIDTH + 3), torch.float32),  # partial tiles (5 x 7)
+        ((6, 1, 3, 5, 44, 8 * WIDTH * 5 + 4), torch.float32),  # wide: >= LONG_SUM terms, float32 blocks
+        ((2, 2, 4, 6, 5, 8 * WIDTH + 3), torch.float64),
+        ((1, 1, 3, 5, 70, 8 * WIDTH * 30 + 1), torch.float32),  # h x w >= LONG_SUM: blocks of one row
+    ],
+    ids=["whole-tiles", "partial-tiles", "wide", "f64", "wide-rows"],
+)
+def test_chain_form_matches_the_oracle(shape: tuple, dtype: torch.dtype) -> None:
+    N, G, C, F, OH, OW = shape
+    inputs = _gbwd_inputs(N, G, C, F, OH, OW, dtype=dtype)
+    src = GBWD if dtype == torch.float32 else GBWD.replace("float(", "double(")
+    source = tcjit.compile(tcjit.define(src), *inputs, options=OPTS).source
+    assert "over a chain of reductions, vectors of" in source
+    H.check_against_oracle(src, None, inputs, options=OPTS, reduction_length=N * OH * OW)
+
+
+def test_wide_chain_sums_are_exact_where_float32_is_not() -> None:
+    """115200 terms of 1 + 2**-12 per weight: a float32 lane that sums 7200 of them loses the
+    2**-12 parts past 4096 (its ulp is then 2**-11); float32 blocks of one n (240 terms per lane,
+    exact) added into float64 give the exact 115228.125."""
+    N, OH = 32, 60
+    I = torch.full((N, 1, 2, OH + 2, OH + 2), 1 + 2**-12)
+    d_O = torch.ones(N, 1, 2, OH, OH)
+    k = torch.zeros(3)
+    kernel = tcjit.define(GBWD)
+    assert "over a chain of reductions" in tcjit.compile(kernel, I, d_O, k, k, options=OPTS).source
+    got = kernel(I, d_O, k, k, options=OPTS)
+    assert torch.equal(got, torch.full_like(got, N * OH * OH * (1 + 2**-12)))
+    assert N * OH * OH * (1 + 2**-12) == 115228.125
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["call", "half"])
+def test_chain_form_without_vector_types(dtype: torch.dtype) -> None:
+    """A call (no vector arithmetic for it) or half operands: per weight an array of lanes,
+    an omp simd loop over them; same results as the oracle."""
+    src = GBWD.replace("d_O(n, g, f, h, w) *", "exp(d_O(n, g, f, h, w)) *")
+    if dtype == torch.float16:
+        src = GBWD.replace("float(", "half(")
+    inputs = _gbwd_inputs(2, 1, 4, 8, 5, 8 * WIDTH + 3, dtype=dtype)
+    source = tcjit.compile(tcjit.define(src), *inputs, options=OPTS).source
+    assert "over a chain of reductions" in source and "lanes):" in source
+    H.check_against_oracle(src, None, inputs, options=OPTS, reduction_length=2 * 5 * (8 * WIDTH + 3))
+
+
+@pytest.mark.parametrize(
+    "src, sizes, shapes",
+    [
+        (ROWSUM2, {"M": 8, "R": 5, "K": 40}, [(8, 5, 40)]),  # nothing shared by two outputs
+        (
+            STRIDED,
+            {"N": 2, "C": 4, "H": 13, "W": 41, "F": 4, "OH": 6, "OW": 20, "KH": 2, "KW": 2},
+            [(2, 4, 13, 41), (2, 4, 6, 20), (2,), (2,)],
+        ),  # I moves by 2 along w: no vector loads
+    ],
+    ids=["rowsum", "strided"],
+)
+def test_chain_form_is_refused(src: str, sizes: dict, shapes) -> None:
+    low = _lowered(src, sizes)
+    assert "over a chain of reductions" not in low.stages["decisions"], low.stages["decisions"]
+    assert "over a chain of reductions" not in low.source
+    H.check_against_oracle(src, None, _inputs(shapes), options=OPTS, reduction_length=200)
+
+
+def test_chain_form_with_runs_shorter_than_a_vector() -> None:
+    """w runs over OW - h values (a triangle): the runs shorter than a vector update single lanes,
+    the longer ones end with an overlapping, masked vector."""
+    src = GBWD.replace("r_kw in 0:KW", "r_kw in 0:KW, w < OW - h")
+    inputs = _gbwd_inputs(2, 1, 4, 8, 30, 8 * WIDTH * 3 + 5)
+    source = tcjit.compile(tcjit.define(src), *inputs, options=OPTS).source
+    assert "over a chain of reductions, vectors of" in source
+    H.check_against_oracle(src, None, inputs, options=OPTS, reduction_length=2 * 30 * (8 * WIDTH * 3 + 5))
