@@ -257,33 +257,39 @@ def _chain_comment(source: str) -> str:
 
 
 @pytest.mark.parametrize(
-    "sizes, tile, wide",
+    "sizes, tile, wide, hoisted",
     [
-        (_gbwd_sizes(2, 2, 4, 8, 5, 21), (1, 4, 2, 1, 1), False),  # f x c: d_O shared by c, I by f
-        (_gbwd_sizes(8, 1, 4, 8, 46, 46), (1, 4, 2, 1, 1), True),  # 8 * 46 * 46 >= LONG_SUM terms
+        (_gbwd_sizes(2, 2, 4, 8, 5, 21), (1, 4, 2, 1, 1), False, False),  # f x c: d_O shared by c, I by f
+        (_gbwd_sizes(8, 1, 4, 8, 46, 46), (4, 2, 1, 1), True, True),  # 8 * 46 * 46 >= LONG_SUM terms
     ],
 )
-def test_chain_form_is_chosen_for_weight_gradients(sizes: dict, tile: tuple, wide: bool) -> None:
-    """The reductions n, h and w sit in three bands: the chain form tiles f x c, keeps a vector of
-    partial sums per weight across all three, and (long sums) blocks them in float32."""
+def test_chain_form_is_chosen_for_weight_gradients(
+    sizes: dict, tile: tuple, wide: bool, hoisted: bool
+) -> None:
+    """The reductions n, h and w sit in three bands: the chain form tiles f x c and keeps a vector
+    of partial sums per weight across the chain. Where h x w alone sums HOIST_CHAIN_TERMS terms or
+    more, n moves above the tile loops (below g, which stays outermost; with G = 1 the threads
+    split n and add their partial sums), so one image's d_O and I stay in cache for every tile,
+    and the sums go into the outputs once per image: a long sum is then blocked in float32 per
+    h x w plane (2116 terms, below LONG_SUM) added into float64."""
     low = _lowered(GBWD, sizes)
-    assert f"register tile {tile} over a chain of reductions" in low.stages["decisions"], low.stages[
-        "decisions"
-    ]
+    decisions = low.stages["decisions"]
+    assert f"register tile {tile} over a chain of reductions" in decisions, decisions
+    assert ("above the tile loops" in decisions) == hoisted, decisions
     comment = _chain_comment(low.source)
     assert "vectors of 8" in comment, comment
-    assert ("float32 partial sums per iteration of" in comment) == wide, comment
-    if wide:  # one n: h x w = 2116 terms per float32 block, below LONG_SUM
-        loops = comment.split("across loops ")[1].split(", ")
-        assert f"per iteration of {loops[0]} " in comment, comment
+    loops = comment.split("across loops ")[1].split(", ")
+    assert len(loops) == (2 if hoisted else 3), comment  # h, w (and n when it is not hoisted)
+    assert ("float32 partial sums per tile added into float64" in comment) == wide, comment
 
 
 def test_float32_blocks_stay_below_long_sum() -> None:
-    """Where one n's plane holds LONG_SUM terms or more, the float32 partials sum one row."""
+    """Where one n's plane holds LONG_SUM terms or more, the float32 partials sum one row (n is
+    above the tile loops: the chain is h, w)."""
     low = _lowered(GBWD, _gbwd_sizes(2, 1, 2, 4, 130, 130))
     comment = _chain_comment(low.source)
     loops = comment.split("across loops ")[1].split(", ")
-    assert f"per iteration of {loops[1]} " in comment, comment
+    assert len(loops) == 2 and f"per iteration of {loops[0]} " in comment, comment
 
 
 @pytest.mark.parametrize(
