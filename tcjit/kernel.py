@@ -388,6 +388,10 @@ def default_options(cdef: CheckedDef, sizes, target: str):
     there and in docs/performance.md)."""
     from .mapping.defaults import default_options as choose
 
+    if target == "cpu":
+        from .cpu_runtime import vector_bytes
+
+        return choose(cdef, sizes, target, vector_bytes=vector_bytes())
     return choose(cdef, sizes, target)
 
 

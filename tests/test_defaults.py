@@ -7,10 +7,12 @@ import torch
 
 import tcjit
 from tcjit import suite
+from tcjit.cpu_runtime import vector_bytes
 from tcjit.mapping.defaults import (
     UNLIMITED_GRID,
     default_options,
     has_row_reduction,
+    is_contraction_chain,
     is_gemm_shaped,
     main_statement,
 )
@@ -97,4 +99,31 @@ def test_a_call_without_options_uses_the_rule() -> None:
     spec = tcjit.compile(
         tcjit.define("def mm(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, r_k) * B(r_k, n) }"), A, B
     )
-    assert "tile=(64, 512, 128)" in spec.source and "register_tile=(8, 16)" in spec.source
+    columns = 16 * max(1, vector_bytes() // 32)  # 16 vector partial sums on every host
+    assert "tile=(64, 512, 128)" in spec.source and f"register_tile=(8, {columns})" in spec.source
+
+
+def test_the_gemm_tile_is_as_many_vectors_wide_on_every_host() -> None:
+    mm = _cdef("def mm(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, r_k) * B(r_k, n) }")
+    conv = _cdef_of("conv2d")
+    for width, columns in ((16, 16), (32, 16), (64, 32)):
+        o = default_options(mm, {"M": 64, "K": 64, "N": 64}, "cpu", vector_bytes=width).values
+        assert o.register_tile == (8, columns)
+        c = default_options(conv, suite.get("conv2d").cpu_sizes, "cpu", vector_bytes=width).values
+        assert c.register_tile == (4, 16)  # 32 columns made conv2d slower on AVX-512
+
+
+def test_derived_backwards_of_linear_layers_are_contraction_chains() -> None:
+    """mlp3's derived backward (contractions, bias sums over the batch, relu' pointwise) gets the
+    GEMM rule; forward kernels and convolutions' backwards do not."""
+    from tcjit.derived import derivation
+
+    def backward(name: str):
+        k = suite.get(name)
+        return check_source(derivation(tcjit.define(k.source, name=k.entry)).backward).entry()
+
+    assert is_contraction_chain(backward("mlp3")) and is_contraction_chain(backward("matmul")) is False
+    assert not is_contraction_chain(backward("gconv")) and not is_contraction_chain(backward("conv2d"))
+    assert not any(is_contraction_chain(_cdef_of(n)) for n in suite.names())
+    o = default_options(backward("mlp3"), suite.get("mlp3").cpu_sizes, "cpu").values
+    assert (o.tile, o.register_tile) == ((64, 512, 128), (8, 16))
