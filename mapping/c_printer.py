@@ -889,9 +889,27 @@ class _Printer:
             points, f"for (int tc_l = 0; tc_l < {lanes}; tc_l++) {name}{idx}[tc_l] = {zero};", indent + "  "
         )
         closing, inner = self._chain_open([loop, *chain], indent + "  ")
+        self._lane_strips(vloop, points, node, first.statement, f"{name}{idx}", lanes, inner)
+        self.accumulator = None
+        self.lines.extend(reversed(closing))
+        combine = _combine(st.op, "tc_s", f"{name}{idx}[tc_l]", et)
+        finish = (
+            f"{ct} tc_s = {self.load(st.tensor, addr, et)};"
+            f" for (int tc_l = 0; tc_l < {lanes}; tc_l++) tc_s = {combine};"
+            f" {self.store(st.tensor, addr, 'tc_s')}"
+        )
+        self.point_nest(points, f"{lhs_bind} {finish}", indent + "  ")
+        self.lines.append(f"{indent}}}")
+
+    def _lane_strips(
+        self, vloop, points, node, statement: str, lanes_of: str, lanes: int, indent: str
+    ) -> None:
+        """The dot-product forms' reduction loop ``vloop``, strip-mined: whole strips of ``lanes``
+        iterations add into ``lanes_of[0 .. lanes - 1]`` (a ``simd`` lane loop inside the point
+        loops), the remaining iterations into ``lanes_of[0]``."""
         hi = _constant_upper_bound(vloop.cond, vloop.var, constant=False)
         self.lines.append(
-            f"{inner}const int64_t tc_lo = {expr(vloop.init)}, tc_hi = {hi};"
+            f"{indent}const int64_t tc_lo = {expr(vloop.init)}, tc_hi = {hi};"
             f" const int64_t tc_main = tc_hi < tc_lo ? tc_lo"
             f" : tc_lo + (tc_hi - tc_lo + 1) / {lanes} * {lanes};"
         )
@@ -917,20 +935,10 @@ class _Printer:
             1,
             _rebuild(points, node),
         )
-        self.accumulator = _Accumulator(first.statement, f"{name}{idx}[tc_l]")
-        self.loop(main, inner)
-        self.accumulator = _Accumulator(first.statement, f"{name}{idx}[0]")
-        self.loop(tail, inner)
-        self.accumulator = None
-        self.lines.extend(reversed(closing))
-        combine = _combine(st.op, "tc_s", f"{name}{idx}[tc_l]", et)
-        finish = (
-            f"{ct} tc_s = {self.load(st.tensor, addr, et)};"
-            f" for (int tc_l = 0; tc_l < {lanes}; tc_l++) tc_s = {combine};"
-            f" {self.store(st.tensor, addr, 'tc_s')}"
-        )
-        self.point_nest(points, f"{lhs_bind} {finish}", indent + "  ")
-        self.lines.append(f"{indent}}}")
+        self.accumulator = _Accumulator(statement, f"{lanes_of}[tc_l]")
+        self.loop(main, indent)
+        self.accumulator = _Accumulator(statement, f"{lanes_of}[0]")
+        self.loop(tail, indent)
 
     def _register_tile(self, loop, points, node, runs, extents, dot, name, indent) -> None:
         if not dot and self.vector_tile(loop, points, node, name, indent):
@@ -956,38 +964,7 @@ class _Printer:
             start = f"{name}{idx} = {self.load(st.tensor, addr, et)};"
         self.point_nest(points, f"{lhs_bind} {start}", indent + "  ")
         if dot:
-            hi = _constant_upper_bound(loop.cond, loop.var, constant=False)
-            self.lines.append(
-                f"{indent}  const int64_t tc_lo = {expr(loop.init)}, tc_hi = {hi};"
-                f" const int64_t tc_main = tc_hi < tc_lo ? tc_lo"
-                f" : tc_lo + (tc_hi - tc_lo + 1) / {lanes} * {lanes};"
-            )
-            lane_loop = ir.For(
-                "tc_l",
-                ir.Int(0),
-                ir.Op("<", (ir.Var("tc_l"), ir.Int(lanes))),
-                1,
-                _substitute_runs(node, {loop.var: ir.Op("+", (ir.Var("tc_k"), ir.Var("tc_l")))}),
-                kind="simd",
-            )
-            main = ir.For(
-                "tc_k",
-                ir.Var("tc_lo"),
-                ir.Op("<", (ir.Var("tc_k"), ir.Var("tc_main"))),
-                lanes,
-                _rebuild(points, lane_loop),
-            )
-            tail = ir.For(
-                loop.var,
-                ir.Var("tc_main"),
-                ir.Op("<=", (ir.Var(loop.var), ir.Var("tc_hi"))),
-                1,
-                _rebuild(points, node),
-            )
-            self.accumulator = _Accumulator(first.statement, f"{name}{idx}[tc_l]")
-            self.loop(main, indent + "  ")
-            self.accumulator = _Accumulator(first.statement, f"{name}{idx}[0]")
-            self.loop(tail, indent + "  ")
+            self._lane_strips(loop, points, node, first.statement, f"{name}{idx}", lanes, indent + "  ")
             finish = (
                 f"{ct} tc_s = {self.load(st.tensor, addr, et)};"
                 f" {_fold_lanes(st.op, f'{name}{idx}', lanes, et)}"
