@@ -399,15 +399,10 @@ class _Mapper:
         node = node.insert_mark(loop_mark("accumulate", node)).child(0).child(0)
         node = node.insert_partial_schedule(points).band_set_permutable(1)
         node = _mark_point_loops(node, vector=True)
-        sched = node.get_schedule()
-        try:
-            check_legality(sched, self.legality_deps, sizes=self.legality_sizes)
-        except TCInternalError:
-            return None
-        self.decisions.append(
-            f"register tile {tuple(sizes)} over the reduction window below (outer-product form)"
+        return self._if_legal(
+            node.get_schedule(),
+            f"register tile {tuple(sizes)} over the reduction window below (outer-product form)",
         )
-        return sched
 
     def _register_tile_chain(self, node: isl.ScheduleNode, options) -> isl.Schedule | None:
         """The dot-product register tile over a chain of reductions (a weight gradient's sum).
@@ -518,16 +513,20 @@ class _Mapper:
         node = node.insert_mark(loop_mark("simd_reduction", node)).child(0)
         node = node.child(0).insert_partial_schedule(points).band_set_permutable(1)
         node = _mark_point_loops(node, vector=False)
-        sched = node.get_schedule()
+        return self._if_legal(
+            node.get_schedule(),
+            f"register tile {tuple(sizes[: len(free)])} over a chain of reductions (dot-product form):"
+            " sums kept in vector registers across the chain"
+            + (f"; {len(reductions)} reduction member(s) above the tile loops" if hoist else ""),
+        )
+
+    def _if_legal(self, sched: isl.Schedule, decision: str) -> isl.Schedule | None:
+        """``sched`` with ``decision`` recorded if the legality check agrees with it, else None."""
         try:
             check_legality(sched, self.legality_deps, sizes=self.legality_sizes)
         except TCInternalError:
             return None
-        self.decisions.append(
-            f"register tile {tuple(sizes[: len(free)])} over a chain of reductions (dot-product form):"
-            " sums kept in vector registers across the chain"
-            + (f"; {len(reductions)} reduction member(s) above the tile loops" if hoist else "")
-        )
+        self.decisions.append(decision)
         return sched
 
     def _fit_chain_tile(self, node: isl.ScheduleNode, stmt: str, nfree: int) -> list[int] | None:
