@@ -324,6 +324,20 @@ def fresh_cache_dir(prefix: str = "tcjit-bench-cache-") -> Iterator[Path]:
                 os.environ["TCJIT_CACHE_DIR"] = old
 
 
+@contextlib.contextmanager
+def bench_environment(threads: int | None) -> Iterator[Path]:
+    """What a benchmark run happens in: :func:`fresh_cache_dir`, and with ``threads`` set, that many
+    OpenMP threads (``OMP_NUM_THREADS``, read when tcjit's kernels are loaded) and torch threads."""
+    if threads is not None:
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+    with fresh_cache_dir() as d:
+        if threads is not None:
+            import torch
+
+            torch.set_num_threads(threads)
+        yield d
+
+
 def device_sync(device: str) -> Sync | None:
     """What waits for ``device`` before a clock is read: ``torch.cuda.synchronize`` for ``"cuda"``,
     nothing (``None``) for ``"cpu"``."""

@@ -53,7 +53,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
 import sys
 import time
@@ -67,6 +66,7 @@ from _harness import (
     SUITE_SIZE_KINDS,
     Sync,
     as_tuple,
+    bench_environment,
     check_outputs,
     cuda_unusable,
     describe_error,
@@ -74,7 +74,6 @@ from _harness import (
     format_rate,
     format_seconds,
     format_sizes,
-    fresh_cache_dir,
     interleaved,
     machine_info,
     machine_markdown,
@@ -650,13 +649,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if why is not None:
             print(f"cpu_suite.py: --device cuda: {why}", file=sys.stderr)
             return 2
-    if args.threads is not None:
-        os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    with fresh_cache_dir():
-        import torch
-
-        if args.threads is not None:
-            torch.set_num_threads(args.threads)
+    with bench_environment(args.threads):
         doc = run_suite(
             args.kernels,
             args.sizes,

@@ -55,11 +55,11 @@ from _harness import (
     RESULTS,
     SIZE_KINDS,
     as_tuple,
+    bench_environment,
     check_outputs,
     describe_error,
     format_seconds,
     format_sizes,
-    fresh_cache_dir,
     interleaved,
     machine_info,
     machine_markdown,
@@ -521,14 +521,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
-    if args.threads is not None:
-        os.environ["OMP_NUM_THREADS"] = str(args.threads)
     os.environ["TCJIT_OPTIONS_DB"] = ""  # default options: nothing tuned is looked up
-    with fresh_cache_dir():
-        import torch
-
-        if args.threads is not None:
-            torch.set_num_threads(args.threads)
+    with bench_environment(args.threads):
         doc = run(
             args.sizes,
             torch_compile=not args.no_compile,
