@@ -2,6 +2,7 @@
 kernel cache, and comparisons of compiled results with the oracle (``tcjit.reference``).
 
 A plain module (not a conftest): the test files import it as ``import compiled_helpers as H``.
+It also holds :func:`raises_at`, the check that an error points into the source.
 """
 
 from __future__ import annotations
@@ -413,3 +414,15 @@ def suite_oracle(name: str, which: int) -> tuple[torch.Tensor, ...]:
 
     k = suite.get(name)
     return as_tuple(ORACLE(k.source, k.entry, *suite_inputs(name, which)))
+
+
+def raises_at(exc, line, col, words, fn, *args, **kw):
+    """Call ``fn(*args, **kw)``; it must raise ``exc`` pointing at ``line``:``col`` of the TC source
+    (a caret in the message) with each of ``words`` in its message. Returns the error."""
+    with pytest.raises(exc) as e:
+        fn(*args, **kw)
+    assert (e.value.line, e.value.column) == (line, col), str(e.value)
+    for w in words:
+        assert w in e.value.message, e.value.message
+    assert "^" in str(e.value)
+    return e.value

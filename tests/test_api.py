@@ -6,6 +6,7 @@ import pickle
 
 import pytest
 import torch
+from compiled_helpers import raises_at as _raises_at
 
 import tcjit
 from tcjit import TCCallError, TCError, TCNameError, TCRangeError, TCSemanticError
@@ -76,16 +77,6 @@ def wrong(float(M,K) A) -> (d_A) {
     assert e.value.line == 10
     with pytest.raises(TCCallError, match="pass name="):
         tcjit.define(src, backward="matmul_grad")
-
-
-def _raises_at(exc, line, col, words, fn, *args, **kw):
-    with pytest.raises(exc) as e:
-        fn(*args, **kw)
-    assert (e.value.line, e.value.column) == (line, col), str(e.value)
-    for w in words:
-        assert w in e.value.message, e.value.message
-    assert "^" in str(e.value)
-    return e.value
 
 
 def test_call_checks_point_into_the_source():

@@ -13,6 +13,7 @@ import json
 
 import pytest
 import torch
+from compiled_helpers import raises_at as _raises_at
 
 import tcjit
 from tcjit import TCCallError
@@ -72,16 +73,6 @@ def _randn(*shape, dtype=torch.float32, seed=0, requires_grad=False):
 
 def _float64_leaves(*shapes):
     return [_randn(*s, dtype=torch.float64, seed=n, requires_grad=True) for n, s in enumerate(shapes)]
-
-
-def _raises_at(exc, line, col, words, fn, *args, **kw):
-    with pytest.raises(exc) as e:
-        fn(*args, **kw)
-    assert (e.value.line, e.value.column) == (line, col), str(e.value)
-    for w in words:
-        assert w in e.value.message, e.value.message
-    assert "^" in str(e.value)
-    return e.value
 
 
 @pytest.fixture
