@@ -39,7 +39,9 @@ Gradients accumulate in the type of the tensor differentiated (a ``float16`` inp
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .errors import TCDerivativeError, TCInternalError
 from .lang import ast as A
@@ -365,17 +367,7 @@ def _rename(e: A.Expr, reads: dict[str, str], cdef: CheckedDef) -> str:
             return A.Access(reads.get(n.tensor, n.tensor), tuple(go(a) for a in n.args))
         if isinstance(n, A.DimSize):
             return A.Ident(f"({cdef.tensor(n.tensor).shape[n.dim].to_tc()})")
-        if isinstance(n, A.Call):
-            return A.Call(n.func, tuple(go(a) for a in n.args))
-        if isinstance(n, A.Cast):
-            return A.Cast(n.to, go(n.arg))
-        if isinstance(n, A.Unary):
-            return A.Unary(n.op, go(n.arg))
-        if isinstance(n, A.Binary):
-            return A.Binary(n.op, go(n.lhs), go(n.rhs))
-        if isinstance(n, A.Select):
-            return A.Select(go(n.cond), go(n.then), go(n.other))
-        return n
+        return A.with_children(n, tuple(go(k) for k in A.children(n)))
 
     return expr_to_tc(go(e))
 
@@ -427,6 +419,16 @@ def _statement_ranges(st: CheckedStatement) -> tuple[list[tuple[str, str, str]],
 
 
 # ------------------------------------------------------------------------------------- the pass
+class _Seed(NamedTuple):
+    """A statement's seed when it is a plain access of the adjoint of its value: ``d_O(n, h)``, the
+    adjoint's name, the access's subscripts (text) and the value."""
+
+    access: str
+    adjoint: str
+    subscripts: tuple[str, ...]
+    value: str
+
+
 class _Poison:
     """A gradient that cannot be computed, with the reason."""
 
@@ -611,8 +613,8 @@ class _Deriver:
         materialized: dict[str, tuple[str, str]] = {}  # contribution text -> (adjoint, its access)
         # The seed as a plain access of the adjoint of the statement's value: what a gather's
         # contribution may read from a zero-padded copy instead (see :meth:`padded_gather`).
-        self.seed_access = (g, g_name, lhs, v) if seed == g else None
-        self.pads: dict[tuple, str] = {}
+        seed_access = _Seed(g, g_name, tuple(lhs), v) if seed == g else None
+        pads: dict[tuple, str] = {}  # the zero-padded copies of the seed made for this statement
         for read, contrib in self.chain(st.rhs, seed, reads, st):
             target = reads.get(read.tensor, read.tensor) if isinstance(read, A.Access) else read.name
             if target not in self.active:
@@ -625,7 +627,7 @@ class _Deriver:
             text = contrib
             if contrib in materialized:
                 text = materialized[contrib][1]
-            op, args = self.contribute(st, target, read, text, reads, ranges, conditions)
+            op, args = self.contribute(st, target, read, text, reads, ranges, conditions, seed_access, pads)
             if op == "=" and args == list(st.vars) and text == contrib:
                 materialized[contrib] = (name, f"{name}({', '.join(args)})")
 
@@ -695,7 +697,9 @@ class _Deriver:
             f"((({nz}({at}) == 1.0) && ({fp} == 0.0)) ? {_p(g)} * {pz}({at}) : 0.0)"
         )
 
-    def contribute(self, st, target, read, contrib, reads, ranges, conditions) -> tuple[str, list[str]]:
+    def contribute(
+        self, st, target, read, contrib, reads, ranges, conditions, seed: _Seed | None, pads: dict
+    ) -> tuple[str, list[str]]:
         """``d_target(read's subscripts) += contrib`` over ``st``'s iterations, as a gather where a
         shifted subscript can be solved for one of its variables; the operator written and the
         left-hand side's subscripts (empty for a gather)."""
@@ -735,8 +739,8 @@ class _Deriver:
             solved_vars.append((var, {y} | set(rest.vars)))
             solutions.append((var, y, rest, c, shape[k]))
             args.append(y)
-        if solutions:
-            padded = self.padded_gather(st, contrib, solutions, conditions)
+        if solutions and seed is not None:
+            padded = self.padded_gather(st, contrib, solutions, conditions, seed, pads)
             if padded is not None:  # no let-bindings, no bound conditions: a plain convolution
                 contrib, lets, extra = padded, [], list(conditions)
                 solved_vars = []
@@ -766,7 +770,7 @@ class _Deriver:
         op = self.emit(target, args, contrib, ranges, lets + extra, covers, reduces)
         return op, (args if not lets else [])
 
-    def padded_gather(self, st, contrib: str, solutions, conditions) -> str | None:
+    def padded_gather(self, st, contrib: str, solutions, conditions, seed: _Seed, pads: dict) -> str | None:
         """``contrib`` of a gather, reading the statement's seed from a zero-padded copy instead of
         behind let-bindings and bound conditions; ``None`` where that does not apply.
 
@@ -781,11 +785,7 @@ class _Deriver:
         bounds. The out-of-range terms then read zeros and add nothing (their other factor is
         finite where the weights are).
         """
-        import re
-
-        if self.seed_access is None:
-            return None
-        seed, g_name, lhs, value = self.seed_access
+        seed, g_name, lhs, value = seed
         if seed not in contrib or any(s[3] != 1 for s in solutions):
             return None
         gone = {s[0] for s in solutions}
@@ -827,9 +827,9 @@ class _Deriver:
             offsets[k] = (offset, extent, vb[0], vb[1] + 1)
             access[k] = _affine_text(Affine.of({y: 1, **{u: -c for u, c in rest.coeffs}}, offset - rest.rest))
         key = (g_name, tuple(sorted((k, o[0].to_tc(), o[1].to_tc()) for k, o in offsets.items())))
-        pad = self.pads.get(key)
+        pad = pads.get(key)
         if pad is None:
-            pad = self.pads[key] = self.names.fresh(f"{g_name}_pad")
+            pad = pads[key] = self.names.fresh(f"{g_name}_pad")
             idx = [self.names.fresh(f"p{j}") for j in range(len(lhs))]
             inner, conds, ranges = [], [], []
             for j, i in enumerate(idx):
@@ -950,8 +950,6 @@ class _Deriver:
 
 
 def _mentions(text: str, name: str) -> bool:
-    import re
-
     return re.search(rf"(?<![\w.]){re.escape(name)}\(", text) is not None
 
 

@@ -79,7 +79,12 @@ class GradPlan:
         needs = tuple(bool(n) and isinstance(x, torch.Tensor) for n, x in zip(needs, inputs))
         if not any(needs):
             return (None,) * len(inputs)
-        shapes = kernel.output_shapes(*inputs) if any(g is None for g in grad_outputs) else ()
+        shapes = ()
+        if any(g is None for g in grad_outputs):  # the saved outputs have the shapes; else bind again
+            n_out = len(kernel.outputs)
+            shapes = (
+                tuple(s.shape for s in saved[:n_out]) if self.saves_outputs else kernel.output_shapes(*inputs)
+            )
         device = next((x.device for x in inputs if isinstance(x, torch.Tensor)), torch.device("cpu"))
         grads_out = []
         for k, (name, g) in enumerate(zip(kernel.outputs, grad_outputs)):

@@ -8,7 +8,7 @@ these.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import Span
 from .types import ScalarType
@@ -296,6 +296,19 @@ def children(e: Expr) -> tuple[Expr, ...]:
     if isinstance(e, Select):
         return (e.cond, e.then, e.other)
     return ()
+
+
+def with_children(e: Expr, kids: tuple[Expr, ...]) -> Expr:
+    """``e`` with its direct sub-expressions (in :func:`children`'s order) replaced by ``kids``."""
+    if isinstance(e, (Access, Call)):
+        return replace(e, args=kids)
+    if isinstance(e, (Cast, Unary)):
+        return replace(e, arg=kids[0])
+    if isinstance(e, Binary):
+        return replace(e, lhs=kids[0], rhs=kids[1])
+    if isinstance(e, Select):
+        return replace(e, cond=kids[0], then=kids[1], other=kids[2])
+    return e
 
 
 def index_vars(e: Expr) -> set[str]:

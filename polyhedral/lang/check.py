@@ -7,7 +7,6 @@ pointing at the offending part of the source. It never mutates the AST it is giv
 from __future__ import annotations
 
 import warnings
-from dataclasses import replace
 
 from ..errors import (
     Span,
@@ -508,14 +507,7 @@ class _DefChecker:
         kids = A.children(e)
         if not kids:
             return e
-        new = tuple(self._substitute(k, lets) for k in kids)
-        if isinstance(e, (A.Access, A.Call)):
-            return replace(e, args=new)
-        if isinstance(e, (A.Cast, A.Unary)):
-            return replace(e, arg=new[0])
-        if isinstance(e, A.Binary):
-            return replace(e, lhs=new[0], rhs=new[1])
-        return replace(e, cond=new[0], then=new[1], other=new[2])
+        return A.with_children(e, tuple(self._substitute(k, lets) for k in kids))
 
     def _first_use(self, var: str, rhs: A.Expr, s: A.Statement) -> Span | None:
         for root in (rhs, *s.indices):

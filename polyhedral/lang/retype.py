@@ -38,16 +38,7 @@ def retype_expr(e: A.Expr, sigma: Mapping[str, str]) -> A.Expr:
     if isinstance(e, A.Cast):
         return replace(e, to=sigma.get(e.to, e.to), arg=retype_expr(e.arg, sigma))
     kids = A.children(e)
-    if not kids:
-        return e
-    new = tuple(retype_expr(k, sigma) for k in kids)
-    if isinstance(e, (A.Access, A.Call)):
-        return replace(e, args=new)
-    if isinstance(e, A.Unary):
-        return replace(e, arg=new[0])
-    if isinstance(e, A.Binary):
-        return replace(e, lhs=new[0], rhs=new[1])
-    return replace(e, cond=new[0], then=new[1], other=new[2])
+    return A.with_children(e, tuple(retype_expr(k, sigma) for k in kids)) if kids else e
 
 
 def _dims(dims: tuple[A.Dim, ...] | None, sigma) -> tuple[A.Dim, ...] | None:
