@@ -466,6 +466,12 @@ class _Deriver:
             return ()
         return self.cdef.tensor(self.tensor_of(value)).shape
 
+    def dtype_of(self, value: str) -> str:
+        """The TC spelling of the type of ``value`` (a version, an input or a rank-0 argument)."""
+        if value in self.cdef.scalars:
+            return str(self.cdef.scalars[value].dtype)
+        return str(self.cdef.tensor(self.tensor_of(value)).dtype)
+
     def tensor_of(self, value: str) -> str:
         return self.versions[value].tensor if value in self.versions else value
 
@@ -482,8 +488,10 @@ class _Deriver:
         lhs = f"{self.adjoint_name(value)}({', '.join(vs)})"
         if value in self.output_grads:
             rhs = f"{self.output_grads[value]}({', '.join(vs)})"
-        else:
-            rhs = "0.0"
+        elif value in self.wanted or self.dtype_of(value) == "float32":
+            rhs = "0.0"  # a returned gradient, declared with its type; else float32 by default
+        else:  # the adjoint's type is inferred from this first write: the value's, not float32's
+            rhs = f"{self.dtype_of(value)}(0.0)"
         self.lines.append(f"{lhs} = {rhs}{_where(ranges, [])}")
 
     def emit(self, value: str, lhs_args: list[str], rhs: str, ranges, extra, covers: bool, reduces: bool):

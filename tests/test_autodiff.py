@@ -202,6 +202,13 @@ PROGRAMS = {
         "def f(double(N) X) -> (float64(N) O) { O(i) = X(i + 1) * X(i) where i in 0:N - 1 }",
         lambda: [randn(6)],
     ),
+    "temporary_partly_read": (  # its adjoint is zeroed first, in float64 (not a literal's float32)
+        """def f(double(N) X) -> (float64(N) O) {
+            T(i) = X(i) * X(i)
+            O(i) = T(i) * 3.0 where i in 0:N - 1
+        }""",
+        lambda: [randn(6)],
+    ),
 }
 
 
