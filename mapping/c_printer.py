@@ -34,6 +34,7 @@ from ..polyhedral.lang.types import SCALAR_TYPES, ScalarType, common_type
 from ..polyhedral.scop import ScopStatement
 from . import ir
 from .c_prelude import PRELUDE, builtin_callee, int_suffix
+from .packing import Pack, contiguous_strides
 
 __all__ = ["BoundsCheck", "CParam", "c_storage_type", "print_kernel"]
 
@@ -1682,6 +1683,8 @@ def print_kernel(
     header: str = "",
     vector_bytes: int = 32,
     printer: Callable[..., _Printer] | None = None,
+    packs: Mapping[str, Pack] | None = None,
+    parallel: bool = True,
 ) -> tuple[str, tuple[BoundsCheck, ...]]:
     """The C source of one kernel and the run-time bounds checks it makes.
 
@@ -1690,17 +1693,24 @@ def print_kernel(
     ``vector_bytes`` is the width of the target's vector registers (the dot-product form of a
     register tile keeps one register of partial sums per output). ``printer`` makes the printer
     from ``(cdef, statements, sizes, strides, checked, wide)`` (the emulated target's prints
-    promoted buffers).
+    promoted buffers). ``packs``: inputs read from transposed panels (:mod:`.packing`), which the
+    kernel allocates and fills first; ``strides`` then holds the panels' strides for them.
+    ``parallel``: whether the panels may be filled by several threads (the option parallelize).
     """
     wide = dict(wide or {})
+    packs = dict(packs or {})
     p = (printer or _Printer)(cdef, statements, sizes, strides, checked, wide)
     p.symbol = symbol
     p.vector_bytes = vector_bytes
     for q in params:
         if q.kind == "tensor":
-            p.aliases.append(f"{q.ctype} t_{q.name} = p_{q.name};")
+            held = f"p_{q.name}"
+            if q.name in packs:  # this thread's panel (its own, or the only one)
+                per = _panel_elements(packs[q.name], cdef.tensor(q.name).dtype)
+                held = f"pk_{q.name} + (pn_{q.name} > 1 ? (int64_t)omp_get_thread_num() * {per} : 0)"
+            p.aliases.append(f"{q.ctype} t_{q.name} = {held};")
             p.signature.append(f"{q.ctype} t_{q.name}")
-            p.arguments.append(f"p_{q.name}")
+            p.arguments.append(held)
         else:
             p.signature.append(f"{q.ctype} s_{q.name}")
             p.arguments.append(f"s_{q.name}")
@@ -1712,7 +1722,9 @@ def print_kernel(
     if emulated:
         p.shadowed = [*cdef.outputs, *cdef.temporaries]
     p.node(body, "  ")
-    prologue, epilogue = _wide_buffers(p, wide, copy_in)
+    fills, panels, freed = _panels(p, packs, parallel)
+    prologue, epilogue = _wide_buffers(p, wide, copy_in, cleanup=" ".join(freed))
+    prologue, epilogue = [*panels, *prologue], [*epilogue, *(f"  {f}" for f in freed)]
     if emulated:
         shadows, frees = _shadows(p, wide)
         prologue, epilogue = [*shadows, *prologue], [*epilogue, *frees]
@@ -1724,6 +1736,7 @@ def print_kernel(
         header.rstrip(),
         PRELUDE,
         "#include <stdlib.h>",
+        *(["#include <omp.h>"] if packs else []),
         "",
         "static inline int64_t tc_checked(int64_t i, int64_t n, int64_t check, int64_t *errors) {",
         "  if (__builtin_expect(i < 0 || i >= n, 0)) {",
@@ -1744,6 +1757,7 @@ def print_kernel(
         "",
         *p.functions,
         "#if TC_PART_OF(0)",
+        *fills,
         f"void {symbol}({decl})",
         "{",
         "  (void)nthreads; (void)tc_errors;",
@@ -1822,16 +1836,182 @@ EMULATION_HELPERS = (
 
 
 def _contiguous(info, sizes: Mapping[str, int]) -> tuple[int, ...]:
-    out, step = [], 1
-    for n in reversed([s.evaluate(sizes) for s in info.shape]):
-        out.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(out))
+    return contiguous_strides(tuple(s.evaluate(sizes) for s in info.shape))
 
 
-def _wide_buffers(p: _Printer, wide: Mapping[str, ScalarType], copy_in: frozenset[str]):
+#: Side of the square blocks in which a transposed panel is filled: a block is read into a local
+#: array along the tensor's rows and written out along the panel's (a register transpose).
+PANEL_BLOCK = 8
+
+#: Panels with fewer elements are filled by one thread (starting a parallel region costs more).
+MIN_PARALLEL_PANEL = 1 << 15
+
+#: Each thread fills a panel of its own when all the copies take at most this many bytes: a
+#: panel one thread wrote and another reads crosses between the cores' caches on every call,
+#: which cost more than copying it twice (mlp3's first layer on 2 cores: 152 us shared, 126 us
+#: private, 93 us reading an already transposed tensor). Above it (many threads, large
+#: panels) the threads fill one shared panel, each a part.
+PRIVATE_PANELS_BYTES = 4 << 20
+
+
+#: Workspaces up to this many bytes are kept for the next call (larger ones are freed).
+KEPT_WORKSPACE_BYTES = 64 << 20
+
+#: The panels' memory: one workspace per kernel kept between calls and taken atomically, so that
+#: a call does not allocate and touch fresh memory each time (glibc returns large blocks to the
+#: system when freed: mlp3's first layer took 193 us with a fresh allocation per call, 143 us
+#: with glibc told to keep them), and concurrent calls each get their own (the one that finds
+#: the slot empty allocates, and frees what it cannot give back).
+WORKSPACE_HELPERS = (
+    "static void *tc_kept_workspace = NULL;",
+    "static void *tc_take_workspace(size_t bytes)",
+    "{",
+    "  void *w = __atomic_exchange_n(&tc_kept_workspace, NULL, __ATOMIC_ACQ_REL);",
+    "  if (w && *(size_t *)w >= bytes) return (char *)w + 64;",
+    "  free(w);",
+    "  w = aligned_alloc(64, bytes + 64);",
+    "  if (!w) return NULL;",
+    "  *(size_t *)w = bytes;",
+    "  return (char *)w + 64;",
+    "}",
+    "static void tc_give_workspace(void *p)",
+    "{",
+    "  void *w = (char *)p - 64, *none = NULL;",
+    f"  if (*(size_t *)w > {KEPT_WORKSPACE_BYTES}",
+    "      || !__atomic_compare_exchange_n(&tc_kept_workspace, &none, w, 0,",
+    "                                      __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))",
+    "    free(w);",
+    "}",
+)
+
+
+def _item_bytes(t: ScalarType) -> int:
+    return max(1, t.bits // 8)
+
+
+def _panel_elements(pack: Pack, dtype: ScalarType) -> int:
+    """Elements between two threads' panels: the tensor's, rounded up to 64 bytes (the panels'
+    alignment, which ``aligned_alloc`` needs the size to be a multiple of)."""
+    per_line = max(1, 64 // _item_bytes(dtype))
+    return -(-math.prod(pack.shape) // per_line) * per_line
+
+
+def _panels(p: _Printer, packs: Mapping[str, Pack], parallel: bool) -> tuple[list[str], list[str], list[str]]:
+    """C for each packed input's transposed panel (:mod:`.packing`): the functions that fill a
+    range of its blocks, the prologue that allocates and fills it, and the statements that free
+    it. The fill walks the panel's outer dimensions in order and its last two in
+    :data:`PANEL_BLOCK`-square blocks (edges element by element). Each thread fills and reads a
+    panel of its own (``pk_X + omp_get_thread_num() * size``) when they fit
+    :data:`PRIVATE_PANELS_BYTES`; else one panel is filled by all the threads. Without
+    ``parallel`` one thread fills one panel."""
+    functions: list[str] = []
+    prologue: list[str] = []
+    counts: list[str] = []
+    sizes: list[str] = []
+    blk = PANEL_BLOCK
+    for name, pack in packs.items():
+        dtype = p.cdef.tensor(name).dtype
+        ct = c_storage_type(dtype)
+        count = math.prod(pack.shape)
+        elements = _panel_elements(pack, dtype)
+        padded = elements * _item_bytes(dtype)
+        *outer, a, b = pack.order  # b: the dimension made innermost
+        na, nb = pack.shape[a], pack.shape[b]
+        lead = outer[0] if outer else a  # the loop the threads share
+        step = 1 if outer else blk
+
+        def offset(strides, ia: str, ib: str, outer=outer, a=a, b=b, pack=pack) -> str:
+            index = {**{d: f"e{d}" for d in outer}, a: ia, b: ib}
+            return " + ".join(f"({index[d]}) * INT64_C({strides[d]})" for d in pack.order)
+
+        loops = [
+            f"for (int64_t e{d} = lo; e{d} < hi; e{d} += 1)"
+            if d == lead
+            else f"for (int64_t e{d} = 0; e{d} < {pack.shape[d]}; e{d} += 1)"
+            for d in outer
+        ]
+        first_a = "lo" if not outer else "0"
+        last_a = "hi" if not outer else str(na)
+        loops += [
+            f"for (int64_t ga = {first_a}; ga < {last_a}; ga += {blk})",
+            f"for (int64_t gb = 0; gb < {nb}; gb += {blk}) {{",
+        ]
+        functions += [
+            f"/* Fills blocks [lo, hi) of the leading loop of '{name}''s transposed panel. */",
+            f"static void tc_fill_{name}(const {ct} *restrict src, {ct} *restrict dst,",
+            "                           int64_t lo, int64_t hi)",
+            "{",
+            "  " + "\n  ".join(loops),
+            f"    if (ga + {blk} <= {na} && gb + {blk} <= {nb}) {{",
+            f"      {ct} tile[{blk}][{blk}];",
+            f"      #pragma GCC unroll {blk}",
+            f"      for (int64_t x = 0; x < {blk}; x += 1)",
+            f"        #pragma GCC unroll {blk}",
+            f"        for (int64_t y = 0; y < {blk}; y += 1)",
+            f"          tile[x][y] = src[{offset(pack.source, 'ga + y', 'gb + x')}];",
+            f"      #pragma GCC unroll {blk}",
+            f"      for (int64_t y = 0; y < {blk}; y += 1)",
+            f"        #pragma GCC unroll {blk}",
+            f"        for (int64_t x = 0; x < {blk}; x += 1)",
+            f"          dst[{offset(pack.strides, 'ga + y', 'gb + x')}] = tile[x][y];",
+            "    } else {",
+            f"      for (int64_t y = ga; y < (ga + {blk} < {na} ? ga + {blk} : {na}); y += 1)",
+            f"        for (int64_t x = gb; x < (gb + {blk} < {nb} ? gb + {blk} : {nb}); x += 1)",
+            f"          dst[{offset(pack.strides, 'y', 'x')}] = src[{offset(pack.source, 'y', 'x')}];",
+            "    }",
+            "  }",
+            "}",
+        ]
+        extent = pack.shape[lead]
+        parts = f"(({extent} + {step - 1}) / {step})"
+        prologue += [
+            f"  /* '{name}' is read from a transposed panel, dimension {pack.dim} innermost "
+            "(option pack_operands) */",
+            f"  {ct} *pk_{name} = ({ct} *)(tc_ws + tc_ws_at);",
+            f"  tc_ws_at += pn_{name} * {padded};",
+        ]
+        if parallel:
+            prologue += [
+                f"  if (pn_{name} > 1) {{",
+                "    #pragma omp parallel num_threads(nthreads)",
+                f"    for (int64_t k = omp_get_thread_num(); k < pn_{name}; k += omp_get_num_threads())",
+                f"      tc_fill_{name}(p_{name}, pk_{name} + k * {elements}, 0, {extent});",
+                "  } else {",
+            ]
+        else:
+            prologue.append("  {")
+        counts.append(
+            f"  const int64_t pn_{name} = nthreads > 1 && (int64_t)nthreads * {padded} <= "
+            f"{PRIVATE_PANELS_BYTES} ? nthreads : 1;  /* panels: one per thread, or one */"
+            if parallel
+            else f"  const int64_t pn_{name} = 1;  /* one panel (serial kernel) */"
+        )
+        sizes.append(f"pn_{name} * {padded}")
+        if parallel and count >= MIN_PARALLEL_PANEL:
+            prologue.append(
+                "    #pragma omp parallel for num_threads(nthreads) if(nthreads > 1) schedule(static)"
+            )
+        prologue += [
+            f"    for (int64_t part = 0; part < {parts}; part += 1)",
+            f"      tc_fill_{name}(p_{name}, pk_{name}, part * {step}, "
+            f"(part + 1) * {step} < {extent} ? (part + 1) * {step} : {extent});",
+            "  }",
+        ]
+    if not packs:
+        return [], [], []
+    head = [
+        *counts,
+        f"  char *tc_ws = (char *)tc_take_workspace((size_t)({' + '.join(sizes)}));",
+        "  if (!tc_ws) { tc_errors[0] = -1; return; }",
+        "  int64_t tc_ws_at = 0;",
+    ]
+    return [*WORKSPACE_HELPERS, *functions], [*head, *prologue], ["tc_give_workspace(tc_ws);"]
+
+
+def _wide_buffers(p: _Printer, wide: Mapping[str, ScalarType], copy_in: frozenset[str], cleanup: str = ""):
     """C that allocates each widened tensor's buffer (copying the tensor in when it is read before
-    written) and, at the end, rounds it back into the tensor and frees it."""
+    written) and, at the end, rounds it back into the tensor and frees it. ``cleanup``: C that
+    frees what was allocated before, run when an allocation fails."""
     prologue: list[str] = []
     epilogue: list[str] = []
     for name, wt in wide.items():
@@ -1850,7 +2030,8 @@ def _wide_buffers(p: _Printer, wide: Mapping[str, ScalarType], copy_in: frozense
             f"  /* '{name}' is accumulated in {wt} (a long sum), stored as {info.dtype} at the end */"
         )
         prologue.append(f"  {ct} *wp_{name} = ({ct} *)malloc(sizeof({ct}) * {max(count, 1)});")
-        prologue.append(f"  if (!wp_{name}) {{ tc_errors[0] = -1; return; }}")
+        undo = cleanup + " " if cleanup else ""
+        prologue.append(f"  if (!wp_{name}) {{ {undo}tc_errors[0] = -1; return; }}")
         if name in copy_in:
             raw = f"p_{name}[{actual}]"
             if info.dtype.name == "float16":

@@ -47,11 +47,12 @@ results and what changed after them are in docs/performance.md, "GPU results"):
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from ..polyhedral.lang import ast as A
 from ..polyhedral.lang.checked import CheckedDef, CheckedStatement
 from .options import MappingOptions
+from .packing import packed_operands
 
 __all__ = [
     "UNLIMITED_GRID",
@@ -82,45 +83,54 @@ def default_options(
             return row_reduction_options()
         return gpu_options(cdef, sizes)
     base = MappingOptions("naive").vectorize(True)
-    if is_gemm_shaped(cdef) or is_contraction_chain(cdef):
-        return base.tile(64, 512, 128).register_tile(8, 16 * max(1, vector_bytes // 32))
+    packed = frozenset(packed_operands(cdef, sizes))
+    if is_gemm_shaped(cdef, packed) or is_contraction_chain(cdef, packed):
+        gemm = base.tile(64, 512, 128).register_tile(8, 16 * max(1, vector_bytes // 32))
+        return gemm.pack_operands(True)
     return base.tile(64, 256, 512).register_tile(4, 16)
 
 
-def is_gemm_shaped(cdef: CheckedDef) -> bool:
+def is_gemm_shaped(cdef: CheckedDef, packed: Collection[str] = frozenset()) -> bool:
     """Whether ``cdef`` is one ``+=`` contraction over one reduction variable, of at least two
-    operands, in the outer-product form (:func:`outer_product_shaped`)."""
-    return len(cdef.statements) == 1 and _gemm_statement(cdef.statements[0])
+    operands, in the outer-product form (:func:`outer_product_shaped`, with the inputs in
+    ``packed`` read from transposed panels)."""
+    return len(cdef.statements) == 1 and _gemm_statement(cdef.statements[0], packed)
 
 
-def is_contraction_chain(cdef: CheckedDef) -> bool:
+def is_contraction_chain(cdef: CheckedDef, packed: Collection[str] = frozenset()) -> bool:
     """Whether ``cdef`` has several statements, at least one a contraction as in
     :func:`is_gemm_shaped`, every other reduction a ``+=`` over at most one reduction variable in
     the outer-product form, and the rest pointwise: a derived backward of layers such as mlp3's
     (``d_W3(q, p) +=! d_O3_0(b, q) * O2(b, p)``, ``d_O2_1(b, p) += d_O3_0(b, q) * W3(q, p)``,
     ``d_B3(q) +=! d_O3_0(b, q)``, ``d_O3_0(b, q) = d_O3(b, q) * ...``)."""
-    if len(cdef.statements) < 2 or not any(_gemm_statement(st) for st in cdef.statements):
+    if len(cdef.statements) < 2 or not any(_gemm_statement(st, packed) for st in cdef.statements):
         return False
     for st in cdef.statements:
         if st.op == "=" and not st.reduction_vars:
             continue
-        if st.op != "+=" or len(st.reduction_vars) > 1 or not outer_product_shaped(st):
+        if st.op != "+=" or len(st.reduction_vars) > 1 or not outer_product_shaped(st, packed):
             return False
     return True
 
 
-def _gemm_statement(st: CheckedStatement) -> bool:
+def _gemm_statement(st: CheckedStatement, packed: Collection[str] = frozenset()) -> bool:
     if st.op != "+=" or len(st.reduction_vars) != 1 or len(st.lhs_vars) < 2:
         return False
     accesses = [a for a in A.walk(st.rhs) if isinstance(a, A.Access)]
     (k,) = st.reduction_vars
-    return len(accesses) >= 2 and outer_product_shaped(st) and any(k in A.index_vars(a) for a in accesses)
+    return (
+        len(accesses) >= 2
+        and outer_product_shaped(st, packed)
+        and any(k in A.index_vars(a) for a in accesses)
+    )
 
 
-def outer_product_shaped(st: CheckedStatement) -> bool:
+def outer_product_shaped(st: CheckedStatement, packed: Collection[str] = frozenset()) -> bool:
     """Whether the output's last subscript is a plain index ``j`` that every operand mentioning
     ``j`` has as its plain last subscript: the vector loop along ``j`` then reads whole vectors
-    of every operand or broadcasts it (``C(m, n) += A(m, k) * B(k, n)``)."""
+    of every operand or broadcasts it (``C(m, n) += A(m, k) * B(k, n)``). Operands in ``packed``
+    are read from transposed panels (:mod:`.packing`) whose innermost dimension is the one ``j``
+    indexes: for them ``j`` may be the plain subscript of any one dimension."""
     if not st.lhs_vars or not st.plain_lhs:
         return False
     j = st.lhs_vars[-1]
@@ -129,7 +139,10 @@ def outer_product_shaped(st: CheckedStatement) -> bool:
     for a in A.walk(st.rhs):
         if isinstance(a, A.Access):
             where = [k for k, e in enumerate(a.args) if j in A.index_vars(e)]
-            if where and (where != [len(a.args) - 1] or not isinstance(a.args[-1], A.Ident)):
+            if not where:
+                continue
+            last = [len(a.args) - 1] if a.tensor not in packed else where[:1]
+            if len(where) != 1 or where != last or not isinstance(a.args[where[0]], A.Ident):
                 return False
     return True
 

@@ -36,6 +36,7 @@ from . import ir
 from .c_printer import BoundsCheck, CParam, c_storage_type, print_kernel
 from .cpu import hoist_initialisations, initialised_in_place, map_cpu
 from .gpu import GpuKernelPlan, GpuPlan, launch_bodies, map_gpu
+from .packing import contiguous_strides, packed_operands
 from .promotion import TensorInfo
 
 __all__ = [
@@ -88,15 +89,6 @@ class CpuKernelSource:
         if self.buffers:
             out["buffers"] = list(self.buffers)
         return out
-
-
-def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """Element strides of a contiguous tensor of ``shape``."""
-    out, step = [], 1
-    for n in reversed(shape):
-        out.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(out))
 
 
 def _fixed(scop: Scop, sizes: Mapping[str, int]) -> isl.Set:
@@ -271,12 +263,18 @@ def wide_accumulators(cdef: CheckedDef, sizes: Mapping[str, int]) -> dict[str, S
 
 
 def tiled_schedule(
-    cdef: CheckedDef, sizes: Mapping[str, int], options, *, window: int = 0
+    cdef: CheckedDef,
+    sizes: Mapping[str, int],
+    options,
+    *,
+    window: int = 0,
+    packed: frozenset[str] = frozenset(),
 ) -> tuple[Scop, Dependences, isl.Set, isl.Schedule]:
     """Steps 1 and 2 of the pipeline, common to every target: the Scop, its dependences, the
     parameters' values (a params set) and the schedule, specialised to ``sizes``, with the
-    initialisations hoisted (``window``: see :func:`~tcjit.mapping.cpu.hoist_initialisations`)
-    and the outermost bands tiled, checked for legality."""
+    initialisations hoisted (``window``: see :func:`~tcjit.mapping.cpu.hoist_initialisations`;
+    ``packed``: the inputs the CPU kernel reads from transposed panels, :mod:`.packing`) and the
+    outermost bands tiled, checked for legality."""
     # The parametric Scop assumes every size >= 1 (its context): at a size of 0 it would be empty,
     # and a '!' reduction over an empty range would lose its initialisation to the identity.
     fix = options.fix_parameters_before_scheduling or any(sizes[s] == 0 for s in cdef.sizes)
@@ -286,7 +284,7 @@ def tiled_schedule(
     fixed = _fixed(scop, sizes)
     sched = sched.intersect_domain(sched.get_domain().intersect_params(fixed))
     legal_sizes = {p: sizes[p] for p in scop.params} or None
-    windows = initialised_in_place(scop) if window else frozenset()
+    windows = initialised_in_place(scop, packed) if window else frozenset()
     sched = hoist_initialisations(sched, deps, legal_sizes, window=window, windows=windows)
     sched = tile(sched, options.tile)
     check_legality(sched, deps, sizes=legal_sizes)
@@ -335,11 +333,18 @@ class Prepared:
         return iter((self.scop, self.deps, self.fixed, self.sched, self.checked, self.zero))
 
 
-def prepare(cdef: CheckedDef, sizes: Mapping[str, int], options, *, window: int = 0) -> Prepared:
+def prepare(
+    cdef: CheckedDef,
+    sizes: Mapping[str, int],
+    options,
+    *,
+    window: int = 0,
+    packed: frozenset[str] = frozenset(),
+) -> Prepared:
     """:func:`tiled_schedule`, then the proofs on it: the affine accesses stay inside their
     tensors (:class:`TCBoundsError` otherwise), and which outputs must start zeroed."""
     shapes = {t.name: tuple(s.evaluate(sizes) for s in t.shape) for t in cdef.tensor_infos}
-    scop, deps, fixed, sched = tiled_schedule(cdef, sizes, options, window=window)
+    scop, deps, fixed, sched = tiled_schedule(cdef, sizes, options, window=window, packed=packed)
     checked = _prove_bounds(scop, fixed, shapes, sizes)
     return Prepared(scop, deps, fixed, sched, checked, _zero_init(scop, fixed, shapes))
 
@@ -390,8 +395,16 @@ def lower_cpu(
 
     :arg options: :class:`~tcjit.mapping.option_values.OptionValues` (already validated for "cpu").
     :arg vector_bytes: the width of the target's vector registers (a register tile's partial sums).
+
+    With ``options.pack_operands`` the inputs :func:`~tcjit.mapping.packing.packed_operands` picks
+    are read from transposed panels: the mapper and the printer see the panels' strides, and the
+    printed kernel fills the panels first.
     """
-    scop, deps, fixed, sched, checked, zero = prepare(cdef, sizes, options, window=INIT_WINDOW)
+    packs = packed_operands(cdef, sizes, strides) if options.pack_operands else {}
+    strides = {**strides, **{name: pack.strides for name, pack in packs.items()}}
+    scop, deps, fixed, sched, checked, zero = prepare(
+        cdef, sizes, options, window=INIT_WINDOW, packed=frozenset(packs)
+    )
     legal_sizes = {p: sizes[p] for p in scop.params} or None
     work = sum(
         math.prod(max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes)) for r in st.ranges)
@@ -421,6 +434,8 @@ def lower_cpu(
         copy_in=frozenset(zero) & frozenset(wide),
         header=header,
         vector_bytes=vector_bytes,
+        packs=packs,
+        parallel=options.parallelize,
     )
     stages = kernel_stages(sched, plan.schedule, plan.decisions)
     return CpuKernelSource(text, symbol, tuple(params), zero, checks, tuple(wide), stages)

@@ -150,6 +150,7 @@ _FIELDS: dict[str, tuple[Callable[[str, object], Any], frozenset[str]]] = {
     "parallelize": (_boolean, _CPU),
     "vectorize": (_boolean, _CPU),
     "register_tile": (_checker(_sizes, low=1), _CPU),
+    "pack_operands": (_boolean, _CPU),
 }
 
 #: Which targets read each field (the other targets ignore it).
@@ -217,6 +218,10 @@ class OptionValues:
         does nothing). The band is tiled once more by them, its reduction loops run inside the new
         tile loops and the copies are fully unrolled, so that a block of results stays in
         registers across a reduction. Example: ``(4, 32)``.
+    :ivar pack_operands: copy each input that a contraction reads across its output's last index
+        with a stride (``B(n, k)`` in ``C(m, n) +=! A(m, k) * B(n, k)``), once per call, into a
+        buffer where that index is the unit-stride dimension (a transposed panel), so that the
+        vector loop runs along it with whole-vector loads (:mod:`tcjit.mapping.packing`).
     """
 
     outer_schedule_fusion_strategy: str = "Preserve3Coincident"
@@ -238,6 +243,7 @@ class OptionValues:
     parallelize: bool = True
     vectorize: bool = False
     register_tile: tuple[int, ...] = ()
+    pack_operands: bool = False
 
     def __post_init__(self) -> None:
         for name, (check, _) in _FIELDS.items():

@@ -39,7 +39,11 @@ if TYPE_CHECKING:
 
 __all__ = ["FORMAT", "PRESETS", "MappingOptions"]
 
-FORMAT = 1  # version of to_dict()/to_json(); bump it (and read the old one) when a field changes
+FORMAT = 2  # version of to_dict()/to_json(); bump it (and read the old one) when a field changes
+
+#: Fields each older format lacks, with the value that reproduces what that version did (format 1
+#: had no operand packing).
+_ADDED_SINCE: dict[int, dict[str, Any]] = {1: {"pack_operands": False}}
 
 _NAIVE = OptionValues()
 
@@ -373,6 +377,15 @@ class MappingOptions:
         """
         return self.replace(register_tile=_varargs(sizes))
 
+    def pack_operands(self, pack: bool) -> MappingOptions:
+        """Copy inputs that a contraction reads across its output's last index with a stride into
+        transposed panels once per call (``B`` of ``C(m, n) +=! A(m, k) * B(n, k)``), so that the
+        vector loop reads them whole. CPU only; see :mod:`tcjit.mapping.packing`.
+
+        Example: ``MappingOptions().pack_operands(True)``.
+        """
+        return self.replace(pack_operands=pack)
+
     # --- targets ----------------------------------------------------------------------------
 
     def validate(self, target: str) -> MappingOptions:
@@ -439,7 +452,8 @@ class MappingOptions:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MappingOptions:
         """The inverse of :meth:`to_dict`. Strict: every field and ``"format"`` must be present,
-        with its type; unknown keys are refused."""
+        with its type; unknown keys are refused. Older formats are read too: the fields they lack
+        take the values that behave as that version did."""
         if not isinstance(data, Mapping):
             raise option_error(
                 "options", "expected a JSON object (a mapping of option names to values)", data
@@ -447,8 +461,19 @@ class MappingOptions:
         if "format" not in data:
             raise TCOptionsError(f"option format: missing (this tcjit reads format {FORMAT})")
         version = data["format"]
-        if isinstance(version, bool) or not isinstance(version, int) or version != FORMAT:
-            raise option_error("format", f"unknown version (this tcjit reads format {FORMAT})", version)
+        if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= FORMAT:
+            raise option_error("format", f"unknown version (this tcjit reads formats 1 to {FORMAT})", version)
+        if version < FORMAT:
+            for old in range(version, FORMAT):
+                for name in _ADDED_SINCE[old]:
+                    if name in data:
+                        raise TCOptionsError(
+                            f"option {name}: unknown option in format {version} (added in format {old + 1})"
+                        )
+            upgraded = dict(data)
+            for old in range(version, FORMAT):
+                upgraded.update(_ADDED_SINCE[old])
+            data = upgraded
         for key in data:
             if key != "format" and key not in FIELD_TARGETS:
                 raise TCOptionsError(

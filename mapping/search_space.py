@@ -278,7 +278,7 @@ def search_space(
     Searched for every target: tile sizes, both fusion strategies, parameter fixing, tiling of
     imperfect nests, unroll in {1, 2, ..., 32}. CUDA: grid and block (:data:`GRID_CHOICES`,
     :data:`BLOCK_CHOICES`), shared and private promotion, unrolled copies, read-only cache, block
-    reductions. CPU: ``parallelize``, ``vectorize``, ``register_tile``.
+    reductions. CPU: ``parallelize``, ``vectorize``, ``register_tile``, ``pack_operands``.
     """
     check_target(target)
     tiles = _tile_choices(loop_extents)
@@ -294,7 +294,12 @@ def search_space(
         "unroll": UNROLL_CHOICES,
     }
     if target == "cpu":
-        choices |= {"parallelize": BOOLEANS, "vectorize": BOOLEANS, "register_tile": REGISTER_TILE_CHOICES}
+        choices |= {
+            "parallelize": BOOLEANS,
+            "vectorize": BOOLEANS,
+            "register_tile": REGISTER_TILE_CHOICES,
+            "pack_operands": BOOLEANS,
+        }
     else:
         choices |= {
             "map_to_blocks": GRID_CHOICES,

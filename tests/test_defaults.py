@@ -52,11 +52,13 @@ def test_gemm_shape(src: str, gemm: bool) -> None:
 def test_suite_kernels_get_the_rule_of_their_shape() -> None:
     gemm = {n for n in suite.names() if is_gemm_shaped(_cdef_of(n))}
     assert gemm == {"matmul", "tensordot"}
+    # with their strided operands packed (mapping/packing.py), these take the GEMM rule too
+    packed = {"tmm", "tbmm", "fcrelu", "mlp3", "kronecker3"}
     for name in suite.names():
         k = suite.get(name)
-        o = default_options(_cdef_of(name), k.cpu_sizes, "cpu").validate("cpu").values
-        want = ((64, 512, 128), (8, 16)) if name in gemm else ((64, 256, 512), (4, 16))
-        assert (o.tile, o.register_tile) == want, name
+        o = default_options(_cdef_of(name), k.cpu_sizes, "cpu", vector_bytes=32).validate("cpu").values
+        want = ((64, 512, 128), (8, 16), True) if name in gemm | packed else ((64, 256, 512), (4, 16), False)
+        assert (o.tile, o.register_tile, o.pack_operands) == want, name
         assert o.vectorize and o.parallelize
         g = default_options(_cdef_of(name), k.cpu_sizes, "cuda").validate("cuda").values
         rows = name in {"softmax", "layernorm", "bn_reduce", "cosine", "abs_sum"}

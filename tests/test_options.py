@@ -33,6 +33,7 @@ from tcjit.mapping import (
     search_space,
 )
 from tcjit.mapping.option_values import MAX_UNROLL
+from tcjit.mapping.options import FORMAT
 from tcjit.mapping.search_space import BLOCK_CHOICES, GRID_CHOICES, REGISTER_TILE_CHOICES, UNROLL_CHOICES
 from tcjit.polyhedral.errors import TCError, TCOptionsError
 
@@ -291,6 +292,7 @@ FIELDS = {
     "parallelize": st.booleans(),
     "vectorize": st.booleans(),
     "register_tile": st.lists(st.integers(1, 2**20), max_size=4).map(tuple),
+    "pack_operands": st.booleans(),
 }
 OPTIONS = st.fixed_dictionaries(FIELDS).map(lambda d: MappingOptions().replace(**d))
 
@@ -310,7 +312,7 @@ def test_json_round_trip_is_exact_and_canonical(options):
     assert again == options and hash(again) == hash(options)
     assert again.to_json() == text
     data = json.loads(text)
-    assert data == options.to_dict() and data["format"] == 1
+    assert data == options.to_dict() and data["format"] == FORMAT
     assert text == json.dumps(data, sort_keys=True, separators=(",", ":"))
     assert MappingOptions.from_dict(options.to_dict()) == options
     assert MappingOptions.from_json(text.encode()) == options
@@ -371,7 +373,7 @@ BAD_JSON = [
     (_edited(map_to_blocks=[]), "map_to_blocks"),
     (_edited(outer_schedule_fusion_strategy="Fastest"), "outer_schedule_fusion_strategy"),
     (_edited(format=_DELETE), "format"),
-    (_edited(format=2), "format"),
+    (_edited(format=FORMAT + 1), "format"),
     (_edited(format="1"), "format"),
     (_edited(format=True), "format"),
     (_edited(format=1.0), "format"),
@@ -486,9 +488,9 @@ def test_space_contents():
     assert by_name["use_shared_memory"].choices == (False, True)
     for p in space.parameters:
         assert p.targets == FIELD_TARGETS[p.name.split("[")[0]] and "cuda" in p.targets
-    assert not {"parallelize", "vectorize", "register_tile"} & set(space.names)
+    assert not {"parallelize", "vectorize", "register_tile", "pack_operands"} & set(space.names)
     cpu = search_space("cpu")
-    assert {"parallelize", "vectorize", "register_tile"} <= set(cpu.names)
+    assert {"parallelize", "vectorize", "register_tile", "pack_operands"} <= set(cpu.names)
     assert not {"map_to_threads", "map_to_blocks", "use_shared_memory"} & set(cpu.names)
     assert [n for n in cpu.names if n.startswith("tile[")] == ["tile[0]", "tile[1]", "tile[2]"]
     assert MappingOptions.search_space("cuda", (100, 7)) == space
@@ -517,7 +519,7 @@ def test_tile_choices_are_tcs_powers_of_two_and_ceil_divisors(extent):
 def test_size_counts_points():
     space = search_space("cpu", (1,))
     # tile[0] in {0, 1}; 2 strategies x 3; 2 booleans; unroll 6; parallelize, vectorize; register_tile
-    assert space.size() == 2 * 3 * 3 * 2 * 2 * 6 * 2 * 2 * len(REGISTER_TILE_CHOICES)
+    assert space.size() == 2 * 3 * 3 * 2 * 2 * 6 * 2 * 2 * len(REGISTER_TILE_CHOICES) * 2
     assert search_space("cuda").size() == math.prod(len(p.choices) for p in search_space("cuda").parameters)
     assert search_space("cuda", (2**40,) * 8).size() > 2**64  # a Python int, never an overflow
 

@@ -1,0 +1,167 @@
+"""Operand packing (option ``pack_operands``; mapping/packing.py, the C printer's panels).
+
+Which inputs are packed is decided from the definition, the sizes and the call's strides; a packed
+kernel computes what the oracle computes with private panels (one per thread) and with a shared
+one, at sizes with partial 8 x 8 blocks, for float32, float64 and float16, for transposed views
+and for inputs that are not contiguous; the default options pack where the rule says, and
+options written before the field existed read as not packing.
+"""
+
+from __future__ import annotations
+
+import json
+
+import compiled_helpers as H
+import pytest
+import torch
+
+import tcjit
+from tcjit.mapping.lower import contiguous_strides, lower_cpu
+from tcjit.mapping.options import MappingOptions
+from tcjit.mapping.packing import MIN_REUSE, packed_operands
+from tcjit.polyhedral.lang.check import check_source
+
+TMM = "def tmm(float(M,K) A, float(N,K) B) -> (C) { C(m, n) +=! A(m, r_k) * B(n, r_k) }"
+MATMUL = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, r_k) * B(r_k, n) }"
+TBMM = """def tbmm(float(B,M,K) X, float(B,N,K) Y) -> (Z) {
+    Z(b, m, n) +=! X(b, m, r_k) * Y(b, n, r_k)
+}"""
+FCRELU = """def fcrelu(float(B,M) I, float(N,M) W, float(N) bias) -> (O) {
+    O(b, n) +=! I(b, r_m) * W(n, r_m)
+    O(b, n)  = fmax(O(b, n) + bias(n), 0)
+}"""
+ALSO_POINTWISE = """def both(float(M,K) A, float(N,K) B) -> (C, D) {
+    C(m, n) +=! A(m, r_k) * B(n, r_k)
+    D(n, k) = B(n, k) * 2
+}"""
+
+PACK = MappingOptions("naive").vectorize(True).tile(64, 512, 128).register_tile(8, 16).pack_operands(True)
+
+
+def _cdef(src: str):
+    return check_source(src).entry()
+
+
+# ------------------------------------------------------------------------------------ decisions
+def test_tmm_packs_its_second_operand() -> None:
+    packs = packed_operands(_cdef(TMM), {"M": 64, "N": 48, "K": 40})
+    assert list(packs) == ["B"]
+    b = packs["B"]
+    assert (b.dim, b.source, b.strides, b.order) == (0, (40, 1), (1, 48), (1, 0))
+
+
+def test_batched_operand_keeps_its_batch_outermost() -> None:
+    packs = packed_operands(_cdef(TBMM), {"B": 3, "M": 16, "N": 5, "K": 7})
+    assert list(packs) == ["Y"]
+    assert packs["Y"].order == (0, 2, 1) and packs["Y"].strides == (35, 1, 5)
+
+
+@pytest.mark.parametrize(
+    "src, sizes, strides, why",
+    [
+        (MATMUL, {"M": 64, "N": 48, "K": 40}, None, "already the outer-product form"),
+        (TMM, {"M": MIN_REUSE - 1, "N": 48, "K": 40}, None, "each element read fewer than MIN_REUSE times"),
+        (TMM, {"M": 64, "N": 48, "K": 40}, {"B": (1, 48)}, "a transposed view is unit-stride along n"),
+        (ALSO_POINTWISE, {"M": 64, "N": 48, "K": 40}, None, "a pointwise read wants the tensor's layout"),
+    ],
+    ids=["matmul", "little-reuse", "transposed-view", "pointwise-read"],
+)
+def test_not_packed(src: str, sizes: dict, strides, why: str) -> None:
+    assert packed_operands(_cdef(src), sizes, strides) == {}, why
+
+
+def test_matmul_packs_a_transposed_view() -> None:
+    """``B`` passed as ``X.t()`` has ``n`` along its large stride: packing restores the form."""
+    packs = packed_operands(_cdef(MATMUL), {"M": 64, "N": 48, "K": 40}, {"B": (1, 40)})
+    assert list(packs) == ["B"] and packs["B"].strides == (48, 1)
+
+
+def test_the_panel_changes_the_vector_loop() -> None:
+    """With the panel the mapper vectorises along n (the outer-product register tile); the C
+    fills the panel first and frees it last."""
+    sizes = {"M": 64, "N": 48, "K": 40}
+    cdef = _cdef(TMM)
+    strides = {
+        t.name: contiguous_strides(tuple(s.evaluate(sizes) for s in t.shape)) for t in cdef.tensor_infos
+    }
+    packed = lower_cpu(cdef, sizes, strides, PACK.validate("cpu").values, vector_bytes=32)
+    plain = lower_cpu(cdef, sizes, strides, PACK.pack_operands(False).validate("cpu").values, vector_bytes=32)
+    assert "transposed panel" in packed.source and "tc_give_workspace(tc_ws)" in packed.source
+    assert "register tile (outer-product form" in packed.source
+    assert "register tile (dot-product form" in plain.source and "transposed panel" not in plain.source
+
+
+# ---------------------------------------------------------------------------------- correctness
+def _check(src: str, inputs, options=PACK, reduction: int = 1) -> None:
+    kernel = tcjit.define(src, backward=None)
+    got = H.as_tuple(kernel(*inputs, options=options))
+    want = H.as_tuple(tcjit.reference.evaluate(src, kernel.name, *inputs))
+    for g, w in zip(got, want):
+        H.assert_same(g, w, reduction, what=kernel.name)
+
+
+def _randn(*shape, dtype=torch.float32, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(
+    "m, n, k", [(9, 13, 37), (16, 32, 64), (8, 1, 5)], ids=["partial-blocks", "whole-blocks", "one-column"]
+)
+def test_tmm_matches_the_oracle(m: int, n: int, k: int, threads: int, monkeypatch) -> None:
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    _check(TMM, (_randn(m, k), _randn(n, k, seed=1)), reduction=k)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16])
+def test_other_dtypes(dtype) -> None:
+    src = TMM.replace("float(", "double(") if dtype == torch.float64 else TMM.replace("float(", "half(")
+    _check(src, (_randn(12, 19, dtype=dtype), _randn(10, 19, dtype=dtype, seed=1)), reduction=19)
+
+
+def test_tbmm_and_fcrelu() -> None:
+    _check(TBMM, (_randn(3, 11, 9), _randn(3, 17, 9, seed=1)), reduction=9)
+    _check(FCRELU, (_randn(10, 21), _randn(19, 21, seed=1), _randn(19, seed=2)), reduction=21)
+
+
+def test_strided_inputs() -> None:
+    """Packing reads the tensor with its own strides: a column slice and a transposed view."""
+    b = _randn(13, 80, seed=1)[:, ::2]  # strides (80, 2)
+    _check(TMM, (_randn(9, 40), b), reduction=40)
+    _check(MATMUL, (_randn(9, 40), _randn(24, 40, seed=1).t()), reduction=40)
+
+
+def test_shared_panel() -> None:
+    """A panel too large to copy once per thread is filled once, by all the threads (4 MiB of
+    float32 with 2 threads exceeds the private budget)."""
+    a, b = _randn(MIN_REUSE, 1024), _randn(1025, 1024, seed=1)
+    _check(TMM, (a, b), reduction=1024)
+
+
+def test_the_workspace_is_reused_and_results_stay_right() -> None:
+    """The panel's workspace is kept between calls: later calls with other values are right."""
+    kernel = tcjit.define(TMM, backward=None)
+    for seed in range(3):
+        a, b = _randn(12, 33, seed=seed), _randn(20, 33, seed=seed + 10)
+        H.assert_same(kernel(a, b, options=PACK), a @ b.t(), 33, what=f"call {seed}")
+
+
+# -------------------------------------------------------------------------------------- options
+def test_default_options_pack_linear_layers() -> None:
+    kernel = tcjit.define(FCRELU, backward=None)
+    x, w, bias = _randn(128, 64), _randn(32, 64, seed=1), _randn(32, seed=2)
+    from tcjit.kernel import default_options
+
+    options = default_options(kernel.definition, {"B": 128, "M": 64, "N": 32}, "cpu")
+    assert options.values.pack_operands and options.values.register_tile[0] == 8
+    H.assert_same(kernel(x, w, bias), torch.relu(x @ w.t() + bias), 64)
+
+
+def test_format_1_options_read_as_not_packing() -> None:
+    old = json.loads(MappingOptions("naive").to_json())
+    assert old.pop("pack_operands") is False
+    old["format"] = 1
+    assert MappingOptions.from_dict(old) == MappingOptions("naive")
+    with pytest.raises(tcjit.TCError, match="pack_operands"):
+        MappingOptions.from_dict({**old, "pack_operands": True})
+    assert MappingOptions.from_json(PACK.to_json()) == PACK
