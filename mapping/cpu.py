@@ -363,7 +363,7 @@ class _Mapper:
         node = node.child(0)
         while node.get_type() != isl.schedule_node_type.band:
             node = node.child(0)
-        node = _mark_point_loops(node, vector=not dot)
+        node = _mark_point_loops(node, vector=not dot and options.vectorize)
         form = "dot-product" if dot else "outer-product"
         self.decisions.append(f"register tile {tuple(sizes)} ({form} form): sums kept in registers")
         return node.get_schedule()
@@ -398,7 +398,7 @@ class _Mapper:
             node = node.band_split(1)
         node = node.insert_mark(loop_mark("accumulate", node)).child(0).child(0)
         node = node.insert_partial_schedule(points).band_set_permutable(1)
-        node = _mark_point_loops(node, vector=True)
+        node = _mark_point_loops(node, vector=options.vectorize)
         return self._if_legal(
             node.get_schedule(),
             f"register tile {tuple(sizes)} over the reduction window below (outer-product form)",
@@ -908,7 +908,7 @@ def hoist_initialisations(
             break
 
 
-def initialised_in_place(scop: Scop) -> frozenset[str]:
+def initialised_in_place(scop: Scop, packed: Collection[str] = frozenset()) -> frozenset[str]:
     """The update statements whose short reductions keep their ``!`` initialisation in their
     loop nest (:func:`hoist_initialisations`' ``windows``): pooling windows, where every operand
     moves with every output index (max pooling's ``I(n, c, 2 * h + r_kh, 2 * w + r_kw)``: no
@@ -917,7 +917,8 @@ def initialised_in_place(scop: Scop) -> frozenset[str]:
     dot-product register tile holds few partial sums over so short a reduction (kronecker3's
     first product, 16 terms, ran faster so than with its tile when the two were timed).
     Short contractions with the outer-product form (a matrix product with K = 16) are faster
-    with their register tile."""
+    with their register tile. ``packed``: inputs read from transposed panels (the form is judged
+    on the panels' layout)."""
     out = set()
     for st in scop.statements:
         src = st.source
@@ -925,7 +926,7 @@ def initialised_in_place(scop: Scop) -> frozenset[str]:
             continue
         reads = [a for a in A.walk(src.rhs) if isinstance(a, A.Access)]
         window = bool(reads) and all(set(src.lhs_vars) <= A.index_vars(a) for a in reads)
-        if window or not outer_product_shaped(src):
+        if window or not outer_product_shaped(src, packed):
             out.add(st.name)
     return frozenset(out)
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from tcjit.cli import lower_for_show
+from tcjit.mapping.defaults import default_options
 from tcjit.mapping.lower import INIT_WINDOW
 from tcjit.polyhedral.lang.check import check_source
 
@@ -77,7 +78,9 @@ def test_short_dot_product_contractions_initialise_in_place() -> None:
     under the vector loop (kronecker3's first product), and no more than 16 unrolled in all."""
     src = "def k(float(M,R) X, float(D,R) W) -> (C) { C(m, d) +=! X(m, r_r) * W(d, r_r) }"
     sizes = {"M": 64, "R": 16, "D": 32}
-    low = lower_for_show(check_source(src).entry(), sizes)
+    cdef = check_source(src).entry()
+    unpacked = default_options(cdef, sizes, "cpu").pack_operands(False)  # packed, W has the form
+    low = lower_for_show(cdef, sizes, unpacked)
     assert _fused(low.source), low.stages["decisions"]
     assert low.source.count("/* S0, line") == 16
     g = torch.Generator().manual_seed(3)
