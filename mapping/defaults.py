@@ -21,7 +21,11 @@ CPU:
   one reduction variable, one at least a contraction, the rest pointwise), which is what
   deriving the backward of linear layers gives: mlp3's derived backward 452 -> 315 us on that
   Xeon (torch eager's 345 us). Convolutions keep the rule below (16 columns; 32 made conv2d 8%
-  slower there).
+  slower there). Both shapes are judged after **operand packing** (``pack_operands``, on in
+  this rule): an input read across the output's last index (``W(n, r_m)`` in a linear layer,
+  tmm's ``B(n, r_k)``) is read from a transposed panel (:mod:`.packing`), which gives it the
+  outer-product form, so tmm, tbmm, fcrelu, mlp3 and kronecker3 take this rule (mlp3's first
+  layer on the Xeon: 188 -> 144 us, its plain forward 313 -> 228 us, /tmp timing scripts).
 * **Everything else**: cache tiles of 64 x 256 x 512 on the outermost band, the outermost parallel
   loop on OpenMP threads, the best unit-stride loop on SIMD lanes and 4 x 16 register tiles where a
   band carries a reduction under a parallel vector loop (contractions in the dot-product form keep
