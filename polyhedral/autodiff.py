@@ -9,7 +9,10 @@ front-end checks and the ordinary pipeline compiles and caches:
   the intermediate versions and temporaries the backward reads (**saved**, not recomputed);
 * the **backward** ``<name>__bwd`` takes the forward's inputs, its outputs, the saved
   intermediates and one gradient per output (``d_O``), and returns the gradients of the wanted
-  inputs, typed with the inputs' shapes.
+  inputs, typed with the inputs' shapes. Outputs whose gradient is known to be zero (``absent``:
+  a loss that reads only the last output of several) get no ``d_O`` parameter: the adjoint of
+  such an output starts from the contributions of the statements that read it, as a
+  temporary's does, and what would only have flowed from its gradient is not computed.
 
 Each statement is differentiated by the chain rule over its right-hand side, in reverse program
 order. The adjoint of a read ``X(a1, ..., an)`` becomes an accumulation ``d_X(a1, ..., an) += ...``
@@ -68,6 +71,7 @@ class Derivation:
     :ivar wanted: the forward inputs whose gradients the backward returns, in order.
     :ivar poisoned: inputs left out of ``wanted`` (when deriving for every input) because their
         gradient would flow through a statement without a derivative, with the error naming it.
+    :ivar absent: the outputs whose gradient the backward does not take (known to be zero).
     """
 
     forward: str
@@ -77,6 +81,7 @@ class Derivation:
     backward_name: str
     wanted: tuple[str, ...]
     poisoned: dict = field(default_factory=dict, compare=False)
+    absent: frozenset[str] = frozenset()
 
 
 # ----------------------------------------------------------------------------------- text helpers
@@ -880,13 +885,18 @@ class _Deriver:
         return candidates[0]
 
     # ------------------------------------------------------------------------------ driver
-    def run(self, keep: tuple[str, ...] | None, strict: bool) -> Derivation:
+    def run(self, keep: tuple[str, ...] | None, strict: bool, absent: frozenset[str]) -> Derivation:
         cdef = self.cdef
         self.counts: dict[str, str] = {}
         self.products: dict[str, tuple[str, str]] = {}
+        # The outputs' gradients: parameters, seeds of their final versions. An absent output's
+        # final version has no seed: its adjoint is a temporary's (started by its first
+        # contribution, never written when no later statement reads the output).
         self.output_grads = {}
         grad_params = []
         for o in cdef.outputs:
+            if o in absent:
+                continue
             gname = self.names.fresh(f"d_{o}")
             grad_params.append(_decl(cdef, o, gname))
             if cdef.tensor(o).dtype.is_float:
@@ -936,7 +946,7 @@ class _Deriver:
             f"({', '.join(returns)}) {{\n" + "".join(f"    {line}\n" for line in self.lines) + "}\n"
         )
         wanted = tuple(x for x in self.wanted if x not in poisoned)
-        return Derivation(forward, fwd_name, tuple(saved), backward, bwd_name, wanted, poisoned)
+        return Derivation(forward, fwd_name, tuple(saved), backward, bwd_name, wanted, poisoned, absent)
 
     def forward_text(self, name: str, params: list[str], returns: list[str]) -> str:
         lines = []
@@ -970,7 +980,10 @@ def _affine_text(a: Affine) -> str:
 
 
 def derive(
-    cdef: CheckedDef, wanted: tuple[str, ...] | None = None, saved: tuple[str, ...] | None = None
+    cdef: CheckedDef,
+    wanted: tuple[str, ...] | None = None,
+    saved: tuple[str, ...] | None = None,
+    absent: frozenset[str] = frozenset(),
 ) -> Derivation:
     """The augmented forward and the backward of ``cdef`` (see the module docstring).
 
@@ -979,10 +992,18 @@ def derive(
         listed in :attr:`Derivation.poisoned`).
     :arg saved: the intermediates the backward takes as parameters (those the forward derived for
         every input saves, when deriving for fewer); ``None``: exactly those it reads.
+    :arg absent: outputs whose gradient is known to be zero: the backward takes no ``d_<O>`` for
+        them (its parameters are the others' gradients, in output order), their adjoints start
+        from their first contribution, and contributions that would only flow from their
+        gradients are left out. A wanted input that no contribution then reaches gets zeros.
     :raises TCDerivativeError: a statement cannot be differentiated (the error names it): a
         builtin without a derivative on the way to a wanted gradient, a partial overwrite, an
         accumulation onto a value of another operator.
     """
+    absent = frozenset(absent)
+    unknown = absent - set(cdef.outputs)
+    if unknown:
+        raise TCInternalError(f"{cdef.name}: {', '.join(sorted(unknown))}: absent gradients of non-outputs")
     strict = wanted is not None
     if wanted is None:
         wanted = tuple(
@@ -990,4 +1011,4 @@ def derive(
             for p in cdef.params
             if (cdef.scalars[p].dtype if p in cdef.scalars else cdef.tensor(p).dtype).is_float
         )
-    return _Deriver(cdef, tuple(wanted)).run(saved, strict)
+    return _Deriver(cdef, tuple(wanted)).run(saved, strict, absent)

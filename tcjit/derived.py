@@ -4,8 +4,9 @@
 returns the forward's outputs followed by the intermediates the backward reads, and a *backward* for
 a set of wanted gradients. This module checks them like any source, makes :class:`~tcjit.Kernel`
 objects of them (compiled and cached like any kernel) and puts them in a
-:class:`~tcjit.autograd.GradPlan`. One backward kernel is derived per set of wanted inputs, so
-gradients nobody asked for are not computed.
+:class:`~tcjit.autograd.GradPlan`. One backward kernel is derived per set of wanted inputs and set
+of outputs whose gradient is absent (``None``: a loss that reads some outputs only), so gradients
+nobody asked for are not computed, and outputs nobody differentiated cost no zero-filled tensors.
 
 When a statement cannot be differentiated the forward still works: the plan's forward is then the
 kernel itself and asking for a gradient raises the :class:`~tcjit.TCDerivativeError` that names
@@ -25,11 +26,14 @@ from .polyhedral.lang.check import check_source
 __all__ = ["derivation", "derived_plan"]
 
 
-def derivation(kernel, wanted: tuple[str, ...] | None = None) -> Derivation:
+def derivation(
+    kernel, wanted: tuple[str, ...] | None = None, absent: frozenset[str] = frozenset()
+) -> Derivation:
     """The derived TC text of ``kernel``'s augmented forward and backward (``tcjit show --stage
     backward`` prints it). ``wanted``: the inputs whose gradients the backward returns (``None``:
-    every input of a float type)."""
-    return derive(kernel.definition, wanted)
+    every input of a float type); ``absent``: the outputs whose gradient the backward does not
+    take (known to be zero)."""
+    return derive(kernel.definition, wanted, absent=absent)
 
 
 def _kernel(text: str, name: str, kernel):
@@ -54,24 +58,31 @@ def derived_plan(kernel) -> GradPlan:
     except TCDerivativeError as e:
         error = e
 
-        def refuse(needs):
+        def refuse(needs, absent=frozenset()):
             raise error
 
         return GradPlan(kernel=kernel, forward=kernel, n_saved=0, backward_for=refuse, derived=True)
     forward = _kernel(full.forward, full.forward_name, kernel)
     forward.options = kernel.options
-    backwards: dict[tuple[bool, ...], object] = {}
+    backwards: dict[tuple, object] = {}
     params = kernel.definition.params
 
-    def backward_for(needs: tuple[bool, ...]):
-        b = backwards.get(needs)
+    def backward_for(needs: tuple[bool, ...], absent: frozenset[str] = frozenset()):
+        """The backward returning the gradients of the inputs ``needs`` marks, taking the
+        gradients of the outputs not in ``absent``; derived and checked once per pair."""
+        key = (needs, absent)
+        b = backwards.get(key)
         if b is None:
             wanted = tuple(p for p, n in zip(params, needs) if n)
-            for p in wanted:
-                if p in full.poisoned:
-                    raise full.poisoned[p]
-            d = full if wanted == full.wanted else derive(kernel.definition, wanted, saved=full.saved)
-            b = backwards[needs] = _kernel(d.backward, d.backward_name, kernel)
+            if not absent:  # with absent outputs a poisoned gradient may no longer flow: derive
+                for p in wanted:
+                    if p in full.poisoned:
+                        raise full.poisoned[p]
+            if wanted == full.wanted and not absent:
+                d = full
+            else:
+                d = derive(kernel.definition, wanted, saved=full.saved, absent=absent)
+            b = backwards[key] = _kernel(d.backward, d.backward_name, kernel)
         return b
 
     return GradPlan(

@@ -12,6 +12,8 @@ statement.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -379,6 +381,27 @@ def test_gradients_match_torch_in_float32() -> None:
     (ref * ref).sum().backward()
     for got, t in zip(grads, (x, w, b)):
         torch.testing.assert_close(got, t.grad, rtol=1e-4, atol=1e-4)
+
+
+# --------------------------------------------------------------- outputs the loss does not read
+def test_mlp3_without_the_gradients_of_o1_and_o2_copies_nothing() -> None:
+    """The training case: loss = O3.sum(). The adjoints of O1 and O2 start from their first
+    contribution (+=!) instead of a copy of a zero-filled gradient."""
+    k = suite.get("mlp3")
+    kernel = tcjit.define(k.source, k.entry)
+    full = derivation(kernel)
+    d = derivation(kernel, absent=frozenset({"O1", "O2"}))
+    params = d.backward.split("->")[0]
+    assert "float32(B, Q) d_O3)" in params and "d_O1" not in params and "d_O2" not in params
+    assert "d_O2_1(i0, i1) = d_O2(i0, i1)" in full.backward  # what every output's gradient costs
+    assert not re.search(r"\(i0\w*, i1\w*\) = d_", d.backward)  # no copy statement left
+    assert "    d_O2(b, r_p) +=! d_O3_0(b, q) * W3(q, r_p) where" in d.backward
+    assert "    d_O1(b, r_n) +=! d_O2_0(b, p) * W2(p, r_n) where" in d.backward
+    assert d.backward.count("\n") == full.backward.count("\n") - 2
+    assert d.wanted == full.wanted and d.backward_name == full.backward_name
+    assert derivation(kernel, absent=frozenset({"O2", "O1"})).backward == d.backward  # deterministic
+    with pytest.raises(tcjit.TCError, match="I: absent gradients of non-outputs"):
+        derivation(kernel, absent=frozenset({"I"}))
 
 
 # ------------------------------------------------------------------------------------ errors
