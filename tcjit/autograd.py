@@ -3,7 +3,7 @@
 Every differentiable kernel has a :class:`GradPlan`: a *forward* kernel, which computes the kernel's
 outputs followed by the tensors its backward reads (*saved* tensors: none for a user-supplied
 backward; for a derived backward, the intermediate values it needs), and a *backward* that takes the
-forward inputs, the saved tensors and one gradient per output, and returns the inputs' gradients.
+forward inputs, the saved tensors and the gradients of the outputs, and returns the inputs' gradients.
 
 A call of a :class:`~tcjit.Kernel` whose tensor inputs require grad, with grad mode on, goes through
 :class:`KernelFunction`:
@@ -11,10 +11,13 @@ A call of a :class:`~tcjit.Kernel` whose tensor inputs require grad, with grad m
 * **forward** runs the plan's forward kernel on the call's layout (the call's ``options`` and
   ``target`` apply), returns the outputs and keeps the inputs and saved tensors for backward;
 * **backward** runs the plan's backward on the inputs, the saved tensors and the gradients of the
-  outputs (made contiguous; an output that received no gradient gets zeros), and returns the inputs'
-  gradients, checked against the inputs' shapes. Inputs that do not require grad get ``None`` (a
-  derived backward does not compute them); integer outputs are not differentiable
-  (``mark_non_differentiable``).
+  outputs (made contiguous), and returns the inputs' gradients, checked against the inputs' shapes.
+  Inputs that do not require grad get ``None`` (a derived backward does not compute them); integer
+  outputs are not differentiable (``mark_non_differentiable``). Gradients are not materialised
+  (``ctx.set_materialize_grads(False)``): an output the loss does not read arrives as ``None``. A
+  derived backward is then derived without that output's gradient (no zero-filled tensor, no
+  copy of it); a user-supplied backward receives zeros for it. When no output received a
+  gradient, no kernel runs and every input gets ``None``, as for torch's own operators.
 
 The backward is, as in Tensor Comprehensions, an entry of the same source named by
 ``tcjit.define(source, name, backward="entry")``, or any kernel given to :func:`make_autograd`: it
@@ -45,21 +48,22 @@ class GradPlan:
     :ivar forward: runs on the kernel's inputs and returns its outputs followed by ``n_saved`` saved
         tensors (``kernel`` itself when nothing is saved).
     :ivar n_saved: how many tensors ``forward`` returns beyond the kernel's outputs.
-    :ivar backward_for: ``needs -> kernel``: for a tuple of booleans, one per input (whether its
-        gradient is wanted), a kernel that takes the inputs, the saved tensors and one gradient per
-        output and returns the gradients of the wanted inputs in input order (``all_grads``: of every
-        input, whatever ``needs`` says).
-    :ivar derived: ``False`` for a user-supplied backward, which takes the inputs and the output
-        gradients only (``saved`` is empty) and returns one gradient per input whatever ``needs``
-        says; ``True`` for a derived one, which takes the inputs, the kernel's *outputs*, then the
-        ``n_saved`` intermediate tensors, then the output gradients, and returns the wanted
-        gradients only.
+    :ivar backward_for: ``(needs, absent) -> kernel``: for a tuple of booleans, one per input
+        (whether its gradient is wanted), and a frozenset of output names (``absent``, empty by
+        default), a kernel that takes the inputs, the saved tensors and the gradients of the
+        outputs not in ``absent`` (in output order) and returns the gradients of the wanted
+        inputs in input order. ``absent`` is only ever non-empty for a derived backward.
+    :ivar derived: ``False`` for a user-supplied backward, which takes the inputs and one gradient
+        per output (zeros for an absent one; ``saved`` is empty) and returns one gradient per
+        input whatever ``needs`` says; ``True`` for a derived one, which takes the inputs, the
+        kernel's *outputs*, then the ``n_saved`` intermediate tensors, then the present output
+        gradients, and returns the wanted gradients only.
     """
 
     kernel: object
     forward: object
     n_saved: int
-    backward_for: Callable[[tuple[bool, ...]], object]
+    backward_for: Callable[..., object]
     derived: bool
 
     @property
@@ -73,26 +77,32 @@ class GradPlan:
         ``saved`` holds what the backward takes between the inputs and the output gradients: for a
         derived backward the kernel's outputs and then the intermediates ``forward`` returned
         after them; empty for a user-supplied backward. ``grad_outputs`` holds one tensor or
-        ``None`` (zeros) per output of :attr:`kernel`; its tensors are made contiguous.
+        ``None`` (a gradient known to be zero) per output of :attr:`kernel`; its tensors are made
+        contiguous. A derived backward is asked for without the ``None`` ones; a user-supplied one
+        gets zeros for them. When every one is ``None`` no kernel runs: the wanted gradients are
+        zeros.
         """
         kernel = self.kernel
         needs = tuple(bool(n) and isinstance(x, torch.Tensor) for n, x in zip(needs, inputs))
         if not any(needs):
             return (None,) * len(inputs)
-        shapes = ()
-        if any(g is None for g in grad_outputs):  # the saved outputs have the shapes; else bind again
-            n_out = len(kernel.outputs)
-            shapes = (
-                tuple(s.shape for s in saved[:n_out]) if self.saves_outputs else kernel.output_shapes(*inputs)
-            )
-        device = next((x.device for x in inputs if isinstance(x, torch.Tensor)), torch.device("cpu"))
+        absent, shapes = _PRESENT, ()
+        missing = [o for o, g in zip(kernel.outputs, grad_outputs) if g is None]
+        if missing:
+            if len(missing) == len(grad_outputs):
+                return tuple(torch.zeros_like(x) if n else None for x, n in zip(inputs, needs))
+            if self.derived:  # asked for without them: the key of a cached backward
+                absent = frozenset(missing)
+            else:  # zeros, shaped by binding the call again
+                shapes = kernel.output_shapes(*inputs)
         grads_out = []
         for k, (name, g) in enumerate(zip(kernel.outputs, grad_outputs)):
             dtype = _torch_dtype(kernel.definition.tensor(name).dtype)
-            grads_out.append(
-                torch.zeros(shapes[k], dtype=dtype, device=device) if g is None else g.to(dtype).contiguous()
-            )
-        backward = self.backward_for(needs)
+            if g is not None:
+                grads_out.append(g.to(dtype).contiguous())
+            elif not self.derived:
+                grads_out.append(torch.zeros(shapes[k], dtype=dtype, device=_device(inputs)))
+        backward = self.backward_for(needs, absent)
         result = backward(*inputs, *saved, *grads_out)
         result = list(result) if isinstance(result, tuple) else [result]
         if self.derived:  # the derived backward returns the wanted gradients only
@@ -113,6 +123,13 @@ class GradPlan:
         return tuple(out)
 
 
+_PRESENT: frozenset[str] = frozenset()  # no output's gradient is absent
+
+
+def _device(inputs) -> torch.device:
+    return next((x.device for x in inputs if isinstance(x, torch.Tensor)), torch.device("cpu"))
+
+
 def _torch_dtype(t):
     from .binding import torch_dtype
 
@@ -125,6 +142,7 @@ class KernelFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, plan, spec, *inputs):
+        ctx.set_materialize_grads(False)  # an output the loss does not read: None, not zeros
         outs = spec.run(inputs, None)
         n_out = len(plan.kernel.outputs)
         outs, saved = tuple(outs[:n_out]), tuple(outs[n_out:])
@@ -150,6 +168,8 @@ class KernelFunction(torch.autograd.Function):
                 hint="differentiate once (create_graph=False), or write the second derivative as "
                 "a kernel of its own",
             )
+        if all(g is None for g in grads):  # no gradient reached any output: as torch's operators do
+            return (None,) * (2 + ctx.n_inputs)
         saved = list(ctx.saved_tensors)
         n_tensors = ctx.n_inputs - len(ctx.others)
         it = iter(saved[:n_tensors])
@@ -160,9 +180,11 @@ class KernelFunction(torch.autograd.Function):
 
 def user_plan(kernel, backward) -> GradPlan:
     """The plan of a kernel with a user-supplied backward kernel (nothing saved)."""
-    return GradPlan(
-        kernel=kernel, forward=kernel, n_saved=0, backward_for=lambda needs: backward, derived=False
-    )
+
+    def backward_for(needs, absent=_PRESENT):
+        return backward
+
+    return GradPlan(kernel=kernel, forward=kernel, n_saved=0, backward_for=backward_for, derived=False)
 
 
 def make_autograd(forward_kernel, backward_kernel):

@@ -19,7 +19,9 @@ registered twice in a process:
   gradients; its autograd formula (``torch.library.register_autograd``) calls
 * ``tcjit::<entry>_<hash>_bwd``: the plan's backward, a custom operator too, so that AOTAutograd
   traces it into the backward graph; its fake implementation returns one tensor shaped like each
-  input whose gradient is wanted.
+  input whose gradient is wanted. Output gradients are not materialised: an output the loss does
+  not read passes ``None`` (``Tensor?`` in the schema), and the derived backward run then takes
+  no gradient for it (:meth:`~tcjit.autograd.GradPlan.grads`), as in eager calls.
 
 ``<hash>`` is the first 16 hex digits of the SHA-256 of: the canonical TC text of the entry and of
 its user-given backward (:attr:`Kernel.canonical_source`), the kind of backward (``auto``, a user
@@ -261,6 +263,7 @@ def _register_training(kernel: Kernel, kinds: tuple[str, ...], options, target, 
     bwd = getattr(torch.ops.tcjit, bwd_name).default
 
     def setup_context(ctx, inputs, output):
+        ctx.set_materialize_grads(False)  # as eager calls: an output nothing reads gets None
         outs = output if isinstance(output, tuple) else (output,)
         saved = outs if plan.saves_outputs else outs[n_out:]
         positions = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
@@ -274,6 +277,8 @@ def _register_training(kernel: Kernel, kinds: tuple[str, ...], options, target, 
             ctx.mark_non_differentiable(*hidden)
 
     def backward(ctx, *grads):
+        if all(g is None for g in grads[:n_out]):  # no gradient reached any output (known when traced)
+            return (None,) * ctx.n_inputs
         tensors = ctx.saved_tensors
         n_tensors = len(ctx.positions)
         it = iter(tensors[:n_tensors])

@@ -384,6 +384,101 @@ def test_gradients_match_torch_in_float32() -> None:
 
 
 # --------------------------------------------------------------- outputs the loss does not read
+#: Outputs read by later statements: A by B and (shifted: a gather) by C, B by C. An output the
+#: loss reads that is also read later has an adjoint with a seed and contributions; an absent one
+#: has contributions only.
+READ_LATER = """
+def f(double(N) X, double(N) Y) -> (A, B, float64(N) C) {
+    A(i) = X(i) * Y(i)
+    B(i) = exp(A(i)) + Y(i)
+    C(i) = A(i + 1) * B(i) where i in 0:N - 1
+}"""
+
+#: Y and s reach Q only: when the loss reads P, their gradients are zeros.
+SEPARATE = """
+def f(double(N) X, double(N) Y, double s) -> (P, Q) {
+    P(i) = X(i) * X(i)
+    Q(i) = s * sin(Y(i))
+}"""
+
+
+def _mlp3_inputs():
+    shapes = [(3, 5), (4, 5), (4,), (6, 4), (6,), (2, 6), (2,)]  # B=3, M=5, N=4, P=6, Q=2
+    return [randn(*s, seed=k) for k, s in enumerate(shapes)]
+
+
+#: name -> (source, entry, inputs, the outputs the loss reads)
+ABSENT = {
+    "mlp3_last": (suite.get("mlp3").source, "mlp3", _mlp3_inputs, (2,)),
+    "mlp3_first_and_last": (suite.get("mlp3").source, "mlp3", _mlp3_inputs, (0, 2)),
+    "read_later_last": (READ_LATER, None, lambda: [randn(6), randn(6, seed=1)], (2,)),
+    "read_later_first_and_last": (READ_LATER, None, lambda: [randn(6), randn(6, seed=1)], (0, 2)),
+    "read_later_middle": (READ_LATER, None, lambda: [randn(6), randn(6, seed=1)], (1,)),
+    "separate": (
+        SEPARATE,
+        None,
+        lambda: [randn(5), randn(5, seed=1), torch.tensor(1.5, dtype=torch.float64)],
+        (0,),
+    ),
+}
+
+
+def _recording_derivations(monkeypatch) -> list:
+    """The derivations tcjit.derived makes from now on (the backwards derived per call)."""
+    import tcjit.derived
+
+    made, real = [], tcjit.derived.derive
+
+    def derive(*args, **kwargs):
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(tcjit.derived, "derive", derive)
+    return made
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("case", sorted(ABSENT))
+def test_outputs_the_loss_does_not_read_pass_gradcheck(case: str, target: str, monkeypatch) -> None:
+    """The backward runs without the gradients of the outputs nobody differentiated (they arrive
+    as None), and gives the gradients the backward taking zeros for them gives."""
+    source, entry, make, read = ABSENT[case]
+    kernel = tcjit.define(_double(source), entry)
+    made = _recording_derivations(monkeypatch)
+    inputs = [x.requires_grad_() for x in make()]
+
+    def run(*a):
+        outs = kernel(*a, target=target)
+        return tuple(outs[k] for k in read)
+
+    assert torch.autograd.gradcheck(run, inputs, fast_mode=target == "cuda-emulated")
+    outs = kernel(*inputs, target=target)
+    seeds = [randn(*o.shape, seed=20 + k) for k, o in enumerate(outs)]
+    got = torch.autograd.grad([outs[k] for k in read], inputs, [seeds[k] for k in read], retain_graph=True)
+    absent = frozenset(kernel.outputs) - {kernel.outputs[k] for k in read}
+    assert absent in [d.absent for d in made]  # the backward that ran took no gradient for them
+    for d in made:
+        assert not any(f"d_{o})" in d.backward.split("->")[0] for o in d.absent)
+    zeros = [seeds[k] if k in read else torch.zeros_like(o) for k, o in enumerate(outs)]
+    want = torch.autograd.grad(outs, inputs, zeros)  # every gradient passed: the full backward
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+
+
+def test_an_input_reached_only_from_an_absent_output_gets_zeros() -> None:
+    kernel = tcjit.define(SEPARATE)
+    x, y = randn(5).requires_grad_(), randn(5, seed=1).requires_grad_()
+    s = torch.tensor(1.5, dtype=torch.float64, requires_grad=True)
+    p, _ = kernel(x, y, s)
+    p.sum().backward()
+    torch.testing.assert_close(x.grad, 2 * x.detach())
+    assert torch.equal(y.grad, torch.zeros(5, dtype=torch.float64))
+    assert torch.equal(s.grad, torch.zeros((), dtype=torch.float64))
+    d = derivation(kernel, ("X", "Y", "s"), absent=frozenset({"Q"}))
+    assert "d_Y(i0) = 0.0 where i0 in 0:N" in d.backward and "d_s() = 0.0" in d.backward
+    assert "sin" not in d.backward and "cos" not in d.backward  # nothing flows from Q
+
+
 def test_mlp3_without_the_gradients_of_o1_and_o2_copies_nothing() -> None:
     """The training case: loss = O3.sum(). The adjoints of O1 and O2 start from their first
     contribution (+=!) instead of a copy of a zero-filled gradient."""
@@ -404,6 +499,21 @@ def test_mlp3_without_the_gradients_of_o1_and_o2_copies_nothing() -> None:
         derivation(kernel, absent=frozenset({"I"}))
 
 
+def test_mlp3_gradients_of_the_last_output_match_torch_in_float32(monkeypatch) -> None:
+    k = suite.get("mlp3")
+    kernel = tcjit.define(k.source, k.entry)
+    made = _recording_derivations(monkeypatch)
+    inputs = [x.float().requires_grad_() for x in _mlp3_inputs()]
+    kernel(*inputs)[2].sum().backward()
+    got = [x.grad for x in inputs]
+    ref = [x.detach().clone().requires_grad_() for x in inputs]
+    k.torch_ref(*ref)[2].sum().backward()
+    for g, r in zip(got, ref):
+        torch.testing.assert_close(g, r.grad, rtol=1e-5, atol=1e-5)
+    # the plan's derivation for every gradient (the forward's), then the backward without O1, O2
+    assert [d.absent for d in made] == [frozenset(), frozenset({"O1", "O2"})]
+
+
 # ------------------------------------------------------------------------------------ errors
 def test_a_statement_without_derivative_fails_at_backward_and_names_it() -> None:
     kernel = tcjit.define(
@@ -422,6 +532,23 @@ def test_a_statement_without_derivative_fails_at_backward_and_names_it() -> None
     with pytest.raises(TCDerivativeError, match="'lgamma' has no derivative") as info:
         out.sum().backward()
     assert info.value.line == 2 and "T(i) = lgamma(X(i))" in str(info.value)
+
+
+def test_a_statement_without_derivative_on_an_output_the_loss_does_not_read_is_no_error() -> None:
+    kernel = tcjit.define(
+        """def f(double(N) X) -> (P, Q) {
+            P(i) = X(i) * X(i)
+            Q(i) = lgamma(X(i))
+        }"""
+    )
+    x = (randn(4).abs() + 0.5).requires_grad_()
+    p, q = kernel(x)
+    torch.testing.assert_close(q, torch.lgamma(x.detach()))
+    p.sum().backward()  # Q's gradient is None: nothing flows through lgamma
+    torch.testing.assert_close(x.grad, 2 * x.detach())
+    p, q = kernel(x)
+    with pytest.raises(TCDerivativeError, match="'lgamma' has no derivative"):
+        (p + q).sum().backward()
 
 
 def test_a_partial_overwrite_is_refused_when_a_gradient_is_wanted() -> None:

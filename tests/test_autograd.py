@@ -1,9 +1,10 @@
 """Gradients through tcjit kernels with a user-supplied backward (tcjit/autograd.py).
 
 ``torch.autograd.gradcheck`` in float64 on the CPU and emulated CUDA targets, for a backward
-entry named at ``define`` and for ``make_autograd``; inputs that need no gradient get none; the
-errors of kernels without a usable backward; double backward refused; ``no_grad`` keeps the plain
-path.
+entry named at ``define`` and for ``make_autograd``; inputs that need no gradient get none; an
+output the loss does not read gets zeros in a user backward, and a call none of whose outputs
+receives a gradient runs no backward; the errors of kernels without a usable backward; double
+backward refused; ``no_grad`` keeps the plain path.
 """
 
 from __future__ import annotations
@@ -69,6 +70,78 @@ def test_several_outputs_and_a_scalar_argument() -> None:
     y, _ = k(x, s)
     (gx,) = torch.autograd.grad(y.sum(), (x,))
     torch.testing.assert_close(gx, 2 * 1.5 * x.detach())
+
+
+def test_a_user_backward_receives_zeros_for_an_output_the_loss_does_not_read(monkeypatch) -> None:
+    """Only a derived backward is asked for without the gradients that arrive as None; a backward
+    written by hand takes one gradient per output, as in Tensor Comprehensions."""
+    k = tcjit.define(SCALED, "scaled", backward="scaled_grad")
+    received = []
+    call = tcjit.Kernel.__call__
+
+    def spy(self, *args, **kwargs):
+        if self.name == "scaled_grad":
+            received.append(args)
+        return call(self, *args, **kwargs)
+
+    monkeypatch.setattr(tcjit.Kernel, "__call__", spy)
+    (x,) = _inputs((6,))
+    _, z = k(x, 2.0)
+    (gx,) = torch.autograd.grad((z * z).sum(), (x,))
+    torch.testing.assert_close(gx, 2 * (x.detach() + 1))  # dX = 2 s X dY + dZ with dY = 0
+    ((_, _, d_y, d_z),) = received
+    assert torch.equal(d_y, torch.zeros(6, dtype=torch.float64))
+    torch.testing.assert_close(d_z, 2 * (x.detach() + 1))
+
+
+class _Cut(torch.autograd.Function):
+    """The identity, whose backward passes no gradient on (None)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return None
+
+
+@pytest.mark.parametrize("backward", ["auto", "scaled_grad"])
+def test_a_call_whose_outputs_receive_no_gradient_runs_no_backward(backward: str, monkeypatch) -> None:
+    """Every output gradient None: no kernel runs and the inputs get None, as torch's own
+    operators give (x * 2 in place of the kernel leaves x.grad None too)."""
+    from tcjit.autograd import GradPlan
+
+    k = tcjit.define(SCALED, "scaled", backward=backward)
+    ran = []
+    monkeypatch.setattr(GradPlan, "grads", lambda *a: ran.append(a))
+    (x,) = _inputs((6,))
+    w = torch.ones(6, dtype=torch.float64, requires_grad=True)
+    y, z = k(x, 1.5)
+    (_Cut.apply(y).sum() + _Cut.apply(z).sum() + w.sum()).backward()
+    assert ran == [] and x.grad is None
+    torch.testing.assert_close(w.grad, torch.ones(6, dtype=torch.float64))
+    (_Cut.apply(x * 2).sum() + w.sum()).backward()  # torch's operator in the kernel's place
+    assert x.grad is None
+
+
+@pytest.mark.parametrize("backward", ["auto", "scaled_grad"])
+def test_plan_grads_with_every_output_gradient_absent_are_zeros(backward: str) -> None:
+    """What the torch.compile backward operator returns then (one tensor per wanted input): zeros
+    in the inputs' shapes and dtypes, without asking for a backward kernel."""
+    k = tcjit.define(SCALED, "scaled", backward=backward)
+    plan = k.grad_plan()
+
+    def refuse(*args):
+        raise AssertionError("no backward kernel is needed")
+
+    plan = type(plan)(plan.kernel, plan.forward, plan.n_saved, refuse, plan.derived)
+    x = torch.randn(6, dtype=torch.float64)
+    s = torch.tensor(1.5, dtype=torch.float64)
+    gx, gs = plan.grads([x, s], [], [None, None], (True, True))
+    assert torch.equal(gx, torch.zeros(6, dtype=torch.float64)) and gx.dtype == torch.float64
+    assert torch.equal(gs, torch.zeros((), dtype=torch.float64))
+    assert plan.grads([x, 1.5], [], [None, None], (True, True))[1] is None  # a number has none
 
 
 def test_inputs_that_need_no_gradient_get_none() -> None:

@@ -164,6 +164,45 @@ def test_compiled_multiple_outputs_scalar_argument_and_integer_output():
     torch.testing.assert_close(got_g, 2 * expected)
 
 
+#: Two layers, both outputs returned: a loss usually reads the second only.
+TWO_LAYERS = """
+def two(float(B,M) I, float(N,M) W1, float(P,N) W2) -> (H, O) {
+    H(b, n) +=! I(b, r_m) * W1(n, r_m)
+    H(b, n) = fmax(H(b, n), 0)
+    O(b, p) +=! H(b, r_n) * W2(p, r_n)
+}
+"""
+
+
+@pytest.mark.parametrize("read", [("O",), ("H", "O")])
+def test_compiled_backward_takes_none_for_an_output_the_loss_does_not_read(read, monkeypatch):
+    """Under torch.compile an output nothing differentiates passes None to the backward operator
+    (gradients are not materialised), whose derived backward then takes no gradient for it."""
+    import tcjit.derived
+
+    made, real = [], tcjit.derived.derive
+
+    def derive(*args, **kwargs):  # the derivations made from now on
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(tcjit.derived, "derive", derive)
+    two = tcjit.define(TWO_LAYERS)
+    x, w1, w2 = _randn(3, 5, seed=19), _randn(4, 5, seed=20, requires_grad=True), _randn(2, 4, seed=21)
+    w2.requires_grad_()
+
+    def loss(x, w1, w2):
+        outs = dict(zip(("H", "O"), two(x, w1, w2)))
+        return sum((outs[o] * outs[o]).sum() for o in read)
+
+    got = torch.autograd.grad(torch.compile(loss, fullgraph=True, backend="aot_eager")(x, w1, w2), (w1, w2))
+    h = torch.relu(x @ w1.T)
+    outs = {"H": h, "O": h @ w2.T}
+    want = torch.autograd.grad(sum((outs[o] * outs[o]).sum() for o in read), (w1, w2))
+    torch.testing.assert_close(got, want)
+    assert made[-1].absent == frozenset({"H", "O"}) - set(read)
+
+
 def test_operators_pass_opcheck(fcrelu):
     """Schema, fake implementation, autograd registration and AOT dispatch of each kind of operator."""
     x, w, b = _randn(3, 8, seed=13), _randn(5, 8, seed=14), _randn(5, seed=15)
