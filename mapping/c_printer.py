@@ -602,19 +602,7 @@ class _Printer:
             return False
         name = f"tc_r{self.tiles}"
         self.tiles += 1
-        # Partial tiles (extents that the tile size does not divide) have loop bounds such as
-        # min(2, 63 - 3 * c3): the compiler cannot unroll those. Full tiles get a copy with
-        # constant bounds, which it unrolls and keeps in registers.
-        full, conds = [], []
-        for p in points:
-            if p.degenerate:
-                full.append(p)
-                continue
-            hi = _constant_upper_bound(p.cond, p.var)
-            conds += [f"{expr(e)} >= {hi}" for e in _variable_bounds(p.cond)]
-            full.append(
-                ir.For(p.var, p.init, ir.Op("<=", (ir.Var(p.var), ir.Int(hi))), 1, p.body, kind=p.kind)
-            )
+        full, conds = _full_tiles(points)
         if conds:
             self.lines.append(f"{indent}if ({' && '.join(conds)}) {{")
             self._register_tile(loop, full, node, runs, extents, dot, name, indent + "  ")
@@ -682,16 +670,7 @@ class _Printer:
             return False
         name = f"tc_r{self.tiles}"
         self.tiles += 1
-        full, conds = [], []  # full tiles get constant bounds (see register_tile)
-        for p in points:
-            if p.degenerate:
-                full.append(p)
-                continue
-            hi = _constant_upper_bound(p.cond, p.var)
-            conds += [f"{expr(e)} >= {hi}" for e in _variable_bounds(p.cond)]
-            full.append(
-                ir.For(p.var, p.init, ir.Op("<=", (ir.Var(p.var), ir.Int(hi))), 1, p.body, kind=p.kind)
-            )
+        full, conds = _full_tiles(points)
         copies = [(full, indent + "  "), ([_without_kind(p, "unroll") for p in points], indent + "  ")]
         if not conds:
             copies = [(points, indent)]
@@ -1588,6 +1567,22 @@ def _without_kind(loop: ir.For, kind: str) -> ir.For:
     """``loop`` with ``kind`` removed from its ``+``-joined kinds (``serial`` if none is left)."""
     kinds = [k for k in loop.kind.split("+") if k != kind]
     return replace(loop, kind="+".join(kinds) or "serial")
+
+
+def _full_tiles(points: Sequence[ir.For]) -> tuple[list[ir.For], list[str]]:
+    """A register tile's point loops with constant bounds, and the C conditions under which a
+    tile is full. Partial tiles (extents that the tile size does not divide) have bounds such as
+    ``min(2, 63 - 3 * c3)``, which the compiler cannot unroll; full tiles get a copy with constant
+    bounds, which it unrolls and keeps in registers."""
+    full, conds = [], []
+    for p in points:
+        if p.degenerate:
+            full.append(p)
+            continue
+        hi = _constant_upper_bound(p.cond, p.var)
+        conds += [f"{expr(e)} >= {hi}" for e in _variable_bounds(p.cond)]
+        full.append(ir.For(p.var, p.init, ir.Op("<=", (ir.Var(p.var), ir.Int(hi))), 1, p.body, kind=p.kind))
+    return full, conds
 
 
 def _variable_bounds(cond: ir.Expr) -> list[ir.Expr]:

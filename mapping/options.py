@@ -464,16 +464,14 @@ class MappingOptions:
         if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= FORMAT:
             raise option_error("format", f"unknown version (this tcjit reads formats 1 to {FORMAT})", version)
         if version < FORMAT:
+            data = dict(data)
             for old in range(version, FORMAT):
-                for name in _ADDED_SINCE[old]:
+                for name, value in _ADDED_SINCE[old].items():
                     if name in data:
                         raise TCOptionsError(
                             f"option {name}: unknown option in format {version} (added in format {old + 1})"
                         )
-            upgraded = dict(data)
-            for old in range(version, FORMAT):
-                upgraded.update(_ADDED_SINCE[old])
-            data = upgraded
+                    data[name] = value
         for key in data:
             if key != "format" and key not in FIELD_TARGETS:
                 raise TCOptionsError(
