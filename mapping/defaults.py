@@ -24,8 +24,9 @@ CPU:
   slower there). Both shapes are judged after **operand packing** (``pack_operands``, on in
   this rule): an input read across the output's last index (``W(n, r_m)`` in a linear layer,
   tmm's ``B(n, r_k)``) is read from a transposed panel (:mod:`.packing`), which gives it the
-  outer-product form, so tmm, tbmm, fcrelu, mlp3 and kronecker3 take this rule (mlp3's first
-  layer on the Xeon: 188 -> 144 us, its plain forward 313 -> 228 us, /tmp timing scripts).
+  outer-product form, so tmm, tbmm, fcrelu, mlp3 and kronecker3 take this rule (on the Xeon,
+  vs eager: tmm 0.51x -> 0.76x, tbmm 0.07x -> 0.29x, mlp3 0.61x -> 0.86x; fcrelu's 1024-square
+  weight 0.59x -> 0.51x and kronecker3 0.88x -> 0.81x lost: docs/performance.md).
 * **Everything else**: cache tiles of 64 x 256 x 512 on the outermost band, the outermost parallel
   loop on OpenMP threads, the best unit-stride loop on SIMD lanes and 4 x 16 register tiles where a
   band carries a reduction under a parallel vector loop (contractions in the dot-product form keep
