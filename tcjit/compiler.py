@@ -21,7 +21,7 @@ import json
 import os
 import threading
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -171,11 +171,38 @@ class _Compiled:
         raise NotImplementedError
 
 
+def buffer_specs(
+    cdef: CheckedDef, binding: Binding, names: Sequence[str], zero_init: Collection[str]
+) -> tuple[tuple[tuple[int, ...], tuple[int, ...], torch.dtype, bool], ...]:
+    """What :func:`allocate` takes for the outputs or temporaries ``names`` of a call: each one's
+    shape, contiguous strides, dtype and whether the kernel needs it zeroed."""
+    return tuple(
+        (
+            tuple(binding.output_shapes[n]),
+            _contiguous(binding.output_shapes[n]),
+            torch_dtype(cdef.tensor(n).dtype),
+            n in zero_init,
+        )
+        for n in names
+    )
+
+
 def allocate(specs: Sequence[tuple], device: torch.device | None = None) -> list[torch.Tensor]:
-    """Tensors for ``(shape, dtype, zeroed)`` specifications (outputs, temporaries) on ``device``."""
+    """Contiguous tensors for :func:`buffer_specs` (outputs, temporaries) on ``device`` (``None``:
+    the CPU). ``torch.empty_strided`` with the strides worked out once: a third cheaper per tensor
+    than ``torch.empty`` of a shape, which counts in calls of small kernels."""
+    if device is None:
+        return [
+            torch.empty_strided(shape, strides, dtype=dt).zero_()
+            if zero
+            else torch.empty_strided(shape, strides, dtype=dt)
+            for shape, strides, dt, zero in specs
+        ]
     return [
-        torch.zeros(shape, dtype=dt, device=device) if zero else torch.empty(shape, dtype=dt, device=device)
-        for shape, dt, zero in specs
+        torch.zeros(shape, dtype=dt, device=device)
+        if zero
+        else torch.empty_strided(shape, strides, dtype=dt, device=device)
+        for shape, strides, dt, zero in specs
     ]
 
 
@@ -211,13 +238,8 @@ class Specialization(_Compiled):
         self.layouts = layouts
         self._kernel = CpuKernel(load(blob, name=cdef.name), meta.symbol, meta.params)
         self._fn = self._kernel.fn
-        dtypes = {name: torch_dtype(cdef.tensor(name).dtype) for name in (*cdef.outputs, *cdef.temporaries)}
-        self._outputs = tuple(
-            (binding.output_shapes[n], dtypes[n], n in meta.zero_init) for n in cdef.outputs
-        )
-        self._temporaries = tuple(
-            (binding.output_shapes[n], dtypes[n], n in meta.zero_init) for n in cdef.temporaries
-        )
+        self._outputs = buffer_specs(cdef, binding, cdef.outputs, meta.zero_init)
+        self._temporaries = buffer_specs(cdef, binding, cdef.temporaries, meta.zero_init)
         index = {name: i for i, name in enumerate(cdef.params)}
         n_out = len(cdef.outputs)
         plan = []
@@ -231,6 +253,14 @@ class Specialization(_Compiled):
             else:
                 plan.append(("t", n_out + cdef.temporaries.index(name)))
         self._plan = tuple(plan)
+        # Where each parameter's pointer comes from when all are tensors: (0 inputs, 1 outputs,
+        # 2 temporaries; index), else None (scalars, the emulation's order: the general loop)
+        pools = {"i": 0, "o": 1, "t": 2}
+        self._pointers = (
+            tuple((pools[kind], i - n_out if kind == "t" else i) for kind, i in plan)
+            if all(kind in pools for kind, _ in plan)
+            else None
+        )
         # error slots: bounds checks, failed allocations of wide buffers, the emulation's races
         self._reports = bool(meta.checks or meta.wide or (plan and plan[0][0] == "r"))
         self._scalar_types = {
@@ -247,6 +277,19 @@ class Specialization(_Compiled):
             outs = list(outputs)
             _check_aliasing(self.cdef, inputs, outs)
         temps = allocate(self._temporaries)
+        if self._pointers is not None:
+            pools = (inputs, outs, temps)
+            args = [pools[p][i].data_ptr() for p, i in self._pointers]
+        else:
+            args = self._arguments(inputs, outs, temps)
+        errors = (ctypes.c_int64 * 2)() if self._reports else None
+        self._fn(torch.get_num_threads(), errors, *args)
+        if errors is not None and errors[0]:
+            self._raise_errors(int(errors[0]), int(errors[1]))
+        return tuple(outs)
+
+    def _arguments(self, inputs, outs, temps) -> list:
+        """The kernel's arguments after ``nthreads`` and ``errors``: pointers and scalar values."""
         args = []
         for kind, i in self._plan:
             if kind == "i":
@@ -260,24 +303,24 @@ class Specialization(_Compiled):
             else:
                 name = self.cdef.params[i]
                 args.append(_scalar_value(self.cdef, name, inputs[i], self._scalar_types[i]))
-        errors = (ctypes.c_int64 * 2)() if self._reports else None
-        self._fn(torch.get_num_threads(), errors, *args)
-        if errors is not None and errors[0]:
-            if errors[0] == -1:
-                raise MemoryError(f"{self.cdef.name}: the kernel could not allocate its accumulation buffers")
-            if errors[0] < 0:  # the emulated target's race check
-                index, tensors = -2 - int(errors[0]), (*self.cdef.outputs, *self.cdef.temporaries)
-                what = (
-                    f"'{tensors[index]}'"
-                    if index < len(tensors)
-                    else f"the shared-memory buffer '{self.meta.buffers[index - len(tensors)]}'"
-                )
-                raise TCInternalError(
-                    f"{self.cdef.name}: the CUDA mapping lets two threads or blocks touch element offset "
-                    f"{int(errors[1])} of {what} without a barrier between them (a race; emulated target)"
-                )
-            self._raise_bounds(int(errors[0]), int(errors[1]))
-        return tuple(outs)
+        return args
+
+    def _raise_errors(self, code: int, value: int) -> None:
+        """The error the kernel reported in its error slots (``code`` non-zero)."""
+        if code == -1:
+            raise MemoryError(f"{self.cdef.name}: the kernel could not allocate its accumulation buffers")
+        if code < 0:  # the emulated target's race check
+            index, tensors = -2 - code, (*self.cdef.outputs, *self.cdef.temporaries)
+            what = (
+                f"'{tensors[index]}'"
+                if index < len(tensors)
+                else f"the shared-memory buffer '{self.meta.buffers[index - len(tensors)]}'"
+            )
+            raise TCInternalError(
+                f"{self.cdef.name}: the CUDA mapping lets two threads or blocks touch element offset "
+                f"{value} of {what} without a barrier between them (a race; emulated target)"
+            )
+        self._raise_bounds(code, value)
 
     def _raise_bounds(self, number: int, value: int) -> None:
         raise bounds_error(self.cdef, self.meta.checks[number - 1], value)

@@ -34,8 +34,8 @@ from dataclasses import astuple
 import numpy as np
 import torch
 
-from .binding import Binding, _scalar_value, torch_dtype
-from .compiler import _check_aliasing, _Compiled, allocate, bounds_error
+from .binding import Binding, _scalar_value
+from .compiler import _check_aliasing, _Compiled, allocate, bounds_error, buffer_specs
 from .polyhedral.errors import TCCallError
 
 __all__ = ["NVRTC_OPTIONS", "CudaSpecialization", "specialize_cuda"]
@@ -108,13 +108,8 @@ class CudaSpecialization(_Compiled):
             module = cupy.RawModule(code=lowered.source, options=NVRTC_OPTIONS)
             self._functions = tuple(module.get_function(k.name) for k in lowered.kernels)
         self._module = module
-        dtypes = {name: torch_dtype(cdef.tensor(name).dtype) for name in (*cdef.outputs, *cdef.temporaries)}
-        self._outputs = tuple(
-            (binding.output_shapes[n], dtypes[n], n in lowered.zero_init) for n in cdef.outputs
-        )
-        self._temporaries = tuple(
-            (binding.output_shapes[n], dtypes[n], n in lowered.zero_init) for n in cdef.temporaries
-        )
+        self._outputs = buffer_specs(cdef, binding, cdef.outputs, lowered.zero_init)
+        self._temporaries = buffer_specs(cdef, binding, cdef.temporaries, lowered.zero_init)
         index = {name: i for i, name in enumerate(cdef.params)}
         plan = []
         for p in lowered.params:
