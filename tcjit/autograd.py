@@ -19,6 +19,11 @@ A call of a :class:`~tcjit.Kernel` whose tensor inputs require grad, with grad m
   copy of it); a user-supplied backward receives zeros for it. When no output received a
   gradient, no kernel runs and every input gets ``None``, as for torch's own operators.
 
+What a call of one layout needs is worked out once and kept by the kernel (:class:`GradCall`):
+the plan, the forward's specialisation and, for a derived backward, its specialisation per set of
+wanted gradients and absent outputs. Later calls then cost a dictionary lookup on either side,
+as plain calls do, rather than binding and checking all the backward's arguments again.
+
 The backward is, as in Tensor Comprehensions, an entry of the same source named by
 ``tcjit.define(source, name, backward="entry")``, or any kernel given to :func:`make_autograd`: it
 takes the forward inputs followed by one gradient per output and returns one gradient per input.
@@ -30,14 +35,15 @@ backward's first step) raises :class:`~tcjit.TCCallError`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 
 import torch
 
 from .polyhedral.errors import TCCallError
 
-__all__ = ["GradPlan", "KernelFunction", "make_autograd"]
+__all__ = ["GradCall", "GradPlan", "KernelFunction", "make_autograd"]
 
 
 @dataclass(frozen=True)
@@ -71,7 +77,20 @@ class GradPlan:
         """Whether the backward reads the forward's outputs (they are saved with the inputs)."""
         return self.derived
 
-    def grads(self, inputs, saved, grad_outputs, needs: tuple[bool, ...]) -> tuple:
+    @functools.cached_property
+    def grad_dtypes(self) -> tuple[torch.dtype, ...]:
+        """The dtype of each output's gradient as the backward takes it (the output's)."""
+        d = self.kernel.definition
+        return tuple(_torch_dtype(d.tensor(name).dtype) for name in self.kernel.outputs)
+
+    def grads(
+        self,
+        inputs,
+        saved,
+        grad_outputs,
+        needs: tuple[bool, ...],
+        backwards: MutableMapping | None = None,
+    ) -> tuple:
         """The inputs' gradients (``None`` where not ``needs``), shapes and dtypes checked.
 
         ``saved`` holds what the backward takes between the inputs and the output gradients: for a
@@ -81,6 +100,13 @@ class GradPlan:
         contiguous. A derived backward is asked for without the ``None`` ones; a user-supplied one
         gets zeros for them. When every one is ``None`` no kernel runs: the wanted gradients are
         zeros.
+
+        ``backwards``: where a caller whose inputs and saved tensors always have the same layout
+        (one :class:`GradCall`) keeps the derived backward's specialisation per ``(needs,
+        absent)``, so that later calls run it without the kernel's call-time checks and lookup.
+        The output gradients are made contiguous in :attr:`grad_dtypes`, so their layout follows
+        the outputs' shapes (strides of size-1 dimensions aside, which no element's address
+        depends on).
         """
         kernel = self.kernel
         needs = tuple(bool(n) and isinstance(x, torch.Tensor) for n, x in zip(needs, inputs))
@@ -96,15 +122,24 @@ class GradPlan:
             else:  # zeros, shaped by binding the call again
                 shapes = kernel.output_shapes(*inputs)
         grads_out = []
-        for k, (name, g) in enumerate(zip(kernel.outputs, grad_outputs)):
-            dtype = _torch_dtype(kernel.definition.tensor(name).dtype)
+        for k, (dtype, g) in enumerate(zip(self.grad_dtypes, grad_outputs)):
             if g is not None:
                 grads_out.append(g.to(dtype).contiguous())
             elif not self.derived:
                 grads_out.append(torch.zeros(shapes[k], dtype=dtype, device=_device(inputs)))
         backward = self.backward_for(needs, absent)
-        result = backward(*inputs, *saved, *grads_out)
-        result = list(result) if isinstance(result, tuple) else [result]
+        args = (*inputs, *saved, *grads_out)
+        if backwards is not None and self.derived:
+            spec = backwards.get((needs, absent))
+            if spec is None:  # what a call of the backward kernel on these arguments would run
+                from .kernel import _layouts
+
+                key = (None, None, _layouts(args), None)
+                spec = backwards[(needs, absent)] = backward._specialization(key, args, None, None, None)
+            result = list(spec.run(args, None))
+        else:
+            result = backward(*args)
+            result = list(result) if isinstance(result, tuple) else [result]
         if self.derived:  # the derived backward returns the wanted gradients only
             it = iter(result)
             result = [next(it) if n else None for n in needs]
@@ -119,7 +154,7 @@ class GradPlan:
                     f"'{kernel.definition.params[i]}' of {kernel.name} has shape {tuple(x.shape)}",
                     hint="the backward kernel returns one gradient per forward input, in the inputs' shapes",
                 )
-            out.append(g.to(x.dtype))
+            out.append(g if g.dtype == x.dtype else g.to(x.dtype))
         return tuple(out)
 
 
@@ -136,31 +171,57 @@ def _torch_dtype(t):
     return torch_dtype(t)
 
 
+class GradCall:
+    """A kernel's differentiable calls of one layout (options, target, inputs' dtypes, shapes and
+    strides): what :class:`KernelFunction` needs, worked out on the first such call and kept by the
+    kernel, so that later calls look nothing up.
+
+    :ivar plan: the :class:`GradPlan` of the kernel (of its retyped variant for these dtypes).
+    :ivar spec: the specialisation of ``plan.forward`` for the layout.
+    :ivar tensors: the positions of the tensor arguments (the others are Python numbers).
+    :ivar n_out: how many outputs the kernel has (``spec`` returns the saved tensors after them).
+    :ivar backwards: ``(needs, absent) -> specialisation`` of the derived backward for the layout
+        (filled by :meth:`GradPlan.grads`).
+    """
+
+    __slots__ = ("backwards", "n_out", "plan", "spec", "tensors")
+
+    def __init__(self, plan: GradPlan, spec, inputs) -> None:
+        self.plan = plan
+        self.spec = spec
+        self.tensors = tuple(i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor))
+        self.n_out = len(plan.kernel.outputs)
+        self.backwards: dict = {}
+
+
 class KernelFunction(torch.autograd.Function):
-    """``apply(plan, spec, *inputs)``: run ``spec`` (the specialisation of ``plan.forward`` for these
-    inputs) and differentiate it with ``plan``'s backward."""
+    """``apply(call, *inputs)``: run ``call.spec`` (the specialisation of the plan's forward for
+    these inputs, a :class:`GradCall`) and differentiate it with the plan's backward."""
 
     @staticmethod
-    def forward(ctx, plan, spec, *inputs):
+    def forward(ctx, call, *inputs):
         ctx.set_materialize_grads(False)  # an output the loss does not read: None, not zeros
-        outs = spec.run(inputs, None)
-        n_out = len(plan.kernel.outputs)
-        outs, saved = tuple(outs[:n_out]), tuple(outs[n_out:])
-        if plan.saves_outputs:
-            saved = outs + saved
-        ctx.plan = plan
-        tensors = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
-        ctx.others = {i: x for i, x in enumerate(inputs) if not isinstance(x, torch.Tensor)}
-        ctx.n_inputs = len(inputs)
-        ctx.save_for_backward(*(inputs[i] for i in tensors), *saved)
+        outs = call.spec.run(inputs, None)
+        n_out = call.n_out
+        saved = outs if call.plan.saves_outputs else outs[n_out:]
+        outs = outs[:n_out]
+        ctx.call = call
+        tensors = call.tensors
+        if len(tensors) == len(inputs):
+            ctx.others = None
+            ctx.save_for_backward(*inputs, *saved)
+        else:
+            ctx.others = {i: x for i, x in enumerate(inputs) if not isinstance(x, torch.Tensor)}
+            ctx.save_for_backward(*(inputs[i] for i in tensors), *saved)
         not_differentiable = [o for o in outs if not (o.is_floating_point() or o.is_complex())]
         if not_differentiable:
             ctx.mark_non_differentiable(*not_differentiable)
-        return outs[0] if len(outs) == 1 else outs
+        return outs[0] if n_out == 1 else outs
 
     @staticmethod
     def backward(ctx, *grads):
-        plan = ctx.plan
+        call = ctx.call
+        plan = call.plan
         if torch.is_grad_enabled():  # create_graph=True: the gradients would need a graph of their own
             raise TCCallError(
                 f"{plan.kernel.name}: a double backward (create_graph=True) through a tcjit kernel is "
@@ -168,14 +229,17 @@ class KernelFunction(torch.autograd.Function):
                 hint="differentiate once (create_graph=False), or write the second derivative as "
                 "a kernel of its own",
             )
+        needs = ctx.needs_input_grad[1:]
         if all(g is None for g in grads):  # no gradient reached any output: as torch's operators do
-            return (None,) * (2 + ctx.n_inputs)
-        saved = list(ctx.saved_tensors)
-        n_tensors = ctx.n_inputs - len(ctx.others)
-        it = iter(saved[:n_tensors])
-        inputs = [ctx.others[i] if i in ctx.others else next(it) for i in range(ctx.n_inputs)]
-        needs = tuple(ctx.needs_input_grad[2:])
-        return (None, None, *plan.grads(inputs, saved[n_tensors:], grads, needs))
+            return (None,) * (1 + len(needs))
+        saved = ctx.saved_tensors
+        n_tensors = len(call.tensors)
+        if ctx.others is None:
+            inputs = saved[:n_tensors]
+        else:
+            it = iter(saved[:n_tensors])
+            inputs = [ctx.others[i] if i in ctx.others else next(it) for i in range(len(needs))]
+        return (None, *plan.grads(inputs, saved[n_tensors:], grads, needs, call.backwards))
 
 
 def user_plan(kernel, backward) -> GradPlan:

@@ -43,7 +43,7 @@ class Kernel:
         self.options = options
         self._specializations: dict = {}
         self._plan = None  # the GradPlan (tcjit.autograd), made when a gradient is first needed
-        self._grad_calls: dict = {}  # differentiable calls: key -> (GradPlan, forward specialisation)
+        self._grad_calls: dict = {}  # differentiable calls: key -> tcjit.autograd.GradCall
         self._variants: dict[tuple[tuple[str, str], ...], Kernel] = {}  # retyping -> variant
         self._base: Kernel | None = None  # the kernel a variant was made from
         self.retyping: dict[str, str] = {}
@@ -154,7 +154,7 @@ class Kernel:
     def _differentiable_call(self, inputs, outputs, options, target):
         """A call recorded for autograd (module :mod:`tcjit.autograd`): the grad plan's forward
         kernel runs, specialised for the call's layout, options and target."""
-        from .autograd import KernelFunction
+        from .autograd import GradCall, KernelFunction
 
         if outputs is not None:
             raise TCCallError(
@@ -162,15 +162,12 @@ class Kernel:
                 hint="let the call allocate its outputs, or call it under torch.no_grad()",
             )
         key = (options, target, _layouts(inputs), None)
-        found = self._grad_calls.get(key)
-        if found is None:  # the plan of the variant the dtypes ask for (self when as declared)
+        call = self._grad_calls.get(key)
+        if call is None:  # the plan of the variant the dtypes ask for (self when as declared)
             plan = self.variant_for(*inputs).grad_plan()
-            found = self._grad_calls[key] = (
-                plan,
-                plan.forward._specialization(key, inputs, None, options, target),
-            )
-        plan, spec = found
-        return KernelFunction.apply(plan, spec, *inputs)
+            spec = plan.forward._specialization(key, inputs, None, options, target)
+            call = self._grad_calls[key] = GradCall(plan, spec, inputs)
+        return KernelFunction.apply(call, *inputs)
 
     def grad_plan(self):
         """How this kernel's calls are differentiated: a :class:`tcjit.autograd.GradPlan` (made on

@@ -306,6 +306,13 @@ def test_piecewise_constant_builtins_have_zero_gradient() -> None:
 
 
 # ------------------------------------------------------------------------- what is derived
+#: Two outputs of different shapes from the same inputs: a call's loss may read either.
+TWO_OUT = """
+def two(double(B,M) X, double(N,M) W) -> (O, P) {
+    O(b, n) +=! X(b, r_m) * W(n, r_m)
+    P(b) +=! tanh(X(b, r_m))
+}"""
+
 MLP = """
 def layer(double(B,M) I, double(N,M) W, double(N) bias) -> (O) {
     O(b, n) +=! I(b, r_m) * W(n, r_m)
@@ -363,6 +370,39 @@ def test_only_wanted_gradients_are_derived_and_computed() -> None:
     plan = kernel.grad_plan()
     built = [k for k in (plan.backward_for((False, True, False)),)]
     assert [o for o in built[0].outputs] == ["d_W"]
+
+
+def test_a_call_layout_keeps_its_backward_specialisations() -> None:
+    """Calls of one layout run their derived backward's specialisation directly (kept per wanted
+    gradients and absent outputs on the call's GradCall): output gradients that arrive expanded,
+    transposed, in another dtype or not at all still give torch's gradients."""
+    kernel = tcjit.define(TWO_OUT)
+    x, w = randn(6, 4), randn(5, 4, seed=1)
+
+    def step(loss_of, wanted):
+        leaves = [t.detach().clone().requires_grad_(n in wanted) for t, n in zip((x, w), "xw")]
+        loss_of(*kernel(*leaves)).backward()
+        refs = [t.detach().clone().requires_grad_(n in wanted) for t, n in zip((x, w), "xw")]
+        o, p = refs[0] @ refs[1].T, torch.tanh(refs[0]).sum(1)
+        loss_of(o, p).backward()
+        for got, want in zip(leaves, refs):
+            assert (got.grad is None) == (want.grad is None)
+            if want.grad is not None:
+                torch.testing.assert_close(got.grad, want.grad)
+
+    g = randn(5, 6, seed=3)
+    step(lambda o, p: o.sum() + p.sum(), "xw")  # expanded gradients
+    step(lambda o, p: (o * g.T).sum() + (p * 2).sum(), "xw")  # a transposed one
+    step(lambda o, p: (o.float() * 3).sum(), "xw")  # float32 gradient, p absent
+    step(lambda o, p: (p * p).sum(), "x")  # o absent, one input wanted
+    step(lambda o, p: o.sum(), "w")
+    (call,) = kernel._grad_calls.values()  # one layout: one GradCall, its backwards kept
+    assert set(call.backwards) == {
+        ((True, True), frozenset()),
+        ((True, True), frozenset({"P"})),
+        ((True, False), frozenset({"O"})),
+        ((False, True), frozenset({"P"})),
+    }
 
 
 def test_gradients_match_torch_in_float32() -> None:
