@@ -2,7 +2,9 @@
 
 * ``tcjit show FILE.tc --stage STAGE`` prints one stage of the compilation of an entry: ``ast``,
   ``checked`` (the default: types and index ranges), ``canonical``, ``backward`` (the derived
-  augmented forward and backward TC of automatic differentiation), ``scop``, ``schedule``, ``tree``
+  augmented forward and backward TC of automatic differentiation; ``--wrt W1,B1`` for the
+  backward for the gradients of some inputs only, ``--absent O1`` for a loss that does not read
+  output ``O1``: the backward a training step with that loss runs), ``scop``, ``schedule``, ``tree``
   (the mapped schedule tree and the mapping decisions) or ``c`` (the generated C). ``tree`` and ``c``
   need every size (``--sizes M=64,N=32``) and take the mapping options (``--options JSON``,
   ``--fusion``, ``--tile``, ``--no-parallel``, ``--no-vectorize``); they lower for contiguous tensors.
@@ -139,8 +141,34 @@ def lower_for_show(cdef, sizes: Mapping[str, int], options=None, target: str = "
     return lower_cpu(cdef, dict(sizes), strides, opts.values, vector_bytes=vector_bytes())
 
 
+def _names(text: str | None, known, flag: str, what: str) -> tuple[str, ...] | None:
+    """The comma-separated names of ``--wrt`` or ``--absent``, each one of ``known``."""
+    if text is None:
+        return None
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise SystemExit(
+            f"tcjit: {flag} takes {what} of the entry ({', '.join(known)}), got {text!r}"
+            + (f": {', '.join(unknown)} is not one" if unknown else "")
+        )
+    return names
+
+
+def _absent(args, cdef) -> frozenset[str]:
+    """The outputs ``--absent`` names (gradients known to be zero), not all of them."""
+    absent = frozenset(_names(args.absent, cdef.outputs, "--absent", "outputs") or ())
+    if absent and absent == set(cdef.outputs):
+        raise SystemExit(
+            "tcjit: --absent names every output: a backward needs the gradient of one output at least"
+        )
+    return absent
+
+
 def cmd_show(args) -> int:
     """Print one stage of the compilation of an entry."""
+    if args.stage != "backward" and (args.wrt is not None or args.absent is not None):
+        raise SystemExit("tcjit: --wrt and --absent go with --stage backward")
     from .polyhedral.lang.parser import parse
     from .polyhedral.lang.printer import def_to_tc
 
@@ -154,7 +182,7 @@ def cmd_show(args) -> int:
         from .polyhedral.autodiff import derive
         from .polyhedral.lang.check import check_source
 
-        d = derive(cdef)
+        d = derive(cdef, _names(args.wrt, cdef.params, "--wrt", "inputs"), absent=_absent(args, cdef))
         for text in (d.forward, d.backward):  # printed canonically, as the compiler reads them
             print(def_to_tc(check_source(text).defs[0].ast))
     elif args.stage in ("scop", "schedule"):
@@ -386,6 +414,16 @@ def main(argv: list[str] | None = None) -> int:
     _add_option_flags(p)
     p.add_argument(
         "--fix-sizes", action="store_true", help="specialise the Scop to --sizes before scheduling"
+    )
+    p.add_argument(
+        "--wrt",
+        help="--stage backward: the inputs whose gradients the backward returns, e.g. W1,B1 "
+        "(default: every input of a float type)",
+    )
+    p.add_argument(
+        "--absent",
+        help="--stage backward: outputs whose gradient is absent (the loss does not read them), "
+        "e.g. O1,O2: the backward a training step with that loss runs",
     )
     p.set_defaults(func=cmd_show)
     p = sub.add_parser("run", help="compile an entry, run it on random inputs, compare with the oracle")

@@ -118,6 +118,39 @@ def test_show_mapped_stages_need_sizes_and_valid_options(capsys, fcrelu_file):
     assert code == 2 and "TCOptionsError" in err and "missing" in err
 
 
+MLP2 = """
+def mlp2(float(B,M) I, float(N,M) W1, float(P,N) W2) -> (O1, O2) {
+    O1(b, n) +=! I(b, r_m) * W1(n, r_m)
+    O1(b, n)  = fmax(O1(b, n), 0)
+    O2(b, p) +=! O1(b, r_n) * W2(p, r_n)
+}
+"""
+
+
+def test_show_backward_for_some_gradients_and_absent_outputs(capsys, tmp_path):
+    """``--wrt`` and ``--absent`` print the backward a call with those needs runs: only the asked
+    gradients, and no ``d_<O>`` parameter for an output whose gradient is absent."""
+    path = tmp_path / "mlp2.tc"
+    path.write_text(MLP2)
+    code, full, _ = _run(capsys, "show", str(path), "--stage", "backward")
+    assert code == 0
+    assert "float32(B, N) d_O1, float32(B, P) d_O2) -> (float32(B, M) d_I, float32(N, M) d_W1, " in full
+    code, out, _ = _run(capsys, "show", str(path), "--stage", "backward", "--wrt", "W2", "--absent", "O1")
+    assert code == 0
+    backward = out[out.index("def mlp2__bwd") :]
+    assert "float32(B, P) d_O2) -> (float32(P, N) d_W2) {" in backward
+    assert "d_O1" not in backward and "d_W1" not in backward
+    for argv, message in [
+        (["--wrt", "X"], r"--wrt takes inputs of the entry \(I, W1, W2\), got 'X': X is not one"),
+        (["--absent", "O1,O2"], "--absent names every output"),
+        (["--absent", "I"], "--absent takes outputs"),
+    ]:
+        with pytest.raises(SystemExit, match=message):
+            main(["show", str(path), "--stage", "backward", *argv])
+    with pytest.raises(SystemExit, match="go with --stage backward"):
+        main(["show", str(path), "--stage", "canonical", "--wrt", "W1"])
+
+
 def test_run_compiles_and_checks_against_the_oracle(capsys):
     code, out, _ = _run(capsys, "run", CONV, "--sizes", SIZES, "--budget", "0.01")
     assert code == 0 and "O: torch.float32 (1, 4, 6, 6)" in out
