@@ -124,7 +124,7 @@ class GradPlan:
         grads_out = []
         for k, (dtype, g) in enumerate(zip(self.grad_dtypes, grad_outputs)):
             if g is not None:
-                grads_out.append(g.to(dtype).contiguous())
+                grads_out.append((g if g.dtype == dtype else g.to(dtype)).contiguous())
             elif not self.derived:
                 grads_out.append(torch.zeros(shapes[k], dtype=dtype, device=_device(inputs)))
         backward = self.backward_for(needs, absent)
@@ -136,7 +136,9 @@ class GradPlan:
 
                 key = (None, None, _layouts(args), None)
                 spec = backwards[(needs, absent)] = backward._specialization(key, args, None, None, None)
-            result = list(spec.run(args, None))
+            # the wanted gradients, typed and shaped as their inputs by the derivation
+            it = iter(spec.run(args, None))
+            return tuple(next(it) if n else None for n in needs)
         else:
             result = backward(*args)
             result = list(result) if isinstance(result, tuple) else [result]
