@@ -835,13 +835,7 @@ class _Printer:
         if wide:
             self.point_nest(nest, f"{name}{idx} += __builtin_convertvector({acc}{idx}, {wt});", outer)
         self.lines.extend(reversed(closing))
-        finish = (
-            f"{ect} tc_s = {self.load(st.tensor, addr, et)};"
-            f" for (int tc_l = 0; tc_l < {lanes}; tc_l++) tc_s = tc_s + {name}{idx}[tc_l];"
-            f" {self.store(st.tensor, addr, 'tc_s')}"
-        )
-        self.point_nest(nest, f"{lhs_bind} {finish}", indent + "  ")
-        self.lines.append(f"{indent}}}")
+        self._store_lane_sums(st, addr, et, lanes, f"tc_s + {name}{idx}[tc_l]", nest, lhs_bind, indent)
 
     def _chain_array(self, loop, chain, vloop, points, node, runs, extents, name, indent) -> None:
         """The chain tile where the update does not fit vector types (a conversion, a call, a
@@ -873,8 +867,14 @@ class _Printer:
         self.accumulator = None
         self.lines.extend(reversed(closing))
         combine = _combine(st.op, "tc_s", f"{name}{idx}[tc_l]", et)
+        self._store_lane_sums(st, addr, et, lanes, combine, points, lhs_bind, indent)
+
+    def _store_lane_sums(self, st, addr, et, lanes: int, combine: str, points, lhs_bind, indent) -> None:
+        """The end of a chain register tile: for each output of ``points``, its stored value
+        combined with the tile's ``lanes`` partial sums (``combine``: an expression of ``tc_s`` and
+        lane ``tc_l``, in element type ``et``) and stored back; then the tile's block closes."""
         finish = (
-            f"{ct} tc_s = {self.load(st.tensor, addr, et)};"
+            f"{_ctype(et)} tc_s = {self.load(st.tensor, addr, et)};"
             f" for (int tc_l = 0; tc_l < {lanes}; tc_l++) tc_s = {combine};"
             f" {self.store(st.tensor, addr, 'tc_s')}"
         )
