@@ -127,7 +127,6 @@ class GradPlan:
                 grads_out.append((g if g.dtype == dtype else g.to(dtype)).contiguous())
             elif not self.derived:
                 grads_out.append(torch.zeros(shapes[k], dtype=dtype, device=_device(inputs)))
-        backward = self.backward_for(needs, absent)
         args = (*inputs, *saved, *grads_out)
         if backwards is not None and self.derived:
             spec = backwards.get((needs, absent))
@@ -135,13 +134,14 @@ class GradPlan:
                 from .kernel import _layouts
 
                 key = (None, None, _layouts(args), None)
+                backward = self.backward_for(needs, absent)
                 spec = backwards[(needs, absent)] = backward._specialization(key, args, None, None, None)
             # the wanted gradients, typed and shaped as their inputs by the derivation
             it = iter(spec.run(args, None))
             return tuple(next(it) if n else None for n in needs)
-        else:
-            result = backward(*args)
-            result = list(result) if isinstance(result, tuple) else [result]
+        backward = self.backward_for(needs, absent)
+        result = backward(*args)
+        result = list(result) if isinstance(result, tuple) else [result]
         if self.derived:  # the derived backward returns the wanted gradients only
             it = iter(result)
             result = [next(it) if n else None for n in needs]
