@@ -119,6 +119,34 @@ def test_other_dtypes(dtype) -> None:
     _check(src, (_randn(12, 19, dtype=dtype), _randn(10, 19, dtype=dtype, seed=1)), reduction=19)
 
 
+@pytest.mark.parametrize("ctype, dtype", [("int8", torch.int8), ("int64", torch.int64)])
+def test_integer_panels(ctype: str, dtype) -> None:
+    """Whole 8 x 8 blocks are transposed in registers for every element size (1, 2, 4 and 8
+    bytes: these two and the float tests); integer products are exact, so any misplaced element
+    shows. 16 x 24 x 40 has whole blocks only, 11 x 19 x 21 partial ones too."""
+    src = TMM.replace("float(", f"{ctype}(")
+    g = torch.Generator().manual_seed(3)
+    for m, n, k in [(16, 24, 40), (11, 19, 21)]:
+        a = torch.randint(-3, 4, (m, k), generator=g).to(dtype)
+        b = torch.randint(-3, 4, (n, k), generator=g).to(dtype)
+        kernel = tcjit.define(src, backward=None)
+        got = kernel(a, b, options=PACK)
+        want = tcjit.reference.evaluate(src, kernel.name, a, b)
+        assert got.dtype == dtype and torch.equal(got, want), (m, n, k)
+
+
+def test_the_panel_is_transposed_in_registers() -> None:
+    """A source contiguous along the panel's rows is copied 8 x 8 blocks at a time through
+    ``tc_transpose8_u<bits>``; a source strided along them (a column slice) element by element."""
+    sizes = {"M": 16, "N": 24, "K": 40}
+    cdef = _cdef(TMM)
+    dense = {"A": (40, 1), "B": (40, 1), "C": (24, 1)}
+    sliced = {**dense, "B": (80, 2)}
+    values = PACK.validate("cpu").values
+    assert "tc_transpose8_u32(src" in lower_cpu(cdef, sizes, dense, values, vector_bytes=32).source
+    assert "tc_transpose8_u32" not in lower_cpu(cdef, sizes, sliced, values, vector_bytes=32).source
+
+
 def test_tbmm_and_fcrelu() -> None:
     _check(TBMM, (_randn(3, 11, 9), _randn(3, 17, 9, seed=1)), reduction=9)
     _check(FCRELU, (_randn(10, 21), _randn(19, 21, seed=1), _randn(19, seed=2)), reduction=21)
