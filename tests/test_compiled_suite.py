@@ -537,32 +537,31 @@ def test_results_do_not_depend_on_the_number_of_threads(name: str) -> None:
 
 SLOW_GCC = [
     # tmm, K = 1024: the r_k point loop (tile 2) unrolled inside an 'omp simd' loop over n whose
-    # B(n, r_k) reads have stride 1024: ~35 s; tile (4, 0, 8) at M=128, N=255: ~280 s.
+    # B(n, r_k) reads have stride 1024: took ~35 s; tile (4, 0, 8) at M=128, N=255: ~280 s.
     pytest.param("tmm", {"M": 4, "K": 1024, "N": 32}, H.Config("Preserve3Coincident", (0, 0, 2)), id="tmm"),
     # layernorm, D = 1024: 'omp simd' over n (7 rows of a tile) around the unrolled r_d point loop,
-    # I(n, r_d) with stride 1024: ~16 s (~20 s at N=512; 1.3 s at D=128).
+    # I(n, r_d) with stride 1024: took ~16 s (~20 s at N=512; 1.3 s at D=128).
     pytest.param("layernorm", {"N": 14, "D": 1024}, H.Config("Min", (7, 3), H.MAPPINGS[1]), id="layernorm"),
 ]
 
 
 @pytest.mark.full
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="compile-time bug: vector loops chosen over a dimension whose reads have a large stride "
-    "(1024), around unrolled point-loop copies, make gcc take 15-35 s (up to ~280 s, near "
-    "COMPILE_TIMEOUT = 300 s) instead of ~0.3 s",
-)
 @pytest.mark.parametrize("name, sizes, config", SLOW_GCC)
-def test_compile_time_of_a_strided_vector_loop(name: str, sizes: dict, config: H.Config) -> None:
-    """Points of the tuner's search space that gcc chokes on (ordinary kernels take ~0.3 s)."""
+def test_compile_time_of_a_strided_vector_loop(name: str, sizes: dict, config: H.Config, tmp_path) -> None:
+    """Points of the tuner's search space that gcc once took 15 to 280 s to compile (vector loops
+    over a dimension read with a large stride, around unrolled point-loop copies): they were a
+    strict xfail until the full tier found them passing at 175c341 (tmm 1.4 s with an empty
+    cache; the same with b2ae898's C printer, so an earlier change fixed them). They stay as a
+    guard (an empty cache of their own, so that gcc runs): ordinary kernels compile in about
+    0.3 s; the bound is far above the 1.4 s these take, for a pathology, not a timing."""
     import time
 
     k = suite.get(name)
     inputs = k.make_inputs(sizes)
     opts = config.options().vectorize(True)
-    start = time.perf_counter()
-    spec = tcjit.compile(tcjit.define(k.source), *inputs, options=opts)
-    seconds = time.perf_counter() - start
+    with H.private_cache(tmp_path):
+        start = time.perf_counter()
+        spec = tcjit.compile(tcjit.define(k.source), *inputs, options=opts)
+        seconds = time.perf_counter() - start
     H.assert_all_same(spec(*inputs), H.ORACLE(k.source, k.entry, *inputs), k.reduction_length(sizes))
     assert seconds < 10, f"compiling took {seconds:.0f} s"
