@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from .binding import Binding, _scalar_value, torch_dtype
+from .mapping.packing import contiguous_strides
 from .polyhedral.errors import TCBoundsError, TCCallError, TCError, TCInternalError, TCWarning
 from .polyhedral.lang.checked import CheckedDef
 
@@ -117,14 +118,6 @@ def code_identity() -> str:
     return digest.hexdigest()[:16]
 
 
-def _contiguous(shape: Sequence[int]) -> tuple[int, ...]:
-    out, step = [], 1
-    for n in reversed(shape):
-        out.append(step)
-        step *= max(int(n), 1)
-    return tuple(reversed(out))
-
-
 @dataclass(frozen=True)
 class _Meta:
     """What a loaded kernel needs besides the code: JSON-round-trippable."""
@@ -179,7 +172,7 @@ def buffer_specs(
     return tuple(
         (
             tuple(binding.output_shapes[n]),
-            _contiguous(binding.output_shapes[n]),
+            contiguous_strides(binding.output_shapes[n]),
             torch_dtype(cdef.tensor(n).dtype),
             n in zero_init,
         )
@@ -191,15 +184,8 @@ def allocate(specs: Sequence[tuple], device: torch.device | None = None) -> list
     """Contiguous tensors for :func:`buffer_specs` (outputs, temporaries) on ``device`` (``None``:
     the CPU). ``torch.empty_strided`` with the strides worked out once: a third cheaper per tensor
     than ``torch.empty`` of a shape, which counts in calls of small kernels."""
-    if device is None:
-        return [
-            torch.empty_strided(shape, strides, dtype=dt).zero_()
-            if zero
-            else torch.empty_strided(shape, strides, dtype=dt)
-            for shape, strides, dt, zero in specs
-        ]
     return [
-        torch.zeros(shape, dtype=dt, device=device)
+        torch.empty_strided(shape, strides, dtype=dt, device=device).zero_()
         if zero
         else torch.empty_strided(shape, strides, dtype=dt, device=device)
         for shape, strides, dt, zero in specs
@@ -457,7 +443,7 @@ def call_strides(cdef: CheckedDef, binding: Binding, outputs) -> dict[str, tuple
     given = dict(zip(cdef.outputs, outputs)) if outputs is not None else {}
     for name in (*cdef.outputs, *cdef.temporaries):
         strides[name] = (
-            tuple(given[name].stride()) if name in given else _contiguous(binding.output_shapes[name])
+            tuple(given[name].stride()) if name in given else contiguous_strides(binding.output_shapes[name])
         )
     return strides
 
