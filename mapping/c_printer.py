@@ -369,6 +369,10 @@ class _Printer:
         self.vector_types: dict[str, tuple[str, int]] = {}  # vector tiles' types: (element, bytes)
         self.vector_bytes = 32
         self.buffer_shadows: list[tuple[str, int]] = []  # the emulated target's promoted buffers
+        # updates whose complete vector register tiles start from zero (see :func:`print_kernel`),
+        # and for each statement printed, whether each printing of it started so
+        self.foldable: frozenset[str] = frozenset()
+        self.printed: dict[str, list[bool]] = {}
 
     # --------------------------------------------------------------------------------- memory
     def address(self, tensor: str, args: Sequence[A.Expr], ex: _Exprs, node) -> str:
@@ -478,7 +482,11 @@ class _Printer:
         return f"{lvalue} = {value};"
 
     # ------------------------------------------------------------------------------ statements
-    def comment(self, sname: str) -> str:
+    def comment(self, sname: str, *, from_zero: bool = False) -> str:
+        """The comment every printing of an instance of ``sname`` starts with (it also records
+        the printing: ``from_zero`` when a register tile holds the whole reduction of each of its
+        outputs and starts it from zero, :meth:`complete_tile`)."""
+        self.printed.setdefault(sname, []).append(from_zero)
         st = self.statements[sname].source
         line = st.source.span.line
         text = self.source_lines[line - 1].strip() if 0 < line <= len(self.source_lines) else ""
@@ -1016,27 +1024,31 @@ class _Printer:
         addr = self.address(st.tensor, st.lhs, ex, st.source)
         first = runs[0]
         lhs_bind = self.bindings(first.statement, first.args, set(st.lhs_vars))
-        self.lines.append(
-            f"{indent}{{ /* register tile (outer-product form, vectors of {lanes}): '{st.tensor}' kept in"
-            f" {name} across loop {loop.var} */"
-        )
-        self.lines.append(f"{indent}  {vtype} {name}{dims};")
-        self.point_nest(
-            nest, f"{lane0} {lhs_bind} {name}{idx} = *(const {vtype} *)&t_{st.tensor}[{addr}];", indent + "  "
-        )
-        closing, inner = [], indent + "  "
-        chain = loop
+        across = [loop]  # the reduction loops between the tile's loop and its point loops
         while True:
-            self.lines.append(f"{inner}{self.loop_header(chain)} {{")
-            closing.append(f"{inner}}}")
-            inner += "  "
-            nxt = chain.body
+            nxt = across[-1].body
             while isinstance(nxt, ir.Mark):
                 nxt = nxt.body
             if not isinstance(nxt, ir.For) or nxt.var in {p.var for p in points}:
                 break
-            chain = nxt
-        self.lines.append(f"{inner}{self.comment(first.statement)}")
+            across.append(nxt)
+        from_zero = self.complete_tile(across, runs)
+        self.lines.append(
+            f"{indent}{{ /* register tile (outer-product form, vectors of {lanes}): '{st.tensor}' kept in"
+            f" {name} across loop {loop.var}{', whole sums from zero' if from_zero else ''} */"
+        )
+        self.lines.append(f"{indent}  {vtype} {name}{dims};")
+        if from_zero:
+            self.point_nest(nest, f"{name}{idx} = ({vtype}){{0}};", indent + "  ")
+        else:
+            load = f"*(const {vtype} *)&t_{st.tensor}[{addr}]"
+            self.point_nest(nest, f"{lane0} {lhs_bind} {name}{idx} = {load};", indent + "  ")
+        closing, inner = [], indent + "  "
+        for chain in across:
+            self.lines.append(f"{inner}{self.loop_header(chain)} {{")
+            closing.append(f"{inner}}}")
+            inner += "  "
+        self.lines.append(f"{inner}{self.comment(first.statement, from_zero=from_zero)}")
         value = ex.value(st.rhs)
         updates = " ".join(
             f"{{ {self.bindings(r.statement, r.args)} {name}{idx} += {value}; }}" for r in runs
@@ -1047,6 +1059,46 @@ class _Printer:
             nest, f"{lane0} {lhs_bind} *({vtype} *)&t_{st.tensor}[{addr}] = {name}{idx};", indent + "  "
         )
         self.lines.append(f"{indent}}}")
+        return True
+
+    def complete_tile(self, loops: Sequence[ir.For], runs: Sequence[ir.Run]) -> bool:
+        """Whether a register tile across ``loops`` (its reduction loop and those below it, above
+        the point loops) around ``runs`` holds the whole reduction of every output it updates, so
+        that it may start from zero instead of loading what the ``!`` initialisation stored.
+
+        It does when the update is in :attr:`foldable` (a ``+=!``), every reduction variable is
+        one of ``loops``, a different one in each run, and those loops have constant bounds that
+        span the variable's whole range. Each execution of the tile then runs every reduction
+        point of each of its outputs; as an instance runs once, no other execution (none before
+        it) updates those outputs, so each holds the initialisation's zero when the tile starts.
+        """
+        sname = runs[0].statement
+        if sname not in self.foldable:
+            return False
+        scop_st = self.statements[sname]
+        st = scop_st.source
+        spans = {}
+        for loop in loops:
+            hi = _constant_upper_bound(loop.cond, loop.var)
+            if not isinstance(loop.init, ir.Int) or loop.step != 1 or hi is None:
+                return False
+            if _variable_bounds(loop.cond):
+                return False
+            spans[loop.var] = (loop.init.value, hi + 1)
+        try:
+            ranges = {
+                v: (st.range_of(v).lo.evaluate(self.sizes), st.range_of(v).hi.evaluate(self.sizes))
+                for v in st.reduction_vars
+            }
+        except (KeyError, ValueError, TypeError):  # a range over sizes this printer was not given
+            return False
+        for run in runs:
+            bound = dict(zip(scop_st.dims, run.args))
+            loops_used = [bound[v].name if isinstance(bound[v], ir.Var) else None for v in st.reduction_vars]
+            if len(set(loops_used)) != len(loops_used):
+                return False
+            if any(spans.get(name) != ranges[v] for name, v in zip(loops_used, st.reduction_vars)):
+                return False
         return True
 
     def vector_type(self, t: ScalarType) -> str:
@@ -1478,6 +1530,25 @@ def _loop_vars(node: ir.Node | None) -> set[str]:
     return set()
 
 
+def _without_runs(node: ir.Node | None, names: frozenset[str]) -> ir.Node | None:
+    """``node`` without the instances of the statements ``names``, and without the loops,
+    conditions and blocks left empty (None if nothing is left)."""
+    if isinstance(node, ir.Run):
+        return None if node.statement in names else node
+    if isinstance(node, ir.Block):
+        kept = tuple(k for k in (_without_runs(c, names) for c in node.children) if k is not None)
+        return ir.Block(kept) if kept else None
+    if isinstance(node, (ir.For, ir.Mark)):
+        body = _without_runs(node.body, names)
+        return None if body is None else replace(node, body=body)
+    if isinstance(node, ir.If):
+        then, other = _without_runs(node.then, names), _without_runs(node.other, names)
+        if then is None and other is None:
+            return None
+        return ir.If(node.cond, then if then is not None else ir.Block(()), other)
+    return node
+
+
 def _flat_runs(node: ir.Node) -> list[ir.Run] | None:
     """The statement instances of a loop-free ``node`` in order; None if it has loops or guards."""
     if isinstance(node, ir.Run):
@@ -1680,6 +1751,7 @@ def print_kernel(
     printer: Callable[..., _Printer] | None = None,
     packs: Mapping[str, Pack] | None = None,
     parallel: bool = True,
+    foldable: frozenset[str] = frozenset(),
 ) -> tuple[str, tuple[BoundsCheck, ...]]:
     """The C source of one kernel and the run-time bounds checks it makes.
 
@@ -1691,32 +1763,49 @@ def print_kernel(
     promoted buffers). ``packs``: inputs read from transposed panels (:mod:`.packing`), which the
     kernel allocates and fills first; ``strides`` then holds the panels' strides for them.
     ``parallel``: whether the panels may be filled by several threads (the option parallelize).
+    ``foldable``: ``!`` initialisations (``S0_init``) whose update writes every element they write
+    (:func:`~tcjit.mapping.lower.lower_cpu` proves it); one is left out of the kernel when every
+    register tile of its update holds whole sums and starts them from zero
+    (:meth:`_Printer.complete_tile`): the kernel is printed again without it.
     """
     wide = dict(wide or {})
     packs = dict(packs or {})
-    p = (printer or _Printer)(cdef, statements, sizes, strides, checked, wide)
-    p.symbol = symbol
-    p.vector_bytes = vector_bytes
-    for q in params:
-        if q.kind == "tensor":
-            held = f"p_{q.name}"
-            if q.name in packs:  # this thread's panel (its own, or the only one)
-                per = _panel_elements(packs[q.name], cdef.tensor(q.name).dtype)
-                held = f"pk_{q.name} + (pn_{q.name} > 1 ? (int64_t)omp_get_thread_num() * {per} : 0)"
-            p.aliases.append(f"{q.ctype} t_{q.name} = {held};")
-            p.signature.append(f"{q.ctype} t_{q.name}")
-            p.arguments.append(held)
-        else:
-            p.signature.append(f"{q.ctype} s_{q.name}")
-            p.arguments.append(f"s_{q.name}")
-    for name, wt in wide.items():
-        p.aliases.append(f"{_ctype(wt)} *restrict w_{name} = wp_{name};")
-        p.signature.append(f"{_ctype(wt)} *restrict w_{name}")
-        p.arguments.append(f"wp_{name}")
     emulated = _emulated(body)
-    if emulated:
-        p.shadowed = [*cdef.outputs, *cdef.temporaries]
-    p.node(body, "  ")
+
+    def printed(tree: ir.Node) -> _Printer:
+        p = (printer or _Printer)(cdef, statements, sizes, strides, checked, wide)
+        p.symbol = symbol
+        p.vector_bytes = vector_bytes
+        p.foldable = frozenset(name.removesuffix("_init") for name in foldable)
+        for q in params:
+            if q.kind == "tensor":
+                held = f"p_{q.name}"
+                if q.name in packs:  # this thread's panel (its own, or the only one)
+                    per = _panel_elements(packs[q.name], cdef.tensor(q.name).dtype)
+                    held = f"pk_{q.name} + (pn_{q.name} > 1 ? (int64_t)omp_get_thread_num() * {per} : 0)"
+                p.aliases.append(f"{q.ctype} t_{q.name} = {held};")
+                p.signature.append(f"{q.ctype} t_{q.name}")
+                p.arguments.append(held)
+            else:
+                p.signature.append(f"{q.ctype} s_{q.name}")
+                p.arguments.append(f"s_{q.name}")
+        for name, wt in wide.items():
+            p.aliases.append(f"{_ctype(wt)} *restrict w_{name} = wp_{name};")
+            p.signature.append(f"{_ctype(wt)} *restrict w_{name}")
+            p.arguments.append(f"wp_{name}")
+        if emulated:
+            p.shadowed = [*cdef.outputs, *cdef.temporaries]
+        p.node(tree, "  ")
+        return p
+
+    p = printed(body)
+    # An initialisation is left out when every printing of its update started from zero
+    # (a complete register tile) and the update writes every element it would have written.
+    folded = sorted(name for name in foldable if all(p.printed.get(name.removesuffix("_init"), [False])))
+    if folded:
+        p = printed(_without_runs(body, frozenset(folded)))
+        note = f"  /* left out, as register tiles hold whole sums from zero: {', '.join(folded)} */"
+        p.lines.insert(0, note)
     fills, panels, freed = _panels(p, packs, parallel)
     prologue, epilogue = _wide_buffers(p, wide, copy_in, cleanup=" ".join(freed))
     prologue, epilogue = [*panels, *prologue], [*epilogue, *(f"  {f}" for f in freed)]

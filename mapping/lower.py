@@ -222,6 +222,30 @@ def _zero_init(scop: Scop, fixed: isl.Set, shapes: Mapping[str, tuple[int, ...]]
     return tuple(out)
 
 
+def covered_initialisations(scop: Scop, fixed: isl.Set) -> frozenset[str]:
+    """The ``!`` initialisations (``S0_init``) whose update (``S0``) writes every element they
+    write: the printer may leave one out where register tiles start its sums from zero
+    (:func:`~tcjit.mapping.c_printer.print_kernel`). An output element whose reduction is empty
+    (a ``where`` excluding all its points, an empty range) keeps its initialisation."""
+    written: dict[str, isl.Set] = {}
+
+    def add(m: isl.Map) -> None:
+        name = m.get_tuple_name(isl.dim_type.in_)
+        written[name] = m.range() if name not in written else written[name].union(m.range())
+
+    scop.untagged_writes.intersect_params(fixed).foreach_map(add)
+    names = {s.name for s in scop.statements}
+    return frozenset(
+        s.name
+        for s in scop.statements
+        if s.kind == "init"
+        and (update := s.name.removesuffix("_init")) in names
+        and s.name in written
+        and update in written
+        and written[s.name].is_subset(written[update])
+    )
+
+
 #: Sums of at least this many terms per element accumulate float32 in float64.
 LONG_SUM = 1 << 14
 
@@ -436,6 +460,7 @@ def lower_cpu(
         vector_bytes=vector_bytes,
         packs=packs,
         parallel=options.parallelize,
+        foldable=covered_initialisations(scop, fixed),
     )
     stages = kernel_stages(sched, plan.schedule, plan.decisions)
     return CpuKernelSource(text, symbol, tuple(params), zero, checks, tuple(wide), stages)

@@ -201,6 +201,72 @@ def test_vector_tiles_need_unit_strides() -> None:
         H.check_against_oracle(MATMUL, None, inputs, options=OPTS, reduction_length=9)
 
 
+# ------------------------------------------------------- whole sums from zero, folded initialisations
+#: A reduction where some outputs have no points at all: S(0) is the initialisation's zero alone.
+TRIANGLE = """def tri(float(M,K) A) -> (S) {
+    S(m) +=! A(m, r_k) where r_k in 0:K, r_k < m
+}"""
+
+
+def _folded(source: str) -> str:
+    line = next((x for x in source.splitlines() if "left out, as register tiles hold whole sums" in x), "")
+    return line.split(":", 1)[1].strip(" */") if line else ""
+
+
+@pytest.mark.parametrize(
+    "tile, whole",
+    [((64, 256, 512), True), ((64, 256, 8), False)],  # the reduction (20) in one tile, or in three
+    ids=["whole-reduction", "reduction-in-chunks"],
+)
+def test_whole_sums_start_from_zero(tile: tuple, whole: bool) -> None:
+    """A vector tile that runs every reduction point of its outputs starts them from zero, and the
+    ``!`` initialisation, then dead, is left out of the kernel (its loops and parallel region
+    with it). Where the reduction is split across tiles, later tiles must add to what earlier ones
+    stored: the tile loads the sums and the initialisation stays. Either way the results are
+    bit-identical to the kernel without register tiles."""
+    A, B = _inputs([(16, 20), (20, 32 * WIDTH)])  # whole tiles of 4 rows and 2 vectors
+    kernel = tcjit.define(MATMUL)
+    opts = OPTS.tile(*tile).register_tile(4, 16 * WIDTH)
+    source = tcjit.compile(kernel, A, B, options=opts).source
+    assert "register tile (outer-product form, vectors of" in source
+    assert ("whole sums from zero" in source) == whole
+    assert _folded(source) == ("S0_init" if whole else "")
+    assert ("(initialisation)" in source) != whole
+    tiled = kernel(A, B, options=opts)
+    assert torch.equal(tiled, kernel(A, B, options=opts.register_tile()))
+    H.check_against_oracle(MATMUL, None, (A, B), options=opts, reduction_length=20)
+
+
+def test_partial_tiles_keep_the_initialisation() -> None:
+    """13 rows: three whole tiles of 4 rows and a partial one, which is printed in the scalar form
+    (it loads the sums): the whole tiles start from zero, but the initialisation stays."""
+    A, B = _inputs([(13, 20), (20, 32 * WIDTH)])
+    kernel = tcjit.define(MATMUL)
+    opts = OPTS.register_tile(4, 16 * WIDTH)
+    source = tcjit.compile(kernel, A, B, options=opts).source
+    assert "whole sums from zero" in source
+    assert "S0_init (initialisation)" in source
+    assert _folded(source) == ""
+    assert torch.equal(kernel(A, B, options=opts), kernel(A, B, options=opts.register_tile()))
+
+
+def test_initialisations_of_empty_sums_are_covered_or_kept() -> None:
+    """:func:`covered_initialisations`: a matmul's update writes every element its
+    initialisation writes; a triangular sum's does not (row 0 has no points), so its
+    initialisation may never be left out, and row 0 is the zero it stores."""
+    from tcjit.mapping.lower import _fixed, covered_initialisations
+    from tcjit.polyhedral.scop import build_scop
+
+    cases = ((MATMUL, {"M": 4, "K": 3, "N": 5}, {"S0_init"}), (TRIANGLE, {"M": 6, "K": 8}, set()))
+    for src, sizes, covered in cases:
+        scop = build_scop(check_source(src).entry())
+        assert covered_initialisations(scop, _fixed(scop, sizes)) == covered, src
+    (A,) = _inputs([(6, 8)])
+    out = tcjit.define(TRIANGLE)(A, options=OPTS)
+    assert out[0].item() == 0.0
+    H.check_against_oracle(TRIANGLE, None, (A,), options=OPTS, reduction_length=8)
+
+
 @pytest.mark.parametrize("W, tile", [(34, (1, 1, 4, 1, 16)), (58, (1, 1, 8, 1, 8))])
 def test_convolution_tiles_double_rows_where_columns_halve(W: int, tile: tuple) -> None:
     """The outer-product tile of a convolution is rows (h) x columns (w): neighbouring rows share
