@@ -373,6 +373,7 @@ class _Printer:
         # and for each statement printed, whether each printing of it started so
         self.foldable: frozenset[str] = frozenset()
         self.printed: dict[str, list[bool]] = {}
+        self.team = False  # the next parallel loop is shared out by an enclosing team (:meth:`top`)
 
     # --------------------------------------------------------------------------------- memory
     def address(self, tensor: str, args: Sequence[A.Expr], ex: _Exprs, node) -> str:
@@ -1351,10 +1352,14 @@ class _Printer:
         if kinds & {"simd_reduction", "reduction"} and "parallel" not in kinds:
             if self.reduction_loop(n, indent, vector="simd_reduction" in kinds):
                 return
+        team, self.team = self.team, False
         if "parallel" in kinds:
             simd = " simd" if "simd" in kinds else ""
-            clauses = "num_threads(nthreads) if(nthreads > 1) schedule(static)"
-            self.lines.append(f"{indent}#pragma omp parallel for{simd} {clauses}")
+            if team:
+                self.lines.append(f"{indent}#pragma omp for{simd} schedule(static)")
+            else:
+                clauses = "num_threads(nthreads) if(nthreads > 1) schedule(static)"
+                self.lines.append(f"{indent}#pragma omp parallel for{simd} {clauses}")
         elif "simd" in kinds:
             self.lines.append(f"{indent}#pragma omp simd")
         elif "unroll" in kinds:
@@ -1367,6 +1372,58 @@ class _Printer:
             self.node(n.body, indent + "  ")
         self.enclosing.pop()
         self.lines.append(f"{indent}}}")
+
+    def top(self, tree: ir.Node, indent: str) -> None:
+        """The kernel's body: consecutive top-level parallel loops, with the serial code between
+        them, share one team of threads (``omp parallel``), which shares out each loop
+        (``omp for``) and runs the serial code on one thread (``omp single``). Both end in a
+        barrier, as each loop's own ``omp parallel for`` did, so the order of the work is
+        unchanged; what goes is the start and end of a parallel region per loop (mlp3's
+        derived backward had 16). Code that opens parallel loops of its own below the top level
+        (a ``parallel_reduction``, a serial loop around parallel ones) ends the team."""
+        children = tree.children if isinstance(tree, ir.Block) else (tree,)
+        group: list[tuple[ir.Node, bool]] = []
+
+        def flush() -> None:
+            if sum(shared for _, shared in group) < 2:
+                for c, _ in group:
+                    self.node(c, indent)
+            else:
+                self.lines.append(f"{indent}#pragma omp parallel num_threads(nthreads) if(nthreads > 1)")
+                self.lines.append(f"{indent}{{")
+                for c, shared in group:
+                    if shared:
+                        self.team = True
+                        self.node(c, indent + "  ")
+                        self.team = False
+                    else:
+                        self.lines.append(f"{indent}  #pragma omp single")
+                        self.lines.append(f"{indent}  {{")
+                        self.node(c, indent + "    ")
+                        self.lines.append(f"{indent}  }}")
+                self.lines.append(f"{indent}}}")
+            group.clear()
+
+        for c in children:
+            if self._shareable(c):
+                group.append((c, True))
+            elif not _opens_parallel(c):
+                group.append((c, False))
+            else:
+                flush()
+                self.node(c, indent)
+        flush()
+
+    def _shareable(self, n: ir.Node) -> bool:
+        """Whether ``n`` is a parallel loop that :meth:`loop` prints as an ``omp parallel for``
+        (not a reduction in any form), which a team's ``omp for`` may share out instead."""
+        while isinstance(n, ir.Mark) and n.name not in ("thread0", "sync"):
+            n = n.body
+        if not isinstance(n, ir.For) or n.degenerate or not self.canonical(n):
+            return False
+        kinds = set(n.kind.split("+"))
+        reductions = {"accumulate", "parallel_reduction", "simd_reduction", "reduction"}
+        return "parallel" in kinds and not kinds & reductions
 
     def region(self, n: ir.For, indent: str, *, result: tuple[str, str, str] | None = None) -> str:
         """The body of a parallel loop, as a function of its own called once per iteration; the
@@ -1547,6 +1604,21 @@ def _without_runs(node: ir.Node | None, names: frozenset[str]) -> ir.Node | None
             return None
         return ir.If(node.cond, then if then is not None else ir.Block(()), other)
     return node
+
+
+def _opens_parallel(node: ir.Node | None) -> bool:
+    """Whether printing ``node`` may open a parallel region (a loop of a ``parallel`` kind)."""
+    if isinstance(node, ir.For):
+        return bool({"parallel", "parallel_reduction"} & set(node.kind.split("+"))) or _opens_parallel(
+            node.body
+        )
+    if isinstance(node, ir.Block):
+        return any(_opens_parallel(c) for c in node.children)
+    if isinstance(node, ir.Mark):
+        return _opens_parallel(node.body)
+    if isinstance(node, ir.If):
+        return _opens_parallel(node.then) or _opens_parallel(node.other)
+    return not isinstance(node, ir.Run)
 
 
 def _flat_runs(node: ir.Node) -> list[ir.Run] | None:
@@ -1795,7 +1867,9 @@ def print_kernel(
             p.arguments.append(f"wp_{name}")
         if emulated:
             p.shadowed = [*cdef.outputs, *cdef.temporaries]
-        p.node(tree, "  ")
+            p.node(tree, "  ")
+        else:
+            p.top(tree, "  ")
         return p
 
     p = printed(body)

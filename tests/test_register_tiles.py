@@ -267,6 +267,41 @@ def test_initialisations_of_empty_sums_are_covered_or_kept() -> None:
     H.check_against_oracle(TRIANGLE, None, (A,), options=OPTS, reduction_length=8)
 
 
+# -------------------------------------------------------------------- one team for the whole kernel
+MLP2 = """def mlp2(float(B,M) I, float(N,M) W1, float(N) B1, float(P,N) W2) -> (O1, O2) {
+    O1(b, n) +=! I(b, r_m) * W1(n, r_m)
+    O1(b, n)  = fmax(O1(b, n) + B1(n), 0)
+    O2(b, p) +=! O1(b, r_n) * W2(p, r_n)
+}"""
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_parallel_loops_share_one_team(threads: int) -> None:
+    """Consecutive top-level parallel loops run in one ``omp parallel`` region, each shared out
+    by an ``omp for`` whose barrier keeps the loops in order (layer 2 reads all of layer 1's
+    rows, which other threads wrote): the results match the oracle for any number of threads
+    and are the same for all."""
+    shapes = [(40, 24), (32, 24), (32,), (16, 32)]
+    inputs = _inputs(shapes)
+    kernel = tcjit.define(MLP2)
+    opts = MappingOptions("naive").vectorize(True).tile(8, 16, 8)
+    source = tcjit.compile(kernel, *inputs, options=opts).source
+    entry = source[source.index("void tc_mlp2(") :]
+    assert entry.count("#pragma omp parallel num_threads(nthreads) if(nthreads > 1)") == 1, entry
+    assert entry.count("#pragma omp for") >= 3, entry
+    assert "#pragma omp parallel for" not in entry, entry
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        got = kernel(*inputs, options=opts)
+        torch.set_num_threads(1)
+        one = kernel(*inputs, options=opts)
+    finally:
+        torch.set_num_threads(before)
+    assert all(torch.equal(a, b) for a, b in zip(got, one))
+    H.check_against_oracle(MLP2, None, inputs, options=opts, reduction_length=32)
+
+
 @pytest.mark.parametrize("W, tile", [(34, (1, 1, 4, 1, 16)), (58, (1, 1, 8, 1, 8))])
 def test_convolution_tiles_double_rows_where_columns_halve(W: int, tile: tuple) -> None:
     """The outer-product tile of a convolution is rows (h) x columns (w): neighbouring rows share
