@@ -370,9 +370,9 @@ class _Printer:
         self.vector_bytes = 32
         self.buffer_shadows: list[tuple[str, int]] = []  # the emulated target's promoted buffers
         # updates whose complete vector register tiles start from zero (see :func:`print_kernel`),
-        # and for each statement printed, whether each printing of it started so
+        # and for each statement printed, whether every printing of it started so
         self.foldable: frozenset[str] = frozenset()
-        self.printed: dict[str, list[bool]] = {}
+        self.printed: dict[str, bool] = {}
         self.team = False  # the next parallel loop is shared out by an enclosing team (:meth:`top`)
 
     # --------------------------------------------------------------------------------- memory
@@ -487,7 +487,7 @@ class _Printer:
         """The comment every printing of an instance of ``sname`` starts with (it also records
         the printing: ``from_zero`` when a register tile holds the whole reduction of each of its
         outputs and starts it from zero, :meth:`complete_tile`)."""
-        self.printed.setdefault(sname, []).append(from_zero)
+        self.printed[sname] = self.printed.get(sname, True) and from_zero
         st = self.statements[sname].source
         line = st.source.span.line
         text = self.source_lines[line - 1].strip() if 0 < line <= len(self.source_lines) else ""
@@ -1875,7 +1875,7 @@ def print_kernel(
     p = printed(body)
     # An initialisation is left out when every printing of its update started from zero
     # (a complete register tile) and the update writes every element it would have written.
-    folded = sorted(name for name in foldable if all(p.printed.get(name.removesuffix("_init"), [False])))
+    folded = sorted(name for name in foldable if p.printed.get(name.removesuffix("_init"), False))
     if folded:
         p = printed(_without_runs(body, frozenset(folded)))
         note = f"  /* left out, as register tiles hold whole sums from zero: {', '.join(folded)} */"
