@@ -34,7 +34,7 @@ from ..polyhedral.lang.types import SCALAR_TYPES, ScalarType, common_type
 from ..polyhedral.scop import ScopStatement
 from . import ir
 from .c_prelude import PRELUDE, builtin_callee, int_suffix
-from .packing import Pack, contiguous_strides
+from .packing import Pack, Part, Site, contiguous_strides
 
 __all__ = ["BoundsCheck", "CParam", "c_storage_type", "print_kernel"]
 
@@ -374,6 +374,7 @@ class _Printer:
         self.foldable: frozenset[str] = frozenset()
         self.printed: dict[str, bool] = {}
         self.team = False  # the next parallel loop is shared out by an enclosing team (:meth:`top`)
+        self.sites: Mapping[str, Site] = {}  # marks that fill a part of a packed input (:mod:`.packing`)
 
     # --------------------------------------------------------------------------------- memory
     def address(self, tensor: str, args: Sequence[A.Expr], ex: _Exprs, node) -> str:
@@ -1277,6 +1278,9 @@ class _Printer:
         elif isinstance(n, ir.Run):
             self.run(n, indent)
         elif isinstance(n, ir.Mark):
+            if n.name in self.sites:
+                self.part(n, indent)
+                return
             if n.name == "thread0":  # the GPU mapping's code for thread 0 alone
                 self.lines.append(f"{indent}if (t0 == 0 && t1 == 0 && t2 == 0) {{")
                 self.node(n.body, indent + "  ")
@@ -1300,6 +1304,21 @@ class _Printer:
             self.ids(n.block, "t", "threads of the block up to the next barrier", n.body, indent)
         else:
             raise TCInternalError(f"cannot print {n!r}")
+
+    def part(self, n: ir.Mark, indent: str) -> None:
+        """A site of :func:`~tcjit.mapping.packing.place_parts`: the part of a packed input that
+        the code below reads, filled into this thread's buffer ``b_X`` from the tensor ``u_X``;
+        ``t_X`` then points where the panel would start, so that the code reads it unchanged."""
+        site = self.sites[n.name]
+        name, strides = site.tensor, self.strides[site.tensor]
+        origin = [expr(o) for o in site.origin]
+        ct = c_storage_type(self.cdef.tensor(name).dtype)
+        shift = " + ".join(f"({o}) * INT64_C({st})" for o, st in zip(origin, strides))
+        self.lines.append(f"{indent}{{ /* the part of '{name}''s panel read below (option pack_operands) */")
+        self.lines.append(f"{indent}  tc_part_{name}(u_{name}, b_{name}, {', '.join(origin)});")
+        self.lines.append(f"{indent}  const {ct} *restrict t_{name} = b_{name} - ({shift});")
+        self.node(n.body, indent + "  ")
+        self.lines.append(f"{indent}}}")
 
     def ids(
         self, dims: Sequence[int], prefix: str, what: str, body: ir.Node, indent: str, buffers=()
@@ -1824,6 +1843,8 @@ def print_kernel(
     packs: Mapping[str, Pack] | None = None,
     parallel: bool = True,
     foldable: frozenset[str] = frozenset(),
+    parts: Mapping[str, Part] | None = None,
+    sites: Mapping[str, Site] | None = None,
 ) -> tuple[str, tuple[BoundsCheck, ...]]:
     """The C source of one kernel and the run-time bounds checks it makes.
 
@@ -1834,6 +1855,8 @@ def print_kernel(
     from ``(cdef, statements, sizes, strides, checked, wide)`` (the emulated target's prints
     promoted buffers). ``packs``: inputs read from transposed panels (:mod:`.packing`), which the
     kernel allocates and fills first; ``strides`` then holds the panels' strides for them.
+    ``parts``: those of them filled a part at a time at the marks ``sites`` in ``body``
+    (:func:`~tcjit.mapping.packing.place_parts`); ``strides`` holds the parts' strides for them.
     ``parallel``: whether the panels may be filled by several threads (the option parallelize).
     ``foldable``: ``!`` initialisations (``S0_init``) whose update writes every element they write
     (:func:`~tcjit.mapping.lower.lower_cpu` proves it); one is left out of the kernel when every
@@ -1842,6 +1865,7 @@ def print_kernel(
     """
     wide = dict(wide or {})
     packs = dict(packs or {})
+    parts = dict(parts or {})
     emulated = _emulated(body)
 
     def printed(tree: ir.Node) -> _Printer:
@@ -1849,8 +1873,19 @@ def print_kernel(
         p.symbol = symbol
         p.vector_bytes = vector_bytes
         p.foldable = frozenset(name.removesuffix("_init") for name in foldable)
+        p.sites = dict(sites or {})
         for q in params:
-            if q.kind == "tensor":
+            if q.kind == "tensor" and q.name in parts:  # the tensor, and this thread's part buffer
+                ct = c_storage_type(cdef.tensor(q.name).dtype)
+                per = _part_elements(parts[q.name], cdef.tensor(q.name).dtype)
+                mine = f"pk_{q.name} + (pn_{q.name} > 1 ? (int64_t)omp_get_thread_num() * {per} : 0)"
+                p.aliases += [
+                    f"const {ct} *restrict u_{q.name} = p_{q.name};",
+                    f"{ct} *restrict b_{q.name} = {mine};",
+                ]
+                p.signature += [f"const {ct} *restrict u_{q.name}", f"{ct} *restrict b_{q.name}"]
+                p.arguments += [f"p_{q.name}", mine]
+            elif q.kind == "tensor":
                 held = f"p_{q.name}"
                 if q.name in packs:  # this thread's panel (its own, or the only one)
                     per = _panel_elements(packs[q.name], cdef.tensor(q.name).dtype)
@@ -1880,7 +1915,7 @@ def print_kernel(
         p = printed(_without_runs(body, frozenset(folded)))
         note = f"  /* left out, as register tiles hold whole sums from zero: {', '.join(folded)} */"
         p.lines.insert(0, note)
-    fills, panels, freed = _panels(p, packs, parallel)
+    common, fills, panels, freed = _panels(p, packs, parallel, parts)
     prologue, epilogue = _wide_buffers(p, wide, copy_in, cleanup=" ".join(freed))
     prologue, epilogue = [*panels, *prologue], [*epilogue, *(f"  {f}" for f in freed)]
     if emulated:
@@ -1911,6 +1946,7 @@ def print_kernel(
             for name, (ct, n) in sorted(p.vector_types.items())
         ),
         *_PARTS,
+        *common,
         *p.prototypes,
         "",
         *p.functions,
@@ -2107,14 +2143,105 @@ def _panel_elements(pack: Pack, dtype: ScalarType) -> int:
     return -(-math.prod(pack.shape) // per_line) * per_line
 
 
-def _panels(p: _Printer, packs: Mapping[str, Pack], parallel: bool) -> tuple[list[str], list[str], list[str]]:
-    """C for each packed input's transposed panel (:mod:`.packing`): the functions that fill a
-    range of its blocks, the prologue that allocates and fills it, and the statements that free
-    it. The fill walks the panel's outer dimensions in order and its last two in
-    :data:`PANEL_BLOCK`-square blocks (edges element by element). Each thread fills and reads a
-    panel of its own (``pk_X + omp_get_thread_num() * size``) when they fit
-    :data:`PRIVATE_PANELS_BYTES`; else one panel is filled by all the threads. Without
-    ``parallel`` one thread fills one panel."""
+def _part_elements(part: Part, dtype: ScalarType) -> int:
+    """Elements between two threads' part buffers (:class:`~tcjit.mapping.packing.Part`), rounded
+    up to 64 bytes."""
+    per_line = max(1, 64 // _item_bytes(dtype))
+    return -(-math.prod(part.shape) // per_line) * per_line
+
+
+def _block_copy(
+    ct: str, rows: bool, item: int, src: str, src_strides: tuple[int, int], dst: str, dst_stride: int
+) -> list[str]:
+    """C that copies one full :data:`PANEL_BLOCK`-square block, transposed: ``src`` and ``dst`` are
+    C for the offsets of its first element, ``src_strides`` the tensor's strides along the panel's
+    last two dimensions (the first 1 when ``rows``: the block is transposed in registers),
+    ``dst_stride`` the panel's along the first of them (along the second it is 1)."""
+    blk = PANEL_BLOCK
+    sa, sb = src_strides
+    if rows:
+        return [f"      tc_transpose8_u{8 * item}(src + {src}, {sb}, dst + {dst}, {dst_stride});"]
+    return [
+        f"      {ct} tile[{blk}][{blk}];",
+        f"      #pragma GCC unroll {blk}",
+        f"      for (int64_t x = 0; x < {blk}; x += 1)",
+        f"        #pragma GCC unroll {blk}",
+        f"        for (int64_t y = 0; y < {blk}; y += 1)",
+        f"          tile[x][y] = src[{src} + y * INT64_C({sa}) + x * INT64_C({sb})];",
+        f"      #pragma GCC unroll {blk}",
+        f"      for (int64_t y = 0; y < {blk}; y += 1)",
+        f"        #pragma GCC unroll {blk}",
+        f"        for (int64_t x = 0; x < {blk}; x += 1)",
+        f"          dst[{dst} + y * INT64_C({dst_stride}) + x] = tile[x][y];",
+    ]
+
+
+def _part_fill(name: str, pack: Pack, part: Part, ct: str, rows: bool, item: int) -> list[str]:
+    """C of ``tc_part_X(src, dst, o0, ...)``: the part of ``X``'s panel whose first element is
+    ``(o0, ...)``, of :attr:`Part.shape` clamped to the tensor, copied into ``dst`` with the part's
+    strides, the panel's last two dimensions in :data:`PANEL_BLOCK`-square blocks."""
+    blk = PANEL_BLOCK
+    *outer, a, b = pack.order
+    rank = len(pack.shape)
+    lo = {d: f"l{d}" for d in range(rank)}
+    hi = {d: f"h{d}" for d in range(rank)}
+    bounds = [
+        f"  const int64_t l{d} = o{d} > 0 ? o{d} : 0, "
+        f"h{d} = o{d} + {part.shape[d]} < {pack.shape[d]} ? o{d} + {part.shape[d]} : {pack.shape[d]};"
+        for d in range(rank)
+    ]
+
+    def offset(strides, index, shift: bool) -> str:
+        return " + ".join(
+            f"({index[d]}{f' - o{d}' if shift else ''}) * INT64_C({strides[d]})" for d in pack.order
+        )
+
+    index = {**{d: f"e{d}" for d in outer}, a: "ga", b: "gb"}
+    one = {**{d: f"e{d}" for d in outer}, a: "y", b: "x"}
+    return [
+        f"/* Fills the part of '{name}''s transposed panel from element (o0, ...) on (option",
+        " * pack_operands: a part at a time, where the code reads it). */",
+        f"static void __attribute__((unused)) tc_part_{name}(const {ct} *restrict src, {ct} *restrict dst, "
+        + ", ".join(f"int64_t o{d}" for d in range(rank))
+        + ")",
+        "{",
+        *bounds,
+        *(f"  for (int64_t e{d} = {lo[d]}; e{d} < {hi[d]}; e{d} += 1)" for d in outer),
+        f"  for (int64_t ga = {lo[a]}; ga < {hi[a]}; ga += {blk})",
+        f"  for (int64_t gb = {lo[b]}; gb < {hi[b]}; gb += {blk}) {{",
+        f"    if (ga + {blk} <= {hi[a]} && gb + {blk} <= {hi[b]}) {{",
+        *_block_copy(
+            ct,
+            rows,
+            item,
+            offset(pack.source, index, False),
+            (pack.source[a], pack.source[b]),
+            offset(part.strides, index, True),
+            part.strides[a],
+        ),
+        "    } else {",
+        f"      for (int64_t y = ga; y < (ga + {blk} < {hi[a]} ? ga + {blk} : {hi[a]}); y += 1)",
+        f"        for (int64_t x = gb; x < (gb + {blk} < {hi[b]} ? gb + {blk} : {hi[b]}); x += 1)",
+        f"          dst[{offset(part.strides, one, True)}] = src[{offset(pack.source, one, False)}];",
+        "    }",
+        "  }",
+        "}",
+    ]
+
+
+def _panels(
+    p: _Printer, packs: Mapping[str, Pack], parallel: bool, parts: Mapping[str, Part]
+) -> tuple[list[str], list[str], list[str], list[str]]:
+    """C for each packed input's transposed panel (:mod:`.packing`): the helpers every part of
+    the source needs (the block transposers, the functions that fill the ``parts``), the
+    functions that fill a range of a whole panel's blocks, the prologue that allocates the panels
+    and fills the whole ones, and the statements that free them. The fill walks the panel's
+    outer dimensions in order and its last two in :data:`PANEL_BLOCK`-square blocks (edges
+    element by element). Each thread fills and reads a panel of its own (``pk_X +
+    omp_get_thread_num() * size``) when they fit :data:`PRIVATE_PANELS_BYTES`; else one panel is
+    filled by all the threads. Without ``parallel`` one thread fills one panel. An input of
+    ``parts`` gets one part buffer per thread instead, which the code fills where it reads."""
+    common: list[str] = []
     functions: list[str] = []
     prologue: list[str] = []
     counts: list[str] = []
@@ -2136,6 +2263,20 @@ def _panels(p: _Printer, packs: Mapping[str, Pack], parallel: bool) -> tuple[lis
         if rows and item not in transposers:
             transposers[item] = _transposer(item)
         step = 1 if outer else blk
+        if name in parts:
+            part = parts[name]
+            padded = _part_elements(part, dtype) * item
+            common += _part_fill(name, pack, part, ct, rows, item)
+            prologue += [
+                f"  /* '{name}' is read from transposed panels filled a part at a time, one part "
+                "buffer per thread (option pack_operands) */",
+                f"  {ct} *pk_{name} = ({ct} *)(tc_ws + tc_ws_at);",
+                f"  tc_ws_at += pn_{name} * {padded};",
+            ]
+            threads = "nthreads > 1 ? nthreads : 1" if parallel else "1"
+            counts.append(f"  const int64_t pn_{name} = {threads};  /* part buffers: one per thread */")
+            sizes.append(f"pn_{name} * {padded}")
+            continue
 
         def offset(strides, ia: str, ib: str, outer=outer, a=a, b=b, pack=pack) -> str:
             index = {**{d: f"e{d}" for d in outer}, a: ia, b: ib}
@@ -2160,25 +2301,14 @@ def _panels(p: _Printer, packs: Mapping[str, Pack], parallel: bool) -> tuple[lis
             "{",
             "  " + "\n  ".join(loops),
             f"    if (ga + {blk} <= {na} && gb + {blk} <= {nb}) {{",
-            *(
-                [
-                    f"      tc_transpose8_u{8 * item}(src + {offset(pack.source, 'ga', 'gb')}, "
-                    f"{pack.source[b]}, dst + {offset(pack.strides, 'ga', 'gb')}, {pack.strides[a]});"
-                ]
-                if rows
-                else [
-                    f"      {ct} tile[{blk}][{blk}];",
-                    f"      #pragma GCC unroll {blk}",
-                    f"      for (int64_t x = 0; x < {blk}; x += 1)",
-                    f"        #pragma GCC unroll {blk}",
-                    f"        for (int64_t y = 0; y < {blk}; y += 1)",
-                    f"          tile[x][y] = src[{offset(pack.source, 'ga + y', 'gb + x')}];",
-                    f"      #pragma GCC unroll {blk}",
-                    f"      for (int64_t y = 0; y < {blk}; y += 1)",
-                    f"        #pragma GCC unroll {blk}",
-                    f"        for (int64_t x = 0; x < {blk}; x += 1)",
-                    f"          dst[{offset(pack.strides, 'ga + y', 'gb + x')}] = tile[x][y];",
-                ]
+            *_block_copy(
+                ct,
+                rows,
+                item,
+                offset(pack.source, "ga", "gb"),
+                (pack.source[a], pack.source[b]),
+                offset(pack.strides, "ga", "gb"),
+                pack.strides[a],
             ),
             "    } else {",
             f"      for (int64_t y = ga; y < (ga + {blk} < {na} ? ga + {blk} : {na}); y += 1)",
@@ -2224,7 +2354,7 @@ def _panels(p: _Printer, packs: Mapping[str, Pack], parallel: bool) -> tuple[lis
             "  }",
         ]
     if not packs:
-        return [], [], []
+        return [], [], [], []
     head = [
         *counts,
         f"  char *tc_ws = (char *)tc_take_workspace((size_t)({' + '.join(sizes)}));",
@@ -2232,7 +2362,12 @@ def _panels(p: _Printer, packs: Mapping[str, Pack], parallel: bool) -> tuple[lis
         "  int64_t tc_ws_at = 0;",
     ]
     helpers = [line for lines in transposers.values() for line in lines]
-    return [*WORKSPACE_HELPERS, *helpers, *functions], [*head, *prologue], ["tc_give_workspace(tc_ws);"]
+    return (
+        [*helpers, *common],
+        [*WORKSPACE_HELPERS, *functions],
+        [*head, *prologue],
+        ["tc_give_workspace(tc_ws);"],
+    )
 
 
 def _wide_buffers(p: _Printer, wide: Mapping[str, ScalarType], copy_in: frozenset[str], cleanup: str = ""):

@@ -36,7 +36,7 @@ from . import ir
 from .c_printer import BoundsCheck, CParam, c_storage_type, print_kernel
 from .cpu import hoist_initialisations, initialised_in_place, map_cpu
 from .gpu import GpuKernelPlan, GpuPlan, launch_bodies, map_gpu
-from .packing import contiguous_strides, packed_operands
+from .packing import contiguous_strides, packed_operands, place_parts
 from .promotion import TensorInfo
 
 __all__ = [
@@ -440,6 +440,10 @@ def lower_cpu(
     build = isl.AstBuild.from_context(fixed)
     ast = build.node_from_schedule(plan.schedule)
     body = ir.from_isl_ast(ast, params={p: sizes[p] for p in scop.params})
+    statements = {s.name: s for s in scop.statements}
+    items = {name: max(1, cdef.tensor(name).dtype.bits // 8) for name in packs}
+    body, parts, sites = place_parts(body, statements, packs, sizes, items)
+    strides = {**strides, **{name: part.strides for name, part in parts.items()}}
 
     params = kernel_params(cdef)
     symbol = symbol or f"tc_{cdef.name}"
@@ -448,7 +452,7 @@ def lower_cpu(
     text, checks = print_kernel(
         cdef,
         body,
-        {s.name: s for s in scop.statements},
+        statements,
         symbol=symbol,
         params=params,
         sizes=sizes,
@@ -461,6 +465,8 @@ def lower_cpu(
         packs=packs,
         parallel=options.parallelize,
         foldable=covered_initialisations(scop, fixed),
+        parts=parts,
+        sites=sites,
     )
     stages = kernel_stages(sched, plan.schedule, plan.decisions)
     return CpuKernelSource(text, symbol, tuple(params), zero, checks, tuple(wide), stages)

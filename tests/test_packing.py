@@ -1,15 +1,17 @@
 """Operand packing (option ``pack_operands``; mapping/packing.py, the C printer's panels).
 
 Which inputs are packed is decided from the definition, the sizes and the call's strides; a packed
-kernel computes what the oracle computes with private panels (one per thread) and with a shared
-one, at sizes with partial 8 x 8 blocks, for float32, float64 and float16, for transposed views
-and for inputs that are not contiguous; the default options pack where the rule says, and
-options written before the field existed read as not packing.
+kernel computes what the oracle computes with private panels (one per thread), with a shared one
+and with panels filled a part at a time inside the loops that read them (where those parts go is
+decided from the loops), at sizes with partial 8 x 8 blocks, for float32, float64 and float16, for
+transposed views and for inputs that are not contiguous; the default options pack where the rule
+says, and options written before the field existed read as not packing.
 """
 
 from __future__ import annotations
 
 import json
+import re
 
 import compiled_helpers as H
 import pytest
@@ -18,7 +20,7 @@ import torch
 import tcjit
 from tcjit.mapping.lower import contiguous_strides, lower_cpu
 from tcjit.mapping.options import MappingOptions
-from tcjit.mapping.packing import MIN_REUSE, packed_operands
+from tcjit.mapping.packing import MIN_REUSE, PART_BYTES, PART_REFILLS, packed_operands
 from tcjit.polyhedral.lang.check import check_source
 
 TMM = "def tmm(float(M,K) A, float(N,K) B) -> (C) { C(m, n) +=! A(m, r_k) * B(n, r_k) }"
@@ -160,10 +162,67 @@ def test_strided_inputs() -> None:
 
 
 def test_shared_panel() -> None:
-    """A panel too large to copy once per thread is filled once, by all the threads (4 MiB of
-    float32 with 2 threads exceeds the private budget)."""
-    a, b = _randn(MIN_REUSE, 1024), _randn(1025, 1024, seed=1)
-    _check(TMM, (a, b), reduction=1024)
+    """A panel too large to copy once per thread is filled once, by all the threads (2.4 MiB of
+    float32 twice exceeds the private budget), when parts would be copied too often (4 parallel
+    iterations of 64 rows, each reading all of it)."""
+    sizes = {"M": 256, "N": 800, "K": 800}
+    text = _source(TMM, sizes)
+    assert "tc_fill_B" in text and "tc_part_B" not in text
+    a, b = _randn(256, 800), _randn(800, 800, seed=1)
+    _check(TMM, (a, b), reduction=800)
+
+
+# ------------------------------------------------------------------------------ parts inside loops
+def _source(src: str, sizes: dict, options=PACK) -> str:
+    cdef = _cdef(src)
+    strides = {
+        t.name: contiguous_strides(tuple(s.evaluate(sizes) for s in t.shape)) for t in cdef.tensor_infos
+    }
+    return lower_cpu(cdef, sizes, strides, options.validate("cpu").values, vector_bytes=64).source
+
+
+def _sites(text: str) -> list[str]:
+    return re.findall(r"tc_part_\w+\(u_\w+, b_\w+, [^;]*\);", text)
+
+
+def test_a_large_panel_is_filled_a_reduction_chunk_at_a_time() -> None:
+    """mlp3's first layer: a 512 KB panel is more than a part (PART_BYTES), so each thread fills
+    the 128 columns of ``r_m`` that a chunk of the reduction reads, in a buffer of its own, at the
+    start of the chunk; nothing is filled before the kernel's loops."""
+    text = _source(FCRELU, {"B": 128, "M": 512, "N": 256})
+    assert _sites(text) == ["tc_part_W(u_W, b_W, 0, (128 * c2));"]
+    assert "tc_fill_W" not in text and "pn_W = nthreads > 1 ? nthreads : 1" in text
+    assert PART_BYTES >= 256 * 128 * 4
+
+
+def test_a_small_panel_is_filled_once_per_parallel_iteration() -> None:
+    assert _sites(_source(TMM, {"M": 9, "N": 13, "K": 37})) == ["tc_part_B(u_B, b_B, 0, 0);"]
+
+
+def test_parts_copied_more_than_twice_leave_the_panel_whole() -> None:
+    """Sixteen parallel iterations of 64 rows each read all of ``B``: a part per iteration would
+    copy it sixteen times (PART_REFILLS), so it is filled once per thread before the loops."""
+    text = _source(TMM, {"M": 1024, "N": 64, "K": 64})
+    assert not _sites(text) and "tc_fill_B" in text and PART_REFILLS < 16
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize(
+    "b, m, n, site",
+    [
+        (128, 600, 203, "tc_part_W(u_W, b_W, 0, (128 * c2));"),
+        (128, 512, 256, "tc_part_W(u_W, b_W, 0, (128 * c2));"),
+        (9, 37, 13, "tc_part_W(u_W, b_W, 0, 0);"),
+    ],
+    ids=["partial-chunk-and-blocks", "mlp3-layer", "whole-part"],
+)
+def test_parts_match_the_oracle(b: int, m: int, n: int, site: str, threads: int, monkeypatch) -> None:
+    """Parts with a last reduction chunk of 88 columns and 8 x 8 blocks cut at 203 rows (the fill
+    clamps the part to the tensor), two parallel iterations of chunked parts, a whole part; one,
+    two and three threads, each with its own part buffer."""
+    assert _sites(_source(FCRELU, {"B": b, "M": m, "N": n})) == [site]
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    _check(FCRELU, (_randn(b, m), _randn(n, m, seed=1), _randn(n, seed=2)), reduction=m)
 
 
 def test_the_workspace_is_reused_and_results_stay_right() -> None:
