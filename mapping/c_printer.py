@@ -34,7 +34,8 @@ from ..polyhedral.lang.types import SCALAR_TYPES, ScalarType, common_type
 from ..polyhedral.scop import ScopStatement
 from . import ir
 from .c_prelude import PRELUDE, builtin_callee, int_suffix
-from .packing import Pack, Part, Site, contiguous_strides
+from .packing import Pack, contiguous_strides
+from .parts import Part, Site
 
 __all__ = ["BoundsCheck", "CParam", "c_storage_type", "print_kernel"]
 
@@ -1306,7 +1307,7 @@ class _Printer:
             raise TCInternalError(f"cannot print {n!r}")
 
     def part(self, n: ir.Mark, indent: str) -> None:
-        """A site of :func:`~tcjit.mapping.packing.place_parts`: the part of a packed input that
+        """A site of :func:`~tcjit.mapping.parts.place_parts`: the part of a packed input that
         the code below reads, filled into this thread's buffer ``b_X`` from the tensor ``u_X``;
         ``t_X`` then points where the panel would start, so that the code reads it unchanged."""
         site = self.sites[n.name]
@@ -1856,7 +1857,7 @@ def print_kernel(
     promoted buffers). ``packs``: inputs read from transposed panels (:mod:`.packing`), which the
     kernel allocates and fills first; ``strides`` then holds the panels' strides for them.
     ``parts``: those of them filled a part at a time at the marks ``sites`` in ``body``
-    (:func:`~tcjit.mapping.packing.place_parts`); ``strides`` holds the parts' strides for them.
+    (:func:`~tcjit.mapping.parts.place_parts`); ``strides`` holds the parts' strides for them.
     ``parallel``: whether the panels may be filled by several threads (the option parallelize).
     ``foldable``: ``!`` initialisations (``S0_init``) whose update writes every element they write
     (:func:`~tcjit.mapping.lower.lower_cpu` proves it); one is left out of the kernel when every
@@ -2144,7 +2145,7 @@ def _panel_elements(pack: Pack, dtype: ScalarType) -> int:
 
 
 def _part_elements(part: Part, dtype: ScalarType) -> int:
-    """Elements between two threads' part buffers (:class:`~tcjit.mapping.packing.Part`), rounded
+    """Elements between two threads' part buffers (:class:`~tcjit.mapping.parts.Part`), rounded
     up to 64 bytes."""
     per_line = max(1, 64 // _item_bytes(dtype))
     return -(-math.prod(part.shape) // per_line) * per_line

@@ -36,7 +36,8 @@ from . import ir
 from .c_printer import BoundsCheck, CParam, c_storage_type, print_kernel
 from .cpu import hoist_initialisations, initialised_in_place, map_cpu
 from .gpu import GpuKernelPlan, GpuPlan, launch_bodies, map_gpu
-from .packing import contiguous_strides, packed_operands, place_parts
+from .packing import contiguous_strides, packed_operands
+from .parts import place_parts
 from .promotion import TensorInfo
 
 __all__ = [

@@ -20,7 +20,8 @@ import torch
 import tcjit
 from tcjit.mapping.lower import contiguous_strides, lower_cpu
 from tcjit.mapping.options import MappingOptions
-from tcjit.mapping.packing import MIN_REUSE, PART_BYTES, PART_REFILLS, packed_operands
+from tcjit.mapping.packing import MIN_REUSE, packed_operands
+from tcjit.mapping.parts import PART_BYTES, PART_REFILLS
 from tcjit.polyhedral.lang.check import check_source
 
 TMM = "def tmm(float(M,K) A, float(N,K) B) -> (C) { C(m, n) +=! A(m, r_k) * B(n, r_k) }"

@@ -1,0 +1,413 @@
+"""Where packed panels are filled a part at a time (option ``pack_operands``, :mod:`.packing`).
+
+A panel is filled by the loops that read it, a part at a time, into one small buffer per thread,
+rather than whole before the loops: what BLAS libraries do with their packed blocks, so that the
+copy stays in the core's cache. :func:`place_parts` picks the loops from the loop tree isl built
+(:mod:`.ir`) and marks them; the C printer fills the part at each mark
+(:meth:`tcjit.mapping.c_printer._Printer.part`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from ..polyhedral.lang import ast as A
+from . import ir
+from .packing import Pack, contiguous_strides
+
+__all__ = ["PART_BYTES", "PART_REFILLS", "Part", "Site", "place_parts"]
+
+
+#: A panel is filled inside the loops that read it, a part at a time, when a part (the elements
+#: that one iteration of a loop reads) takes at most this many bytes. One buffer per thread is
+#: reused for each part, so it stays in the core's cache, where a whole panel per thread (mlp3's
+#: first layer: 512 KB a thread for its 128 KB of output) pushed out everything else, and the
+#: step's Python and autograd code between the kernels ran that much slower (hand-edited C timed
+#: in a training step: 653 -> 601 us).
+PART_BYTES = 256 << 10
+
+#: The parts filled by a kernel's run may add up to at most this many times the tensor (a part
+#: filled again for each iteration of a loop that does not move it costs a copy each time).
+PART_REFILLS = 2
+
+
+@dataclass(frozen=True)
+class Part:
+    """A packed input filled a part at a time inside the loops that read it (:func:`place_parts`).
+
+    :ivar tensor: the input's name.
+    :ivar shape: the part's extent along each dimension of the input (the largest site's).
+    :ivar strides: the part buffer's element strides per dimension of the input: dense, in the
+        panel's order (:attr:`Pack.order`), so the packed dimension stays unit-stride.
+    """
+
+    tensor: str
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where a part is filled: the body of the loop that the mark ``name`` wraps; ``origin`` is the
+    part's first element (one expression over the enclosing loops' variables per dimension)."""
+
+    tensor: str
+    origin: tuple[ir.Expr, ...]
+
+
+# An affine form over loop variables: (((var, coefficient), ...) sorted, constant).
+_Aff = tuple[tuple[tuple[str, int], ...], int]
+
+
+def _aff(coefs: Mapping[str, int], const: int) -> _Aff:
+    return tuple(sorted((v, c) for v, c in coefs.items() if c)), const
+
+
+def _add(a: _Aff, b: _Aff, sign: int = 1) -> _Aff:
+    coefs = dict(a[0])
+    for v, c in b[0]:
+        coefs[v] = coefs.get(v, 0) + sign * c
+    return _aff(coefs, a[1] + sign * b[1])
+
+
+def _scale(a: _Aff, k: int) -> _Aff:
+    return _aff({v: c * k for v, c in a[0]}, a[1] * k)
+
+
+_Interval = tuple[_Aff | None, _Aff | None]  # lowest and highest value (None: not affine)
+
+
+def _sum(a: _Aff | None, b: _Aff | None, sign: int = 1) -> _Aff | None:
+    return None if a is None or b is None else _add(a, b, sign)
+
+
+def _times(a: _Aff | None, k: int) -> _Aff | None:
+    return None if a is None else _scale(a, k)
+
+
+def _interval(e: ir.Expr, env: Mapping[str, _Interval]) -> _Interval:
+    """Bounds of ``e`` as affine forms over the fixed variables (``env`` maps each variable to its
+    bounds, a fixed one to itself); a bound that is not affine is None."""
+    if isinstance(e, ir.Int):
+        c = _aff({}, e.value)
+        return c, c
+    if isinstance(e, ir.Var):
+        return env.get(e.name, (None, None))
+    args = [_interval(a, env) for a in e.args]
+    if e.op in ("+", "-") and len(args) == 2:
+        (alo, ahi), (blo, bhi) = args
+        if e.op == "+":
+            return _sum(alo, blo), _sum(ahi, bhi)
+        return _sum(alo, bhi, -1), _sum(ahi, blo, -1)
+    if e.op == "neg":
+        lo, hi = args[0]
+        return _times(hi, -1), _times(lo, -1)
+    if e.op == "*":
+        (alo, ahi), (blo, bhi) = args
+        if alo is not None and alo == ahi and not alo[0]:
+            k, (lo, hi) = alo[1], (blo, bhi)
+        elif blo is not None and blo == bhi and not blo[0]:
+            k, (lo, hi) = blo[1], (alo, ahi)
+        else:
+            return None, None
+        return (_times(lo, k), _times(hi, k)) if k >= 0 else (_times(hi, k), _times(lo, k))
+    if e.op in ("min", "max"):
+        # each operand bounds the result on one side: prefer the one moving as its other bound
+        (alo, ahi), (blo, bhi) = args
+        if e.op == "min":
+            hi = ahi if ahi is not None and (ahi[0] == (alo or ((), 0))[0] or bhi is None) else bhi
+            return _extreme(alo, blo, min), hi
+        lo = alo if alo is not None and (alo[0] == (ahi or ((), 0))[0] or blo is None) else blo
+        return lo, _extreme(ahi, bhi, max)
+    return None, None
+
+
+def _extreme(a: _Aff | None, b: _Aff | None, pick) -> _Aff | None:
+    """The smaller (``pick=min``) or larger of two affine forms that differ by a constant."""
+    if a is None or b is None or a[0] != b[0]:
+        return None
+    return a if pick(a[1], b[1]) == a[1] else b
+
+
+def _loop_interval(loop: ir.For, env: Mapping[str, _Interval]) -> _Interval | None:
+    """The bounds of ``loop``'s variable (``var <= e`` or ``var < e`` conditions)."""
+    init = _interval(loop.init, env)
+    if loop.degenerate:
+        return init if None not in init else None
+    cond = loop.cond
+    if not (isinstance(cond, ir.Op) and cond.op in ("<", "<=") and cond.args[0] == ir.Var(loop.var)):
+        return None
+    lo, hi = init[0], _interval(cond.args[1], env)[1]
+    if lo is None or hi is None:
+        return None
+    return lo, (_add(hi, _aff({}, 1), -1) if cond.op == "<" else hi)
+
+
+def _subscript(e: A.Expr, dims: Mapping[str, _Interval], sizes: Mapping[str, int]) -> _Interval | None:
+    """Bounds of a subscript of the source, its index variables bounded by ``dims``."""
+    if isinstance(e, A.IntLit):
+        c = _aff({}, int(e.value))
+        return c, c
+    if isinstance(e, A.Ident):
+        if e.kind == "index":
+            return dims.get(e.name)
+        if e.kind == "size" and e.name in sizes:
+            c = _aff({}, int(sizes[e.name]))
+            return c, c
+        return None
+    if isinstance(e, A.Unary) and e.op == "-":
+        inner = _subscript(e.arg, dims, sizes)
+        return None if inner is None else (_scale(inner[1], -1), _scale(inner[0], -1))
+    if isinstance(e, A.Binary) and e.op in ("+", "-", "*"):
+        a, b = _subscript(e.lhs, dims, sizes), _subscript(e.rhs, dims, sizes)
+        if a is None or b is None:
+            return None
+        return _interval(ir.Op(e.op, (ir.Var("a"), ir.Var("b"))), {"a": a, "b": b})
+    return None
+
+
+def _reads(statement, tensor: str) -> list[A.Access]:
+    """The reads of ``tensor`` by a Scop statement (an initialisation reads nothing)."""
+    if statement.kind == "init":
+        return []
+    src = statement.source
+    exprs = [src.rhs, *getattr(src, "conditions", ())]
+    return [a for e in exprs for a in A.walk(e) if isinstance(a, A.Access) and a.tensor == tensor]
+
+
+def _box(
+    node: ir.Node | None,
+    tensor: str,
+    statements: Mapping[str, object],
+    env: dict[str, _Interval],
+    sizes: Mapping[str, int],
+    boxes: list[tuple[_Interval, ...]],
+) -> bool:
+    """Add to ``boxes`` the bounds of every read of ``tensor`` below ``node``, per dimension, with
+    the loops between bounded in ``env``; False where some bound is not affine."""
+    if node is None:
+        return True
+    if isinstance(node, ir.Run):
+        st = statements[node.statement]
+        reads = _reads(st, tensor)
+        if not reads:
+            return True
+        dims = {}
+        for name, arg in zip(st.dims, node.args):
+            iv = _interval(arg, env)
+            if None in iv:
+                return False
+            dims[name] = iv
+        for a in reads:
+            box = tuple(_subscript(e, dims, sizes) for e in a.args)
+            if any(b is None or None in b for b in box):
+                return False
+            boxes.append(box)  # type: ignore[arg-type]
+        return True
+    if isinstance(node, ir.For):
+        iv = _loop_interval(node, env)
+        if iv is None:
+            return False
+        env[node.var] = iv
+        try:
+            return _box(node.body, tensor, statements, env, sizes, boxes)
+        finally:
+            del env[node.var]
+    if isinstance(node, ir.Mark):
+        return _box(node.body, tensor, statements, env, sizes, boxes)
+    if isinstance(node, ir.Block):
+        return all(_box(c, tensor, statements, env, sizes, boxes) for c in node.children)
+    if isinstance(node, ir.If):
+        return _box(node.then, tensor, statements, env, sizes, boxes) and _box(
+            node.other, tensor, statements, env, sizes, boxes
+        )
+    return False  # a node of another target
+
+
+def _reads_tensor(node: ir.Node | None, tensor: str, statements: Mapping[str, object]) -> bool:
+    if node is None:
+        return False
+    if isinstance(node, ir.Run):
+        return bool(_reads(statements[node.statement], tensor))
+    if isinstance(node, (ir.For, ir.Mark)):
+        return _reads_tensor(node.body, tensor, statements)
+    if isinstance(node, ir.Block):
+        return any(_reads_tensor(c, tensor, statements) for c in node.children)
+    if isinstance(node, ir.If):
+        return _reads_tensor(node.then, tensor, statements) or _reads_tensor(node.other, tensor, statements)
+    return True
+
+
+def _expr(a: _Aff) -> ir.Expr:
+    out: ir.Expr = ir.Int(a[1])
+    for v, c in a[0]:
+        term = ir.Var(v) if c == 1 else ir.Op("*", (ir.Int(c), ir.Var(v)))
+        out = term if out == ir.Int(0) else ir.Op("+", (out, term))
+    return out
+
+
+def _trips(iv: _Interval, step: int) -> int | None:
+    lo, hi = iv
+    if lo[0] != hi[0]:
+        return None
+    return max(0, (hi[1] - lo[1]) // max(step, 1) + 1)
+
+
+def place_parts(
+    body: ir.Node,
+    statements: Mapping[str, object],
+    packs: Mapping[str, Pack],
+    sizes: Mapping[str, int],
+    item_bytes: Mapping[str, int],
+) -> tuple[ir.Node, dict[str, Part], dict[str, Site]]:
+    """Where to fill each packed input a part at a time (:data:`PART_BYTES`), instead of whole
+    before the kernel: ``body`` with a mark (``part<k>``) around the body of each loop that fills
+    one, the inputs so filled, and the sites by mark name.
+
+    A site is a loop, serial or parallel, that opens no parallel region below it (its part is
+    the filling thread's own), whose one iteration reads at most :data:`PART_BYTES` of the input,
+    and where the parts filled in a run add up to at most :data:`PART_REFILLS` times the input:
+    the loops above multiply them, and the iterations of a loop whose parts move by at least their
+    extent (they do not overlap) fill at most the input between them. Of a loop and the loops
+    inside it, the inner ones are taken where they copy no more in all (smaller parts for the
+    same copying: mlp3's second layer fills 64 KB per chunk of its reduction rather than 128 KB
+    per thread). The part is the box of the elements the iteration reads: bounds affine in the
+    enclosing loops' variables, of the same extent in every iteration (that of the largest; the
+    fill clamps it to the tensor). An input read anywhere without such a site above it is filled
+    whole, before the kernel's loops.
+    """
+    parts: dict[str, Part] = {}
+    sites: dict[str, Site] = {}
+    for name, pack in packs.items():
+        marks = _sites(body, name, statements, sizes, pack.shape, PART_BYTES // max(1, item_bytes[name]))
+        if not marks:
+            continue
+        extent = tuple(max(e[d] for _, e in marks.values()) for d in range(len(pack.shape)))
+        dense = contiguous_strides(tuple(extent[d] for d in pack.order))
+        strides = [0] * len(pack.shape)
+        for d, s in zip(pack.order, dense):
+            strides[d] = s
+        parts[name] = Part(name, extent, tuple(strides))
+        body = _mark(body, {k: origin for k, (origin, _) in marks.items()}, name, sites)
+    return body, parts, sites
+
+
+def _sites(
+    body: ir.Node,
+    tensor: str,
+    statements: Mapping[str, object],
+    sizes: Mapping[str, int],
+    shape: tuple[int, ...],
+    limit: int,
+) -> dict[int, tuple[tuple[_Aff, ...], tuple[int, ...]]]:
+    """The loops (by ``id``) that fill parts of ``tensor`` (:func:`place_parts`), each with its
+    part's origin and extent; empty if some read would be left without one."""
+    total = math.prod(shape)
+    Marks = dict[int, tuple[tuple[_Aff, ...], tuple[int, ...]]]
+
+    def visit(node: ir.Node | None, env: dict[str, _Interval], trips: int, marks: Marks) -> int | None:
+        """Place sites below ``node`` (``trips``: how many times it runs) into ``marks``; the
+        elements they fill in all, or None if some read would be left without one."""
+        if node is None or not _reads_tensor(node, tensor, statements):
+            return 0
+        if isinstance(node, ir.Block | ir.If):
+            counts = [visit(c, env, trips, marks) for c in _children(node)]
+            return None if None in counts else sum(counts)  # type: ignore[arg-type]
+        if isinstance(node, ir.Mark):
+            return visit(node.body, env, trips, marks)
+        if not isinstance(node, ir.For) or _opens(node.body):
+            return None
+        if not set(node.kind.split("+")) <= {"serial", "parallel"}:
+            return None  # a reduction, vector or register-tile loop: no fill inside it
+        iv = _loop_interval(node, env)
+        count = _trips(iv, node.step) if iv is not None else None
+        if iv is None or count is None:
+            return None
+        fixed = {**env, node.var: (_aff({node.var: 1}, 0),) * 2}
+        here, part = None, None
+        boxes: list[tuple[_Interval, ...]] = []
+        if _box(node.body, tensor, statements, fixed, sizes, boxes) and boxes:
+            part = _union(boxes, shape)
+            if part is not None:
+                elements = math.prod(part[1])
+                # parts that move by at least their extent along some dimension do not overlap:
+                # the loop's together are at most the tensor
+                apart = any(
+                    abs(dict(o[0]).get(node.var, 0)) * node.step >= e for o, e in zip(part[0], part[1])
+                )
+                copied = trips * (min(count * elements, total) if apart else count * elements)
+                if elements <= limit and copied <= PART_REFILLS * total:
+                    here = copied
+        # smaller parts further in, where they cost no more copying in all
+        inner: Marks = {}
+        deeper = visit(node.body, fixed, trips * count, inner)
+        if deeper is not None and (here is None or deeper <= here):
+            marks.update(inner)
+            return deeper
+        if here is not None and part is not None:
+            marks[id(node)] = part
+        return here
+
+    marks: Marks = {}
+    return marks if visit(body, {}, 1, marks) is not None else {}
+
+
+def _children(node: ir.Block | ir.If) -> tuple[ir.Node | None, ...]:
+    return node.children if isinstance(node, ir.Block) else (node.then, node.other)
+
+
+def _union(boxes, shape) -> tuple[tuple[_Aff, ...], tuple[int, ...]] | None:
+    """The origin and extent of the box holding ``boxes`` (per dimension, affine bounds moving
+    together), the extent clamped to the tensor's; None if some bounds move differently."""
+    origin, extent = [], []
+    for d, n in enumerate(shape):
+        los = [b[d][0] for b in boxes]
+        his = [b[d][1] for b in boxes]
+        moving = los[0][0]
+        if any(x[0] != moving for x in (*los, *his)):
+            return None
+        lo = min(x[1] for x in los)
+        hi = max(x[1] for x in his)
+        if not moving:  # a fixed range: the part of it inside the tensor
+            lo, hi = max(lo, 0), min(hi, n - 1)
+        if hi < lo:
+            return None
+        origin.append((moving, lo))
+        extent.append(min(hi - lo + 1, n))
+    return tuple(origin), tuple(extent)
+
+
+def _opens(node: ir.Node | None) -> bool:
+    """Whether ``node`` holds a loop run by threads (a part below it would be shared)."""
+    if isinstance(node, ir.For):
+        return bool({"parallel", "parallel_reduction"} & set(node.kind.split("+"))) or _opens(node.body)
+    if isinstance(node, (ir.Mark,)):
+        return _opens(node.body)
+    if isinstance(node, ir.Block):
+        return any(_opens(c) for c in node.children)
+    if isinstance(node, ir.If):
+        return _opens(node.then) or _opens(node.other)
+    return False
+
+
+def _mark(node: ir.Node | None, marks: Mapping[int, tuple[_Aff, ...]], tensor: str, sites: dict[str, Site]):
+    """``node`` with the body of each loop in ``marks`` wrapped in a mark naming its site."""
+    if node is None:
+        return None
+    if isinstance(node, ir.For):
+        body = _mark(node.body, marks, tensor, sites)
+        if id(node) in marks:
+            label = f"part{len(sites)}"
+            sites[label] = Site(tensor, tuple(_expr(a) for a in marks[id(node)]))
+            body = ir.Mark(label, body)
+        return replace(node, body=body)
+    if isinstance(node, ir.Mark):
+        return replace(node, body=_mark(node.body, marks, tensor, sites))
+    if isinstance(node, ir.Block):
+        return ir.Block(tuple(_mark(c, marks, tensor, sites) for c in node.children))
+    if isinstance(node, ir.If):
+        then, other = _mark(node.then, marks, tensor, sites), _mark(node.other, marks, tensor, sites)
+        return ir.If(node.cond, then, other)
+    return node
