@@ -1427,7 +1427,7 @@ class _Printer:
         for c in children:
             if self._shareable(c):
                 group.append((c, True))
-            elif not _opens_parallel(c):
+            elif not ir.opens_parallel(c):
                 group.append((c, False))
             else:
                 flush()
@@ -1494,7 +1494,7 @@ class _Printer:
         combined into the element in iteration order after the loop. The result does not depend on
         the number of threads.
         """
-        runs = _all_runs(loop.body)
+        runs = ir.runs(loop.body)
         st = self.one_element_update(runs, {loop.var} | _loop_vars(loop.body))
         if st is None or st.op not in _ASSOCIATIVE:
             return False
@@ -1579,21 +1579,6 @@ def _emulated(node: ir.Node) -> bool:
     )
 
 
-def _all_runs(node: ir.Node | None) -> list[ir.Run]:
-    """Every statement instance in ``node``, loops and guards included."""
-    if node is None:
-        return []
-    if isinstance(node, ir.Run):
-        return [node]
-    if isinstance(node, (ir.Mark, ir.For)):
-        return _all_runs(node.body)
-    if isinstance(node, ir.Block):
-        return [r for c in node.children for r in _all_runs(c)]
-    if isinstance(node, ir.If):
-        return _all_runs(node.then) + _all_runs(node.other)
-    raise TCInternalError(f"cannot walk {node!r}")
-
-
 def _loop_vars(node: ir.Node | None) -> set[str]:
     """The variables of every loop in ``node``."""
     if isinstance(node, ir.For):
@@ -1624,21 +1609,6 @@ def _without_runs(node: ir.Node | None, names: frozenset[str]) -> ir.Node | None
             return None
         return ir.If(node.cond, then if then is not None else ir.Block(()), other)
     return node
-
-
-def _opens_parallel(node: ir.Node | None) -> bool:
-    """Whether printing ``node`` may open a parallel region (a loop of a ``parallel`` kind)."""
-    if isinstance(node, ir.For):
-        return bool({"parallel", "parallel_reduction"} & set(node.kind.split("+"))) or _opens_parallel(
-            node.body
-        )
-    if isinstance(node, ir.Block):
-        return any(_opens_parallel(c) for c in node.children)
-    if isinstance(node, ir.Mark):
-        return _opens_parallel(node.body)
-    if isinstance(node, ir.If):
-        return _opens_parallel(node.then) or _opens_parallel(node.other)
-    return not isinstance(node, ir.Run)
 
 
 def _flat_runs(node: ir.Node) -> list[ir.Run] | None:
@@ -1878,7 +1848,7 @@ def print_kernel(
         for q in params:
             if q.kind == "tensor" and q.name in parts:  # the tensor, and this thread's part buffer
                 ct = c_storage_type(cdef.tensor(q.name).dtype)
-                per = _part_elements(parts[q.name], cdef.tensor(q.name).dtype)
+                per = _padded_elements(parts[q.name].shape, cdef.tensor(q.name).dtype)
                 mine = f"pk_{q.name} + (pn_{q.name} > 1 ? (int64_t)omp_get_thread_num() * {per} : 0)"
                 p.aliases += [
                     f"const {ct} *restrict u_{q.name} = p_{q.name};",
@@ -1889,7 +1859,7 @@ def print_kernel(
             elif q.kind == "tensor":
                 held = f"p_{q.name}"
                 if q.name in packs:  # this thread's panel (its own, or the only one)
-                    per = _panel_elements(packs[q.name], cdef.tensor(q.name).dtype)
+                    per = _padded_elements(packs[q.name].shape, cdef.tensor(q.name).dtype)
                     held = f"pk_{q.name} + (pn_{q.name} > 1 ? (int64_t)omp_get_thread_num() * {per} : 0)"
                 p.aliases.append(f"{q.ctype} t_{q.name} = {held};")
                 p.signature.append(f"{q.ctype} t_{q.name}")
@@ -2137,18 +2107,12 @@ def _item_bytes(t: ScalarType) -> int:
     return max(1, t.bits // 8)
 
 
-def _panel_elements(pack: Pack, dtype: ScalarType) -> int:
-    """Elements between two threads' panels: the tensor's, rounded up to 64 bytes (the panels'
-    alignment, which ``aligned_alloc`` needs the size to be a multiple of)."""
+def _padded_elements(shape: Sequence[int], dtype: ScalarType) -> int:
+    """Elements between two threads' panels or part buffers of ``shape``: its elements, rounded
+    up to 64 bytes (the buffers' alignment, which ``aligned_alloc`` needs the size to be a
+    multiple of)."""
     per_line = max(1, 64 // _item_bytes(dtype))
-    return -(-math.prod(pack.shape) // per_line) * per_line
-
-
-def _part_elements(part: Part, dtype: ScalarType) -> int:
-    """Elements between two threads' part buffers (:class:`~tcjit.mapping.parts.Part`), rounded
-    up to 64 bytes."""
-    per_line = max(1, 64 // _item_bytes(dtype))
-    return -(-math.prod(part.shape) // per_line) * per_line
+    return -(-math.prod(shape) // per_line) * per_line
 
 
 def _block_copy(
@@ -2253,7 +2217,7 @@ def _panels(
         dtype = p.cdef.tensor(name).dtype
         ct = c_storage_type(dtype)
         count = math.prod(pack.shape)
-        elements = _panel_elements(pack, dtype)
+        elements = _padded_elements(pack.shape, dtype)
         padded = elements * _item_bytes(dtype)
         *outer, a, b = pack.order  # b: the dimension made innermost
         na, nb = pack.shape[a], pack.shape[b]
@@ -2266,7 +2230,7 @@ def _panels(
         step = 1 if outer else blk
         if name in parts:
             part = parts[name]
-            padded = _part_elements(part, dtype) * item
+            padded = _padded_elements(part.shape, dtype) * item
             common += _part_fill(name, pack, part, ct, rows, item)
             prologue += [
                 f"  /* '{name}' is read from transposed panels filled a part at a time, one part "

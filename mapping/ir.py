@@ -49,6 +49,9 @@ __all__ = [
     "free_vars",
     "from_isl_ast",
     "loops",
+    "nodes",
+    "opens_parallel",
+    "runs",
     "substitute",
 ]
 
@@ -300,22 +303,44 @@ def map_runs(node: Node, fn: Callable[[Run], Node]) -> Node:
     return node
 
 
+def nodes(node: Node | None):
+    """Every statement node of ``node`` (``node`` first), in pre-order."""
+    if node is None:
+        return
+    yield node
+    if isinstance(node, If):
+        yield from nodes(node.then)
+        yield from nodes(node.other)
+    elif isinstance(node, Block):
+        for c in node.children:
+            yield from nodes(c)
+    elif isinstance(node, (For, Mark, Blocks, Threads)):
+        yield from nodes(node.body)
+
+
 def loops(node: Node) -> list[For]:
     """Every loop of ``node``, in pre-order."""
-    found: list[For] = []
+    return [n for n in nodes(node) if isinstance(n, For)]
 
-    def visit(n: Node | None) -> None:
-        if isinstance(n, For):
-            found.append(n)
-            visit(n.body)
-        elif isinstance(n, If):
-            visit(n.then)
-            visit(n.other)
-        elif isinstance(n, Block):
-            for c in n.children:
-                visit(c)
-        elif isinstance(n, (Mark, Blocks, Threads)):
-            visit(n.body)
 
-    visit(node)
-    return found
+def runs(node: Node | None) -> list[Run]:
+    """Every statement instance in ``node``, in order: loops, guards and launches included."""
+    return [n for n in nodes(node) if isinstance(n, Run)]
+
+
+def opens_parallel(node: Node | None) -> bool:
+    """Whether ``node`` holds a loop run by threads (a ``parallel`` or ``parallel_reduction``
+    kind); a GPU launch counts as one."""
+    if node is None or isinstance(node, Run):
+        return False
+    if isinstance(node, For):
+        return bool({"parallel", "parallel_reduction"} & set(node.kind.split("+"))) or opens_parallel(
+            node.body
+        )
+    if isinstance(node, Block):
+        return any(opens_parallel(c) for c in node.children)
+    if isinstance(node, Mark):
+        return opens_parallel(node.body)
+    if isinstance(node, If):
+        return opens_parallel(node.then) or opens_parallel(node.other)
+    return True

@@ -227,17 +227,7 @@ def _box(
 
 
 def _reads_tensor(node: ir.Node | None, tensor: str, statements: Mapping[str, object]) -> bool:
-    if node is None:
-        return False
-    if isinstance(node, ir.Run):
-        return bool(_reads(statements[node.statement], tensor))
-    if isinstance(node, (ir.For, ir.Mark)):
-        return _reads_tensor(node.body, tensor, statements)
-    if isinstance(node, ir.Block):
-        return any(_reads_tensor(c, tensor, statements) for c in node.children)
-    if isinstance(node, ir.If):
-        return _reads_tensor(node.then, tensor, statements) or _reads_tensor(node.other, tensor, statements)
-    return True
+    return any(_reads(statements[r.statement], tensor) for r in ir.runs(node))
 
 
 def _expr(a: _Aff) -> ir.Expr:
@@ -317,7 +307,7 @@ def _sites(
             return None if None in counts else sum(counts)  # type: ignore[arg-type]
         if isinstance(node, ir.Mark):
             return visit(node.body, env, trips, marks)
-        if not isinstance(node, ir.For) or _opens(node.body):
+        if not isinstance(node, ir.For) or ir.opens_parallel(node.body):
             return None
         if not set(node.kind.split("+")) <= {"serial", "parallel"}:
             return None  # a reduction, vector or register-tile loop: no fill inside it
@@ -377,19 +367,6 @@ def _union(boxes, shape) -> tuple[tuple[_Aff, ...], tuple[int, ...]] | None:
         origin.append((moving, lo))
         extent.append(min(hi - lo + 1, n))
     return tuple(origin), tuple(extent)
-
-
-def _opens(node: ir.Node | None) -> bool:
-    """Whether ``node`` holds a loop run by threads (a part below it would be shared)."""
-    if isinstance(node, ir.For):
-        return bool({"parallel", "parallel_reduction"} & set(node.kind.split("+"))) or _opens(node.body)
-    if isinstance(node, (ir.Mark,)):
-        return _opens(node.body)
-    if isinstance(node, ir.Block):
-        return any(_opens(c) for c in node.children)
-    if isinstance(node, ir.If):
-        return _opens(node.then) or _opens(node.other)
-    return False
 
 
 def _mark(node: ir.Node | None, marks: Mapping[int, tuple[_Aff, ...]], tensor: str, sites: dict[str, Site]):
