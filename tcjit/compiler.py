@@ -225,7 +225,10 @@ class Specialization(_Compiled):
         self._kernel = CpuKernel(load(blob, name=cdef.name), meta.symbol, meta.params)
         self._fn = self._kernel.fn
         self._outputs = buffer_specs(cdef, binding, cdef.outputs, meta.zero_init)
-        self._temporaries = buffer_specs(cdef, binding, cdef.temporaries, meta.zero_init)
+        # the temporaries the kernel takes as parameters (a CPU kernel holds them itself)
+        passed = {name for name, _, _ in meta.params}
+        temporaries = [name for name in cdef.temporaries if name in passed]
+        self._temporaries = buffer_specs(cdef, binding, temporaries, meta.zero_init)
         index = {name: i for i, name in enumerate(cdef.params)}
         n_out = len(cdef.outputs)
         plan = []
@@ -237,7 +240,7 @@ class Specialization(_Compiled):
             elif name in cdef.outputs:
                 plan.append(("o", cdef.outputs.index(name)))
             else:
-                plan.append(("t", n_out + cdef.temporaries.index(name)))
+                plan.append(("t", n_out + temporaries.index(name)))
         self._plan = tuple(plan)
         # Where each parameter's pointer comes from when all are tensors: (0 inputs, 1 outputs,
         # 2 temporaries; index), else None (scalars, the emulation's order: the general loop)
@@ -247,8 +250,6 @@ class Specialization(_Compiled):
             if all(kind in pools for kind, _ in plan)
             else None
         )
-        # error slots: bounds checks, failed allocations of wide buffers, the emulation's races
-        self._reports = bool(meta.checks or meta.wide or (plan and plan[0][0] == "r"))
         self._scalar_types = {
             i: cdef.scalars[name].dtype for name, i in index.items() if name in cdef.scalars
         }
@@ -268,9 +269,10 @@ class Specialization(_Compiled):
             args = [pools[p][i].data_ptr() for p, i in self._pointers]
         else:
             args = self._arguments(inputs, outs, temps)
-        errors = (ctypes.c_int64 * 2)() if self._reports else None
+        # error slots: bounds checks, a failed allocation of the workspace, the emulation's races
+        errors = (ctypes.c_int64 * 2)()
         self._fn(torch.get_num_threads(), errors, *args)
-        if errors is not None and errors[0]:
+        if errors[0]:
             self._raise_errors(int(errors[0]), int(errors[1]))
         return tuple(outs)
 
@@ -294,7 +296,10 @@ class Specialization(_Compiled):
     def _raise_errors(self, code: int, value: int) -> None:
         """The error the kernel reported in its error slots (``code`` non-zero)."""
         if code == -1:
-            raise MemoryError(f"{self.cdef.name}: the kernel could not allocate its accumulation buffers")
+            raise MemoryError(
+                f"{self.cdef.name}: the kernel could not allocate its work buffers (wide accumulators, "
+                "packed panels, temporaries)"
+            )
         if code < 0:  # the emulated target's race check
             index, tensors = -2 - code, (*self.cdef.outputs, *self.cdef.temporaries)
             what = (

@@ -776,3 +776,49 @@ def test_empty_reductions_hold_the_identity(config: H.Config) -> None:
     assert S.tolist() == [0.0] * 3 and P.tolist() == [1.0] * 3
     assert Mx.tolist() == [-math.inf] * 3 and Mn.tolist() == [math.inf] * 3
     assert IP.tolist() == [1] * 3 and IMx.tolist() == [-(2**31)] * 3 and T.item() == -math.inf
+
+
+# ============================================================ temporaries in a CPU kernel's workspace
+HELD = """
+def held(float(N,M) A, float(N) b) -> (O) {
+    T(i) += A(i, r_j)
+    U(i, j) = A(i, j) * b(i)
+    O(i) = T(i) + U(i, 0) + U(i, M - 1)
+}"""
+
+FC_BACKWARD = """
+def fc_grad(double(B,M) I, double(N,M) W, double(N) bias, double(B,N) d_O) -> (d_I, d_W, d_bias) {
+    P(b, n) +=! I(b, r_m) * W(n, r_m)
+    G(b, n) = P(b, n) + bias(n) > 0.0 ? d_O(b, n) : 0.0
+    d_I(b, m) +=! G(b, r_n) * W(r_n, m)
+    d_W(n, m) +=! G(r_b, n) * I(r_b, m)
+    d_bias(n) +=! G(r_b, n)
+}"""
+
+
+def test_temporaries_live_in_the_cpu_kernels_workspace_and_start_afresh_each_call() -> None:
+    """A CPU kernel holds its temporaries in a workspace kept between calls (no tensors allocated
+    per call): they are not parameters of the kernel; one read before it is written (``T``, a
+    ``+=`` without ``!``) starts from zero on every call, not from the last call's sums; and
+    temporaries side by side in the workspace keep their own values (with them as locals of one
+    function, gcc's vectoriser reordered accesses across two of them: ``fc_grad``'s gradients
+    were wrong)."""
+    with pytest.warns(TCWarning, match="starts from zero"):
+        k = tcjit.define(HELD)
+    for seed in range(3):
+        A, b = _randn(5, 7, seed=seed), _randn(5, seed=seed + 10)
+        torch.testing.assert_close(k(A, b), A.sum(1) + A[:, 0] * b + A[:, -1] * b, **F32)
+    (spec,) = k._specializations.values()
+    assert [name for name, _, _ in spec.meta.params] == ["A", "b", "O"]
+    assert "void tc_held_body(" in spec.source and "tc_take_workspace(&tc_kept_temporaries" in spec.source
+    g = tcjit.define(FC_BACKWARD)
+    for seed in range(3):
+        gen = torch.Generator().manual_seed(seed)
+        I, W, bias, d_O = (
+            torch.randn(*s, generator=gen, dtype=torch.float64) for s in ((4, 5), (3, 5), (3,), (4, 3))
+        )
+        G = torch.where(I @ W.T + bias > 0, d_O, torch.zeros_like(d_O))
+        d_I, d_W, d_bias = g(I, W, bias, d_O)
+        torch.testing.assert_close(d_I, G @ W)
+        torch.testing.assert_close(d_W, G.T @ I)
+        torch.testing.assert_close(d_bias, G.sum(0))
