@@ -51,10 +51,19 @@ class Part:
 @dataclass(frozen=True)
 class Site:
     """Where a part is filled: the body of the loop that the mark ``name`` wraps; ``origin`` is the
-    part's first element (one expression over the enclosing loops' variables per dimension)."""
+    part's first element (one expression over the enclosing loops' variables per dimension).
+
+    :ivar ahead: the first element of the part the loop's next iteration fills, where the part
+        moves with the loop and the input has a unit-stride dimension (else empty): the printer
+        asks for its lines to be brought into cache while this iteration computes
+        (:func:`~tcjit.mapping.c_printer._part_ahead`). :ivar more: whether there is a next
+        iteration (the loop's condition for it; None without ``ahead``).
+    """
 
     tensor: str
     origin: tuple[ir.Expr, ...]
+    ahead: tuple[ir.Expr, ...] = ()
+    more: ir.Expr | None = None
 
 
 # An affine form over loop variables: (((var, coefficient), ...) sorted, constant).
@@ -280,7 +289,8 @@ def place_parts(
         for d, s in zip(pack.order, dense):
             strides[d] = s
         parts[name] = Part(name, extent, tuple(strides))
-        body = _mark(body, {k: origin for k, (origin, _) in marks.items()}, name, sites)
+        ahead = 1 in pack.source  # lines of the next part can be fetched a row at a time
+        body = _mark(body, {k: origin for k, (origin, _) in marks.items()}, name, sites, ahead)
     return body, parts, sites
 
 
@@ -369,22 +379,39 @@ def _union(boxes, shape) -> tuple[tuple[_Aff, ...], tuple[int, ...]] | None:
     return tuple(origin), tuple(extent)
 
 
-def _mark(node: ir.Node | None, marks: Mapping[int, tuple[_Aff, ...]], tensor: str, sites: dict[str, Site]):
-    """``node`` with the body of each loop in ``marks`` wrapped in a mark naming its site."""
+def _mark(
+    node: ir.Node | None,
+    marks: Mapping[int, tuple[_Aff, ...]],
+    tensor: str,
+    sites: dict[str, Site],
+    ahead: bool = False,
+):
+    """``node`` with the body of each loop in ``marks`` wrapped in a mark naming its site (with
+    the next iteration's part when ``ahead`` and the part moves with the loop)."""
     if node is None:
         return None
     if isinstance(node, ir.For):
-        body = _mark(node.body, marks, tensor, sites)
+        body = _mark(node.body, marks, tensor, sites, ahead)
         if id(node) in marks:
             label = f"part{len(sites)}"
-            sites[label] = Site(tensor, tuple(_expr(a) for a in marks[id(node)]))
+            origin = marks[id(node)]
+            site = Site(tensor, tuple(_expr(a) for a in origin))
+            if ahead and not node.degenerate and any(dict(a[0]).get(node.var) for a in origin):
+                following = tuple(
+                    _aff(dict(a[0]), a[1] + dict(a[0]).get(node.var, 0) * node.step) for a in origin
+                )
+                step = ir.Op("+", (ir.Var(node.var), ir.Int(node.step)))
+                more = ir.substitute(node.cond, {node.var: step})
+                site = replace(site, ahead=tuple(_expr(a) for a in following), more=more)
+            sites[label] = site
             body = ir.Mark(label, body)
         return replace(node, body=body)
     if isinstance(node, ir.Mark):
-        return replace(node, body=_mark(node.body, marks, tensor, sites))
+        return replace(node, body=_mark(node.body, marks, tensor, sites, ahead))
     if isinstance(node, ir.Block):
-        return ir.Block(tuple(_mark(c, marks, tensor, sites) for c in node.children))
+        return ir.Block(tuple(_mark(c, marks, tensor, sites, ahead) for c in node.children))
     if isinstance(node, ir.If):
-        then, other = _mark(node.then, marks, tensor, sites), _mark(node.other, marks, tensor, sites)
+        then = _mark(node.then, marks, tensor, sites, ahead)
+        other = _mark(node.other, marks, tensor, sites, ahead)
         return ir.If(node.cond, then, other)
     return node

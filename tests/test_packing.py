@@ -197,6 +197,17 @@ def test_a_large_panel_is_filled_a_reduction_chunk_at_a_time() -> None:
     assert PART_BYTES >= 256 * 128 * 4
 
 
+def test_the_next_part_is_brought_into_cache_while_a_chunk_computes() -> None:
+    """A part that moves with its loop: after filling its own, each chunk but the last asks for
+    the lines of ``W`` the next chunk's part copies (``tc_ahead_W``, the next origin); a part that
+    does not move (one whole part per parallel iteration) asks for none."""
+    text = _source(FCRELU, {"B": 128, "M": 600, "N": 203})
+    calls = [line.strip() for line in text.splitlines() if "tc_ahead_W(u_W" in line]
+    assert calls == ["if (((c2 + 1) <= 4)) tc_ahead_W(u_W, 0, (128 + (128 * c2)));"]
+    whole = _source(TMM, {"M": 9, "N": 13, "K": 37})
+    assert _sites(whole) == ["tc_part_B(u_B, b_B, 0, 0);"] and "tc_ahead_B(u_B" not in whole
+
+
 def test_a_small_panel_is_filled_once_per_parallel_iteration() -> None:
     assert _sites(_source(TMM, {"M": 9, "N": 13, "K": 37})) == ["tc_part_B(u_B, b_B, 0, 0);"]
 
