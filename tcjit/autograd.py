@@ -184,9 +184,11 @@ class GradCall:
     :ivar n_out: how many outputs the kernel has (``spec`` returns the saved tensors after them).
     :ivar backwards: ``(needs, absent) -> specialisation`` of the derived backward for the layout
         (filled by :meth:`GradPlan.grads`).
+    :ivar constant: the positions of the outputs that are not differentiable (integer and bool
+        dtypes), which the forward marks so.
     """
 
-    __slots__ = ("backwards", "n_out", "plan", "spec", "tensors")
+    __slots__ = ("backwards", "constant", "n_out", "plan", "spec", "tensors")
 
     def __init__(self, plan: GradPlan, spec, inputs) -> None:
         self.plan = plan
@@ -194,6 +196,16 @@ class GradCall:
         self.tensors = tuple(i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor))
         self.n_out = len(plan.kernel.outputs)
         self.backwards: dict = {}
+        self.constant = tuple(
+            k for k, dt in enumerate(plan.grad_dtypes) if not (dt.is_floating_point or dt.is_complex)
+        )
+
+    def apply(self, inputs):
+        """``KernelFunction.apply(self, *inputs)``: the outputs, recorded for autograd. (The
+        kernel's call path reaches it with no import on the way: a function-level ``from
+        .autograd import ...`` there cost mlp3's training step 12 to 18 us, run cold between the
+        kernels; /tmp interleaved timing.)"""
+        return KernelFunction.apply(self, *inputs)
 
 
 class KernelFunction(torch.autograd.Function):
@@ -215,9 +227,8 @@ class KernelFunction(torch.autograd.Function):
         else:
             ctx.others = {i: x for i, x in enumerate(inputs) if not isinstance(x, torch.Tensor)}
             ctx.save_for_backward(*(inputs[i] for i in tensors), *saved)
-        not_differentiable = [o for o in outs if not (o.is_floating_point() or o.is_complex())]
-        if not_differentiable:
-            ctx.mark_non_differentiable(*not_differentiable)
+        if call.constant:
+            ctx.mark_non_differentiable(*(outs[k] for k in call.constant))
         return outs[0] if n_out == 1 else outs
 
     @staticmethod

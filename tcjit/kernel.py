@@ -154,8 +154,6 @@ class Kernel:
     def _differentiable_call(self, inputs, outputs, options, target):
         """A call recorded for autograd (module :mod:`tcjit.autograd`): the grad plan's forward
         kernel runs, specialised for the call's layout, options and target."""
-        from .autograd import GradCall, KernelFunction
-
         if outputs is not None:
             raise TCCallError(
                 f"{self.name}: outputs= cannot be used when an input requires grad",
@@ -164,10 +162,12 @@ class Kernel:
         key = (options, target, _layouts(inputs), None)
         call = self._grad_calls.get(key)
         if call is None:  # the plan of the variant the dtypes ask for (self when as declared)
+            from .autograd import GradCall
+
             plan = self.variant_for(*inputs).grad_plan()
             spec = plan.forward._specialization(key, inputs, None, options, target)
             call = self._grad_calls[key] = GradCall(plan, spec, inputs)
-        return KernelFunction.apply(call, *inputs)
+        return call.apply(inputs)
 
     def grad_plan(self):
         """How this kernel's calls are differentiated: a :class:`tcjit.autograd.GradPlan` (made on
