@@ -2260,10 +2260,11 @@ CACHE_LINE = 64
 def _part_ahead(name: str, pack: Pack, part: Part, ct: str) -> list[str]:
     """C of ``tc_ahead_X(src, o0, ...)``: asks for the lines of ``X`` that the part from element
     ``(o0, ...)`` on will copy to be brought into the L2 cache (``__builtin_prefetch``, locality
-    2), each line of a row of the unit-stride dimension once. A site calls it with the next iteration's
-    part after filling its own (:attr:`~tcjit.mapping.parts.Site.ahead`), so that the next fill
+    2), each line of a row of the unit-stride dimension once. A site calls it with the next
+    iteration's part after filling its own (:attr:`~tcjit.mapping.parts.Site.ahead`), so that the next fill
     reads the tensor from cache: mlp3's forward fills its first weight in four parts, each read
-    from memory the other kernels had pushed out of cache (training step 593 -> 572 us, /tmp)."""
+    from memory the other kernels had pushed out of cache (in a training step, the fills of the
+    thread that runs Python between the kernels took 47 us per forward, 29 with this; /tmp)."""
     rank = len(pack.shape)
     unit = pack.source.index(1)
     order = sorted((d for d in range(rank) if d != unit), key=lambda d: -pack.source[d])
