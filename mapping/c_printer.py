@@ -34,7 +34,7 @@ from ..polyhedral.lang.types import SCALAR_TYPES, ScalarType, common_type
 from ..polyhedral.scop import ScopStatement
 from . import ir
 from .c_prelude import PRELUDE, builtin_callee, int_suffix
-from .packing import Pack, contiguous_strides
+from .packing import Pack, contiguous_strides, spanned_elements
 from .parts import Part, Site
 
 __all__ = ["BoundsCheck", "CParam", "c_storage_type", "print_kernel"]
@@ -1869,13 +1869,13 @@ def print_kernel(
                 p.signature += [f"const {ct} *restrict u_{q.name}", f"{ct} *restrict b_{q.name}"]
                 p.arguments += [f"p_{q.name}", mine]
             elif q.kind == "tensor":
-                held = f"p_{q.name}"
+                pointer = f"p_{q.name}"
                 if q.name in packs:  # this thread's panel (its own, or the only one)
                     per = _padded_elements(packs[q.name].shape, cdef.tensor(q.name).dtype)
-                    held = f"pk_{q.name} + (pn_{q.name} > 1 ? (int64_t)omp_get_thread_num() * {per} : 0)"
-                p.aliases.append(f"{q.ctype} t_{q.name} = {held};")
+                    pointer = f"pk_{q.name} + (pn_{q.name} > 1 ? (int64_t)omp_get_thread_num() * {per} : 0)"
+                p.aliases.append(f"{q.ctype} t_{q.name} = {pointer};")
                 p.signature.append(f"{q.ctype} t_{q.name}")
-                p.arguments.append(held)
+                p.arguments.append(pointer)
             else:
                 p.signature.append(f"{q.ctype} s_{q.name}")
                 p.arguments.append(f"s_{q.name}")
@@ -2200,6 +2200,16 @@ def _block_copy(
     ]
 
 
+def _part_bounds(pack: Pack, part: Part) -> list[str]:
+    """C that clamps the part from element ``(o0, ...)`` on to the tensor: ``[l<d>, h<d>)`` per
+    dimension ``d`` (:func:`_part_fill`, :func:`_part_ahead`)."""
+    return [
+        f"  const int64_t l{d} = o{d} > 0 ? o{d} : 0, "
+        f"h{d} = o{d} + {part.shape[d]} < {pack.shape[d]} ? o{d} + {part.shape[d]} : {pack.shape[d]};"
+        for d in range(len(pack.shape))
+    ]
+
+
 def _part_fill(name: str, pack: Pack, part: Part, ct: str, rows: bool, item: int) -> list[str]:
     """C of ``tc_part_X(src, dst, o0, ...)``: the part of ``X``'s panel whose first element is
     ``(o0, ...)``, of :attr:`Part.shape` clamped to the tensor, copied into ``dst`` with the part's
@@ -2209,11 +2219,6 @@ def _part_fill(name: str, pack: Pack, part: Part, ct: str, rows: bool, item: int
     rank = len(pack.shape)
     lo = {d: f"l{d}" for d in range(rank)}
     hi = {d: f"h{d}" for d in range(rank)}
-    bounds = [
-        f"  const int64_t l{d} = o{d} > 0 ? o{d} : 0, "
-        f"h{d} = o{d} + {part.shape[d]} < {pack.shape[d]} ? o{d} + {part.shape[d]} : {pack.shape[d]};"
-        for d in range(rank)
-    ]
 
     def offset(strides, index, shift: bool) -> str:
         return " + ".join(
@@ -2229,7 +2234,7 @@ def _part_fill(name: str, pack: Pack, part: Part, ct: str, rows: bool, item: int
         + ", ".join(f"int64_t o{d}" for d in range(rank))
         + ")",
         "{",
-        *bounds,
+        *_part_bounds(pack, part),
         *(f"  for (int64_t e{d} = {lo[d]}; e{d} < {hi[d]}; e{d} += 1)" for d in outer),
         f"  for (int64_t ga = {lo[a]}; ga < {hi[a]}; ga += {blk})",
         f"  for (int64_t gb = {lo[b]}; gb < {hi[b]}; gb += {blk}) {{",
@@ -2268,11 +2273,6 @@ def _part_ahead(name: str, pack: Pack, part: Part, ct: str) -> list[str]:
     rank = len(pack.shape)
     unit = pack.source.index(1)
     order = sorted((d for d in range(rank) if d != unit), key=lambda d: -pack.source[d])
-    bounds = [
-        f"  const int64_t l{d} = o{d} > 0 ? o{d} : 0, "
-        f"h{d} = o{d} + {part.shape[d]} < {pack.shape[d]} ? o{d} + {part.shape[d]} : {pack.shape[d]};"
-        for d in range(rank)
-    ]
     row = " + ".join(f"e{d} * INT64_C({pack.source[d]})" for d in order) or "0"
     return [
         f"/* Brings the lines of '{name}' that the part from element (o0, ...) on copies into cache. */",
@@ -2280,7 +2280,7 @@ def _part_ahead(name: str, pack: Pack, part: Part, ct: str) -> list[str]:
         + ", ".join(f"int64_t o{d}" for d in range(rank))
         + ")",
         "{",
-        *bounds,
+        *_part_bounds(pack, part),
         *(f"  for (int64_t e{d} = l{d}; e{d} < h{d}; e{d} += 1) {{" for d in order),
         f"    const {ct} *r = src + {row};",
         f"    const char *a = (const char *)((uintptr_t)(r + l{unit}) & ~(uintptr_t){CACHE_LINE - 1});",
@@ -2329,7 +2329,7 @@ def _panels(
             part = parts[name]
             padded = _padded_elements(part.shape, dtype) * item
             common += _part_fill(name, pack, part, ct, rows, item)
-            if 1 in pack.source:
+            if any(site.tensor == name and site.ahead for site in p.sites.values()):
                 common += _part_ahead(name, pack, part, ct)
             prologue += [
                 f"  /* '{name}' is read from transposed panels filled a part at a time, one part "
@@ -2483,7 +2483,7 @@ def _shadows(p: _Printer, wide: Mapping[str, ScalarType]) -> tuple[list[str], li
         info = p.cdef.tensor(name)
         shape = [s.evaluate(p.sizes) for s in info.shape]
         strides = _contiguous(info, p.sizes) if name in wide else p.strides[name]
-        span = 1 + sum((n - 1) * abs(st) for n, st in zip(shape, strides)) if all(shape) else 1
+        span = max(1, spanned_elements(shape, strides))
         prologue.append(f"  tc_shadow *tc_sh_{name} = (tc_shadow *)calloc({span}, sizeof(tc_shadow));")
         prologue.append(f"  if (!tc_sh_{name}) {{ tc_errors[0] = -1; return; }}")
         epilogue.append(f"  free(tc_sh_{name});")

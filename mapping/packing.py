@@ -38,13 +38,13 @@ importable without isl (a kernel loaded from disk needs :func:`packed_operands`'
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..polyhedral.lang import ast as A
 from ..polyhedral.lang.checked import CheckedDef
 
-__all__ = ["MIN_REUSE", "Pack", "contiguous_strides", "packed_operands"]
+__all__ = ["MIN_REUSE", "Pack", "contiguous_strides", "packed_operands", "spanned_elements"]
 
 #: The fewest times each element of a packed input must be read: below this the copy (a read and
 #: a write of every element) is a large part of what the contraction does with it.
@@ -82,6 +82,14 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
         out.append(step)
         step *= max(n, 1)
     return tuple(reversed(out))
+
+
+def spanned_elements(shape: Sequence[int], strides: Sequence[int]) -> int:
+    """Elements from a tensor's first element to its last with these ``strides``, both included
+    (0 when a dimension is empty): what a buffer holding it needs."""
+    if not all(shape):
+        return 0
+    return 1 + sum((n - 1) * abs(st) for n, st in zip(shape, strides))
 
 
 def packed_operands(
