@@ -363,6 +363,7 @@ class _Printer:
         self.shadowed: list[str] = []  # the emulated target's race-checked tensors (outputs, temporaries)
         self.blocks_before = 0  # the emulated target: blocks of the launches printed so far
         self.enclosing: list[str] = []  # loop iterators in scope
+        self.serial: dict[str, ir.For] = {}  # enclosing loops printed as plain serial C loops
         self.symbol = "tc_kernel"
         self.source_lines = cdef.source.splitlines()
         self.accumulator: _Accumulator | None = None  # inside a register tile's loop
@@ -488,7 +489,7 @@ class _Printer:
     def comment(self, sname: str, *, from_zero: bool = False) -> str:
         """The comment every printing of an instance of ``sname`` starts with (it also records
         the printing: ``from_zero`` when a register tile holds the whole reduction of each of its
-        outputs and starts it from zero, :meth:`complete_tile`)."""
+        outputs and starts it from zero, or starts the first chunk from zero, :meth:`tile_start`)."""
         self.printed[sname] = self.printed.get(sname, True) and from_zero
         st = self.statements[sname].source
         line = st.source.span.line
@@ -1035,17 +1036,26 @@ class _Printer:
             if not isinstance(nxt, ir.For) or nxt.var in {p.var for p in points}:
                 break
             across.append(nxt)
-        from_zero = self.complete_tile(across, runs)
+        start = self.tile_start(across, runs)
+        how = {None: "", "": ", whole sums from zero"}.get(start, f", from zero where {start}")
         self.lines.append(
             f"{indent}{{ /* register tile (outer-product form, vectors of {lanes}): '{st.tensor}' kept in"
-            f" {name} across loop {loop.var}{', whole sums from zero' if from_zero else ''} */"
+            f" {name} across loop {loop.var}{how} */"
         )
         self.lines.append(f"{indent}  {vtype} {name}{dims};")
-        if from_zero:
-            self.point_nest(nest, f"{name}{idx} = ({vtype}){{0}};", indent + "  ")
-        else:
-            load = f"*(const {vtype} *)&t_{st.tensor}[{addr}]"
-            self.point_nest(nest, f"{lane0} {lhs_bind} {name}{idx} = {load};", indent + "  ")
+        zero = f"{name}{idx} = ({vtype}){{0}};"
+        load = f"{lane0} {lhs_bind} {name}{idx} = *(const {vtype} *)&t_{st.tensor}[{addr}];"
+        if start == "":
+            self.point_nest(nest, zero, indent + "  ")
+        elif start is None:
+            self.point_nest(nest, load, indent + "  ")
+        else:  # the first chunk of the reduction starts from zero; later ones add to what it stored
+            self.lines.append(f"{indent}  if ({start}) {{")
+            self.point_nest(nest, zero, indent + "    ")
+            self.lines.append(f"{indent}  }} else {{")
+            self.point_nest(nest, load, indent + "    ")
+            self.lines.append(f"{indent}  }}")
+        from_zero = start is not None
         closing, inner = [], indent + "  "
         for chain in across:
             self.lines.append(f"{inner}{self.loop_header(chain)} {{")
@@ -1064,45 +1074,79 @@ class _Printer:
         self.lines.append(f"{indent}}}")
         return True
 
-    def complete_tile(self, loops: Sequence[ir.For], runs: Sequence[ir.Run]) -> bool:
-        """Whether a register tile across ``loops`` (its reduction loop and those below it, above
-        the point loops) around ``runs`` holds the whole reduction of every output it updates, so
-        that it may start from zero instead of loading what the ``!`` initialisation stored.
+    def tile_start(self, loops: Sequence[ir.For], runs: Sequence[ir.Run]) -> str | None:
+        """How a register tile across ``loops`` (its reduction loop and those below it, above the
+        point loops) around ``runs`` starts its sums: ``""`` from zero, as each execution holds
+        the whole reduction of every output it updates; a C condition, true in the execution that
+        updates its outputs first (the first chunk of a reduction an enclosing loop splits), which
+        starts from zero while the others load what the earlier ones stored; None: it loads.
 
-        It does when the update is in :attr:`foldable` (a ``+=!``), every reduction variable is
-        one of ``loops``, a different one in each run, and those loops have constant bounds that
-        span the variable's whole range. Each execution of the tile then runs every reduction
-        point of each of its outputs; as an instance runs once, no other execution (none before
-        it) updates those outputs, so each holds the initialisation's zero when the tile starts.
+        The update must be in :attr:`foldable` (a ``+=!``). Each reduction variable is bound to
+        ``i + c`` or ``k*o + i + c``: ``i`` one of ``loops``, a different one for each variable,
+        over a constant range ``[a, b)``; ``o`` an enclosing serial loop (:attr:`serial`) over a
+        constant range, ``k = b - a``, none of the outputs' subscripts depending on it. Together
+        they span the variable's whole range ``[lo, hi)``: ``a + c = lo`` and ``b + c = hi``
+        without ``o``; ``k*o_lo + a + c = lo`` and ``k*o_hi + b + c = hi`` with it.
+
+        Why that suffices: an instance runs once, and the schedule orders an output's instances
+        by ``o`` before ``i`` (``o`` encloses the tile, and the point of the output fixes every
+        other loop). The execution at ``o = o_lo`` runs the output's first points, ``[lo, lo + k)``
+        (the domain is a box over the variable's range, as the constant bounds show), so no
+        instance updated the output before it: it holds the initialisation's zero there, which
+        the tile need not load; the later chunks load what it stored. With no ``o``, an execution
+        runs every point, and each output holds zero at its start.
         """
         sname = runs[0].statement
         if sname not in self.foldable:
-            return False
+            return None
         scop_st = self.statements[sname]
         st = scop_st.source
         spans = {}
         for loop in loops:
-            hi = _constant_upper_bound(loop.cond, loop.var)
-            if not isinstance(loop.init, ir.Int) or loop.step != 1 or hi is None:
-                return False
-            if _variable_bounds(loop.cond):
-                return False
-            spans[loop.var] = (loop.init.value, hi + 1)
+            span = _constant_span(loop)
+            if span is None:
+                return None
+            spans[loop.var] = span
         try:
             ranges = {
                 v: (st.range_of(v).lo.evaluate(self.sizes), st.range_of(v).hi.evaluate(self.sizes))
                 for v in st.reduction_vars
             }
         except (KeyError, ValueError, TypeError):  # a range over sizes this printer was not given
-            return False
+            return None
+        first: dict[str, int] = {}  # chunk loop -> its first value
         for run in runs:
             bound = dict(zip(scop_st.dims, run.args))
-            loops_used = [bound[v].name if isinstance(bound[v], ir.Var) else None for v in st.reduction_vars]
-            if len(set(loops_used)) != len(loops_used):
-                return False
-            if any(spans.get(name) != ranges[v] for name, v in zip(loops_used, st.reduction_vars)):
-                return False
-        return True
+            inner, outer = [], []
+            for v in st.reduction_vars:
+                form = _affine(bound[v])
+                if form is None:
+                    return None
+                coefs, c = form
+                mine = [(u, k) for u, k in coefs.items() if u in spans]
+                rest = [(u, k) for u, k in coefs.items() if u not in spans]
+                if len(mine) != 1 or mine[0][1] != 1 or len(rest) > 1:
+                    return None
+                a, b = spans[mine[0][0]]
+                lo, hi = ranges[v]
+                inner.append(mine[0][0])
+                if not rest:
+                    if (a + c, b + c) != (lo, hi):
+                        return None
+                    continue
+                o, k = rest[0]
+                chunk = self.serial.get(o)
+                span = None if chunk is None else _constant_span(chunk)
+                if span is None or k != b - a or (k * span[0] + a + c, k * (span[1] - 1) + b + c) != (lo, hi):
+                    return None
+                outer.append(o)
+                first[o] = span[0]
+            if len(set(inner)) != len(inner) or len(set(outer)) != len(outer):
+                return None
+            lhs = {d: a for d, a in zip(scop_st.dims, run.args) if d not in st.reduction_vars}
+            if any(set(outer) & ir.free_vars(a) for a in lhs.values()):
+                return None
+        return " && ".join(f"{o} == {v}" for o, v in sorted(first.items()))
 
     def vector_type(self, t: ScalarType) -> str:
         """The name of the vector type of ``t`` (:attr:`lanes` of them), declared in the kernel."""
@@ -1389,10 +1433,15 @@ class _Printer:
             self.lines.append(f"{indent}#pragma GCC unroll {UNROLL_PRAGMA}")
         self.lines.append(f"{indent}{self.loop_header(n)} {{")
         self.enclosing.append(n.var)
+        plain = kinds <= {"serial", "unroll"}
+        if plain:  # its iterations run in order, in one thread (a first chunk: :meth:`tile_start`)
+            self.serial[n.var] = n
         if "parallel" in kinds:
             self.region(n, indent + "  ")
         else:
             self.node(n.body, indent + "  ")
+        if plain:
+            del self.serial[n.var]
         self.enclosing.pop()
         self.lines.append(f"{indent}}}")
 
@@ -1754,6 +1803,41 @@ def _rebuild_chain(node: ir.Node, points: Sequence[ir.For]) -> ir.Node:
     return _rebuild(points, inner)
 
 
+def _constant_span(loop: ir.For) -> tuple[int, int] | None:
+    """``[first, last + 1)`` of a loop with constant bounds and step 1; None otherwise."""
+    hi = _constant_upper_bound(loop.cond, loop.var)
+    if not isinstance(loop.init, ir.Int) or loop.step != 1 or hi is None or _variable_bounds(loop.cond):
+        return None
+    return loop.init.value, hi + 1
+
+
+def _affine(e: ir.Expr) -> tuple[dict[str, int], int] | None:
+    """``e`` as ``({variable: coefficient}, constant)``; None where it is not affine (``/``,
+    ``min``, a product of variables)."""
+    if isinstance(e, ir.Int):
+        return {}, e.value
+    if isinstance(e, ir.Var):
+        return {e.name: 1}, 0
+    if e.op == "-" and len(e.args) == 1:
+        form = _affine(e.args[0])
+        return None if form is None else ({v: -k for v, k in form[0].items()}, -form[1])
+    if len(e.args) != 2 or e.op not in ("+", "-", "*"):
+        return None
+    x, y = _affine(e.args[0]), _affine(e.args[1])
+    if x is None or y is None:
+        return None
+    if e.op == "*":
+        if x[0] and y[0]:
+            return None
+        (k, (coefs, c)) = (x[1], y) if not x[0] else (y[1], x)
+        return {v: k * a for v, a in coefs.items() if k * a}, k * c
+    sign = 1 if e.op == "+" else -1
+    coefs = dict(x[0])
+    for v, a in y[0].items():
+        coefs[v] = coefs.get(v, 0) + sign * a
+    return {v: a for v, a in coefs.items() if a}, x[1] + sign * y[1]
+
+
 def _constant_upper_bound(cond: ir.Expr, var: str, *, constant: bool = True):
     """The largest value of ``var`` that ``cond`` (``var <= e`` / ``var < e``) allows: an int
     (``constant``: the smallest integer operand of ``e``'s ``min``; None if there is none), or,
@@ -1837,7 +1921,8 @@ def print_kernel(
     ``foldable``: ``!`` initialisations (``S0_init``) whose update writes every element they write
     (:func:`~tcjit.mapping.lower.lower_cpu` proves it); one is left out of the kernel when every
     register tile of its update holds whole sums and starts them from zero
-    (:meth:`_Printer.complete_tile`): the kernel is printed again without it.
+    or from zero at their first chunk (:meth:`_Printer.tile_start`): the kernel is printed again
+    without it.
 
     ``held``: tensors of ``params`` (temporaries; name -> elements) the kernel keeps in a workspace
     of its own rather than taking them as parameters: the function is then a wrapper that takes
@@ -1896,7 +1981,7 @@ def print_kernel(
     folded = sorted(name for name in foldable if p.printed.get(name.removesuffix("_init"), False))
     if folded:
         p = printed(_without_runs(body, frozenset(folded)))
-        note = f"  /* left out, as register tiles hold whole sums from zero: {', '.join(folded)} */"
+        note = f"  /* left out, as register tiles start their sums from zero: {', '.join(folded)} */"
         p.lines.insert(0, note)
     common, fills, panels, freed = _panels(p, packs, parallel, parts)
     prologue, epilogue = _wide_buffers(p, wide, copy_in, cleanup=" ".join(freed))

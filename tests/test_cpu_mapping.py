@@ -49,7 +49,7 @@ def test_larger_windows_and_contractions_keep_a_separate_initialisation() -> Non
     )
     assert not _fused(pool)
     assert "(initialisation)" not in mm
-    assert "left out, as register tiles hold whole sums from zero: S0_init" in mm
+    assert "left out, as register tiles start their sums from zero: S0_init" in mm
 
 
 def _fused(text: str) -> bool:

@@ -209,32 +209,44 @@ TRIANGLE = """def tri(float(M,K) A) -> (S) {
 
 
 def _folded(source: str) -> str:
-    line = next((x for x in source.splitlines() if "left out, as register tiles hold whole sums" in x), "")
+    note = "left out, as register tiles start their sums from zero"
+    line = next((x for x in source.splitlines() if note in x), "")
     return line.split(":", 1)[1].strip(" */") if line else ""
 
 
 @pytest.mark.parametrize(
-    "tile, whole",
-    [((64, 256, 512), True), ((64, 256, 8), False)],  # the reduction (20) in one tile, or in three
-    ids=["whole-reduction", "reduction-in-chunks"],
+    "K, tile, start",
+    [
+        (20, (64, 256, 512), "whole"),  # the reduction in one tile
+        (24, (64, 256, 8), "chunks"),  # in three whole chunks of a serial loop around the tile
+        (20, (64, 256, 8), "loads"),  # in chunks of 8, 8 and 4: the last one's bounds vary
+    ],
+    ids=["whole-reduction", "reduction-in-whole-chunks", "reduction-in-uneven-chunks"],
 )
-def test_whole_sums_start_from_zero(tile: tuple, whole: bool) -> None:
-    """A vector tile that runs every reduction point of its outputs starts them from zero, and the
-    ``!`` initialisation, then dead, is left out of the kernel (its loops and parallel region
-    with it). Where the reduction is split across tiles, later tiles must add to what earlier ones
-    stored: the tile loads the sums and the initialisation stays. Either way the results are
-    bit-identical to the kernel without register tiles."""
-    A, B = _inputs([(16, 20), (20, 32 * WIDTH)])  # whole tiles of 4 rows and 2 vectors
+def test_sums_start_from_zero_where_no_update_came_before(K: int, tile: tuple, start: str) -> None:
+    """A vector tile that runs every reduction point of its outputs starts them from zero; one
+    whose reduction an enclosing serial loop splits into whole chunks starts from zero in the
+    first chunk (the loop's first iteration, where no update came before) and loads what it
+    stored in the others. Either way the ``!`` initialisation, then dead, is left out of the
+    kernel (its loops and parallel region with it). Where the chunks' bounds vary, the tile loads
+    the sums and the initialisation stays. The results are bit-identical to the kernel without
+    register tiles (0 + x is x), and to the oracle's tolerance."""
+    A, B = _inputs([(16, K), (K, 32 * WIDTH)])  # whole tiles of 4 rows and 2 vectors
     kernel = tcjit.define(MATMUL)
     opts = OPTS.tile(*tile).register_tile(4, 16 * WIDTH)
     source = tcjit.compile(kernel, A, B, options=opts).source
     assert "register tile (outer-product form, vectors of" in source
-    assert ("whole sums from zero" in source) == whole
-    assert _folded(source) == ("S0_init" if whole else "")
-    assert ("(initialisation)" in source) != whole
+    assert ("whole sums from zero" in source) == (start == "whole")
+    first = [x for x in source.splitlines() if "from zero where" in x]
+    assert bool(first) == (start == "chunks"), first
+    if first:  # the chunk loop's first value, then the loads of the later chunks
+        loop = first[0].split("from zero where ")[1].split(" == ")[0]
+        assert f"if ({loop} == 0) {{" in source and "} else {" in source
+    assert _folded(source) == ("" if start == "loads" else "S0_init")
+    assert ("(initialisation)" in source) == (start == "loads")
     tiled = kernel(A, B, options=opts)
     assert torch.equal(tiled, kernel(A, B, options=opts.register_tile()))
-    H.check_against_oracle(MATMUL, None, (A, B), options=opts, reduction_length=20)
+    H.check_against_oracle(MATMUL, None, (A, B), options=opts, reduction_length=K)
 
 
 def test_partial_tiles_keep_the_initialisation() -> None:
