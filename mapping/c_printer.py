@@ -33,6 +33,7 @@ from ..polyhedral.lang.checked import CheckedDef, CheckedStatement
 from ..polyhedral.lang.types import SCALAR_TYPES, ScalarType, common_type
 from ..polyhedral.scop import ScopStatement
 from . import ir
+from .barriers import needless_barriers
 from .c_prelude import PRELUDE, builtin_callee, int_suffix
 from .packing import Pack, contiguous_strides, spanned_elements
 from .parts import Part, Site
@@ -376,6 +377,7 @@ class _Printer:
         self.foldable: frozenset[str] = frozenset()
         self.printed: dict[str, bool] = {}
         self.team = False  # the next parallel loop is shared out by an enclosing team (:meth:`top`)
+        self.nowait = False  # and needs no barrier after it (:mod:`.barriers`)
         self.sites: Mapping[str, Site] = {}  # marks that fill a part of a packed input (:mod:`.packing`)
 
     # --------------------------------------------------------------------------------- memory
@@ -1420,10 +1422,12 @@ class _Printer:
             if self.reduction_loop(n, indent, vector="simd_reduction" in kinds):
                 return
         team, self.team = self.team, False
+        nowait, self.nowait = self.nowait, False
         if "parallel" in kinds:
             simd = " simd" if "simd" in kinds else ""
             if team:
-                self.lines.append(f"{indent}#pragma omp for{simd} schedule(static)")
+                wait = " nowait" if nowait else ""
+                self.lines.append(f"{indent}#pragma omp for{simd} schedule(static){wait}")
             else:
                 clauses = "num_threads(nthreads) if(nthreads > 1) schedule(static)"
                 self.lines.append(f"{indent}#pragma omp parallel for{simd} {clauses}")
@@ -1463,11 +1467,12 @@ class _Printer:
             else:
                 self.lines.append(f"{indent}#pragma omp parallel num_threads(nthreads) if(nthreads > 1)")
                 self.lines.append(f"{indent}{{")
-                for c, shared in group:
+                free = self._needless_barriers(group)
+                for k, (c, shared) in enumerate(group):
                     if shared:
-                        self.team = True
+                        self.team, self.nowait = True, k in free
                         self.node(c, indent + "  ")
-                        self.team = False
+                        self.team = self.nowait = False
                     else:
                         self.lines.append(f"{indent}  #pragma omp single")
                         self.lines.append(f"{indent}  {{")
@@ -1485,6 +1490,34 @@ class _Printer:
                 flush()
                 self.node(c, indent)
         flush()
+
+    def _needless_barriers(self, group: Sequence[tuple[ir.Node, bool]]) -> frozenset[int]:
+        """The positions in a team's ``group`` (nodes, and whether each is a shared loop) of the
+        loops that need no barrier after them: the last, when nothing follows it in the team (the
+        team's end waits for every thread), and those :func:`~tcjit.mapping.barriers.
+        needless_barriers` finds among consecutive plain ``omp for`` loops (the ``simd`` ones
+        may split their iterations differently, and serial code in between runs in one thread
+        after a barrier)."""
+        free: set[int] = set()
+        if group and group[-1][1]:
+            free.add(len(group) - 1)
+        run: list[tuple[int, ir.For]] = []
+
+        def decide() -> None:
+            loops = [n for _, n in run]
+            free.update(run[i][0] for i in needless_barriers(loops, self.statements, self.sizes))
+            run.clear()
+
+        for k, (c, shared) in enumerate(group):
+            n = c
+            while isinstance(n, ir.Mark):
+                n = n.body
+            if shared and isinstance(n, ir.For) and "simd" not in n.kind.split("+"):
+                run.append((k, n))
+            else:
+                decide()
+        decide()
+        return frozenset(free)
 
     def _shareable(self, n: ir.Node) -> bool:
         """Whether ``n`` is a parallel loop that :meth:`loop` prints as an ``omp parallel for``

@@ -290,9 +290,9 @@ MLP2 = """def mlp2(float(B,M) I, float(N,M) W1, float(N) B1, float(P,N) W2) -> (
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_parallel_loops_share_one_team(threads: int) -> None:
     """Consecutive top-level parallel loops run in one ``omp parallel`` region, each shared out
-    by an ``omp for`` whose barrier keeps the loops in order (layer 2 reads all of layer 1's
-    rows, which other threads wrote): the results match the oracle for any number of threads
-    and are the same for all."""
+    by an ``omp for`` (no barrier between them where each thread touches only its own rows of the
+    batch, :func:`test_barriers_stay_where_a_loop_reads_what_other_threads_wrote`): the results
+    match the oracle for any number of threads and are the same for all."""
     shapes = [(40, 24), (32, 24), (32,), (16, 32)]
     inputs = _inputs(shapes)
     kernel = tcjit.define(MLP2)
@@ -312,6 +312,46 @@ def test_parallel_loops_share_one_team(threads: int) -> None:
         torch.set_num_threads(before)
     assert all(torch.equal(a, b) for a, b in zip(got, one))
     H.check_against_oracle(MLP2, None, inputs, options=opts, reduction_length=32)
+
+
+#: The product reads every row of O1, which the threads wrote between them.
+MIX = """def mix(float(B,N) I, float(B,B) W) -> (O1, O2) {
+    O1(b, n) = fmax(I(b, n), 0)
+    O2(b, n) +=! W(b, r_c) * O1(r_c, n)
+}"""
+
+
+def _omp_fors(source: str, name: str) -> list[str]:
+    entry = source[source.index(f"void tc_{name}(") :]
+    return [x.strip() for x in entry.splitlines() if "#pragma omp for" in x]
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_barriers_stay_where_a_loop_reads_what_other_threads_wrote(threads: int) -> None:
+    """:mod:`tcjit.mapping.barriers`: a team's ``omp for`` loops of as many iterations share them
+    out to threads alike, so the barrier between two goes (``nowait``) where no iteration of the
+    second touches what another iteration of the first wrote, or writes what it read. mlp2's
+    loops each work on their own rows of the batch: none keeps its barrier (the last one's is the
+    team's end). mix's product reads every row of ``O1``: the barrier before it stays, while its
+    initialisation, which touches ``O2`` alone, needs none after the ``fmax``. The results match
+    the oracle for any number of threads (1 and 3 split the iterations differently from 2)."""
+    opts = MappingOptions("naive").vectorize(True).tile(8, 16, 8)
+    cases = (
+        (MLP2, "mlp2", [(40, 24), (32, 24), (32,), (16, 32)], 32, None),
+        (MIX, "mix", [(40, 32), (40, 40)], 40, 1),
+    )
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        for src, name, shapes, n, kept in cases:
+            inputs = _inputs(shapes)
+            fors = _omp_fors(tcjit.compile(tcjit.define(src), *inputs, options=opts).source, name)
+            assert len(fors) >= 3, fors
+            waits = [k for k, x in enumerate(fors) if not x.endswith(" nowait")]
+            assert waits == ([] if kept is None else [kept]), fors
+            H.check_against_oracle(src, None, inputs, options=opts, reduction_length=n)
+    finally:
+        torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("W, tile", [(34, (1, 1, 4, 1, 16)), (58, (1, 1, 8, 1, 8))])
