@@ -37,6 +37,7 @@ from .barriers import needless_barriers
 from .c_prelude import PRELUDE, builtin_callee, int_suffix
 from .packing import Pack, contiguous_strides, spanned_elements
 from .parts import Part, Site
+from .prefetch import Fetch, plan_fetches
 
 __all__ = ["BoundsCheck", "CParam", "c_storage_type", "print_kernel"]
 
@@ -370,6 +371,10 @@ class _Printer:
         self.accumulator: _Accumulator | None = None  # inside a register tile's loop
         self.tiles = 0  # register tiles printed (their arrays are numbered)
         self.vector_types: dict[str, tuple[str, int]] = {}  # vector tiles' types: (element, bytes)
+        self.fetches: dict[int, list[Fetch]] = {}  # id() of a top-level parallel loop -> what it fetches
+        self.fetching: dict[str, list[str]] = {}  # while printing one: loop variable -> calls at its top
+        self.helpers: list[str] = []  # static functions the regions call (the fetches')
+        self.packed: frozenset[str] = frozenset()  # inputs read from packed panels
         self.vector_bytes = 32
         self.buffer_shadows: list[tuple[str, int]] = []  # the emulated target's promoted buffers
         # updates whose complete vector register tiles start from zero (see :func:`print_kernel`),
@@ -1436,6 +1441,8 @@ class _Printer:
         elif "unroll" in kinds:
             self.lines.append(f"{indent}#pragma GCC unroll {UNROLL_PRAGMA}")
         self.lines.append(f"{indent}{self.loop_header(n)} {{")
+        for call in self.fetching.pop(n.var, ()):  # a later loop's input, a slice per iteration
+            self.lines.append(f"{indent}  {call}")
         self.enclosing.append(n.var)
         plain = kinds <= {"serial", "unroll"}
         if plain:  # its iterations run in order, in one thread (a first chunk: :meth:`tile_start`)
@@ -1459,6 +1466,7 @@ class _Printer:
         (a ``parallel_reduction``, a serial loop around parallel ones) ends the team."""
         children = tree.children if isinstance(tree, ir.Block) else (tree,)
         group: list[tuple[ir.Node, bool]] = []
+        self.plan_fetches(children)
 
         def flush() -> None:
             if sum(shared for _, shared in group) < 2:
@@ -1490,6 +1498,66 @@ class _Printer:
                 flush()
                 self.node(c, indent)
         flush()
+
+    def plan_fetches(self, children: Sequence[ir.Node]) -> None:
+        """Which top-level parallel loops fetch inputs of later ones into cache
+        (:func:`~tcjit.mapping.prefetch.plan_fetches`): inputs read in place (not from a packed
+        panel), whose last dimension has stride 1."""
+        loops = []
+        for c in children:
+            while isinstance(c, ir.Mark):
+                c = c.body
+            if isinstance(c, ir.For) and not c.degenerate and "parallel" in c.kind.split("+"):
+                loops.append(c)
+        shapes, unit_last, item_bytes = {}, {}, {}
+        for name in self.cdef.params:
+            info = self.cdef.tensors.get(name)  # rank-0 scalars are not tensors
+            if info is None or not info.shape or name in self.packed or name not in self.strides:
+                continue
+            shapes[name] = tuple(int(d.evaluate(self.sizes)) for d in info.shape)
+            unit_last[name] = tuple(self.strides[name])[-1:] == (1,)
+            item_bytes[name] = max(1, info.dtype.bits // 8)
+        plan = plan_fetches(loops, self.statements, self.sizes, shapes, unit_last, item_bytes)
+        self.fetches = {id(loops[i]): f for i, f in plan.items()}
+
+    def fetch_calls(self, fetches: Sequence[Fetch]) -> tuple[list[str], dict[str, list[str]]]:
+        """C for ``fetches`` (:meth:`plan_fetches`) in an iteration of the parallel loop that makes
+        them: what goes first (this iteration's share of each box's lines: a thread shares the box
+        out over the iterations it runs, a block of them in a static schedule), and the calls by
+        the variable of the loop at whose top each goes (a slice of the share per iteration of the
+        loops down to it). Each fetch's helper is printed once; divisions stay out of the loops."""
+        if not fetches:
+            return [], {}
+        var, first, trips = fetches[0].shared
+        shares = [
+            "  /* this iteration's share of the lines fetched for later loops (a static schedule:"
+            " each thread runs a block of the iterations) */",
+            "  const int64_t tc_T = omp_get_num_threads(), tc_t = omp_get_thread_num(),"
+            f" tc_q = {trips} / tc_T, tc_r = {trips} % tc_T;",
+            "  const int64_t tc_n = tc_q + (tc_t < tc_r),"
+            f" tc_k = ({var} - {first}) - tc_t * tc_q - (tc_t < tc_r ? tc_t : tc_r);",
+        ]
+        calls: dict[str, list[str]] = {}
+        for f in fetches:
+            k = sum(line.startswith("static") for line in self.helpers)
+            fn, lines = f"tc_fetch{k}", f"tc_f{k}"
+            dtype = self.cdef.tensor(f.tensor).dtype
+            helper, slots = _fetch_helper(fn, f, tuple(self.strides[f.tensor]), dtype)
+            self.helpers += helper
+            index, count = "0", 1
+            for v, lo, n in f.loops:
+                at = f"({v} - {lo})" if lo else v
+                index = at if index == "0" else f"({index}) * {n} + {at}"
+                count *= n
+            shares.append(
+                f"  const int64_t {lines}_lo = INT64_C({slots}) * tc_k / tc_n, {lines}_hi = INT64_C({slots})"
+                f" * (tc_k + 1) / tc_n, {lines}_per = ({lines}_hi - {lines}_lo + {count - 1}) / {count};"
+            )
+            start = f"{lines}_lo + ({index}) * {lines}_per"
+            calls.setdefault(f.loops[-1][0], []).append(
+                f"{fn}(t_{f.tensor}, {start}, tc_min_i64({start} + {lines}_per, {lines}_hi));"
+            )
+        return shares, calls
 
     def _needless_barriers(self, group: Sequence[tuple[ir.Node, bool]]) -> frozenset[int]:
         """The positions in a team's ``group`` (nodes, and whether each is a shared loop) of the
@@ -1542,8 +1610,10 @@ class _Printer:
         name = f"{self.symbol}_region{len(self.functions)}"
         outer = list(self.enclosing)
         saved, self.lines = self.lines, []
+        shares, self.fetching = self.fetch_calls(self.fetches.get(id(n), ()))
         self.node(n.body, "  ")
-        body, self.lines = self.lines, saved
+        self.fetching = {}
+        body, self.lines = [*shares, *self.lines], saved
         decl = ", ".join([*(f"int64_t {v}" for v in outer), *self.signature, "int64_t *restrict tc_errors"])
         returns = result[0] if result else "void"
         self.prototypes.append(f"TC_REGION {returns} {name}({decl});")
@@ -1974,6 +2044,7 @@ def print_kernel(
         p.symbol = symbol
         p.vector_bytes = vector_bytes
         p.foldable = frozenset(name.removesuffix("_init") for name in foldable)
+        p.packed = frozenset(packs)
         p.sites = dict(sites or {})
         for q in params:
             if q.kind == "tensor" and q.name in parts:  # the tensor, and this thread's part buffer
@@ -2031,7 +2102,7 @@ def print_kernel(
         header.rstrip(),
         PRELUDE,
         "#include <stdlib.h>",
-        *(["#include <omp.h>"] if packs else []),
+        *(["#include <omp.h>"] if packs or p.helpers else []),
         "",
         "static inline int64_t tc_checked(int64_t i, int64_t n, int64_t check, int64_t *errors) {",
         "  if (__builtin_expect(i < 0 || i >= n, 0)) {",
@@ -2049,6 +2120,7 @@ def print_kernel(
         ),
         *_PARTS,
         *common,
+        *p.helpers,
         *p.prototypes,
         "",
         *p.functions,
@@ -2376,8 +2448,51 @@ def _part_fill(name: str, pack: Pack, part: Part, ct: str, rows: bool, item: int
     ]
 
 
+def _fetch_helper(fn: str, f: Fetch, strides: tuple[int, ...], dtype: ScalarType) -> tuple[list[str], int]:
+    """C of ``fn(src, from, to)``, which asks for the cache lines ``[from, to)`` of ``f``'s box of
+    its tensor, into L2, and how many lines (slots) the box has. The box is fetched a row (its
+    extent along the last dimension, unit-stride) at a time; each row has a slot for one line
+    more than its length (it may start mid-line), so that the callers share lines out, a few per
+    call (mlp3's ``d_W1`` fetches 8 or 9 lines of ``O1`` per register tile)."""
+    ct = c_storage_type(dtype)
+    item = max(1, dtype.bits // 8)
+    outer = f.box[:-1]
+    rows = math.prod(hi - lo + 1 for lo, hi in outer)
+    lo_last, hi_last = f.box[-1]
+    length = hi_last - lo_last + 1
+    slots = -(-length * item // CACHE_LINE) + 1
+    span = " x ".join(f"{lo}:{hi + 1}" for lo, hi in f.box)
+    body = [
+        f"/* Brings the lines of '{f.tensor}' in {span} into cache for a later loop: slots [l, z) of"
+        f" {rows * slots}, {slots} a row. */",
+        f"static void {PREFETCHING} {fn}(const {ct} *restrict src, int64_t l, int64_t z)",
+        "{",
+        "  for (; l < z; l += 1) {",
+        f"    int64_t q = l / {slots}, at = INT64_C({lo_last});",
+    ]
+    for d in range(len(outer) - 1, -1, -1):
+        lo, hi = outer[d]
+        m = f"INT64_C({hi - lo + 1})"
+        body.append(f"    at += (INT64_C({lo}) + q % {m}) * INT64_C({strides[d]}); q /= {m};")
+    body += [
+        f"    const char *a = (const char *)((uintptr_t)(src + at) & ~(uintptr_t){CACHE_LINE - 1})"
+        f" + (l % {slots}) * {CACHE_LINE};",
+        f"    if (a < (const char *)(src + at + {length})) __builtin_prefetch(a, 0, 2);",
+        "  }",
+        "}",
+    ]
+    return body, rows * slots
+
+
 #: Bytes of a cache line: what one prefetch of :func:`_part_ahead` brings.
 CACHE_LINE = 64
+
+#: The attributes of a function that only prefetches (:func:`_part_ahead`, :func:`_fetch_helper`).
+#: GCC counts ``__builtin_prefetch`` as free of side effects and may delete such a function's
+#: calls: gcc 12 compiled an earlier version of the fetches of mlp3's backward to nothing (while a
+#: hand-written prefetch in the caller's loop stayed). ``noipa`` keeps every call (the function
+#: stays out of line: one call per register tile). tests/test_prefetch.py checks the machine code.
+PREFETCHING = "__attribute__((unused, noipa))"
 
 
 def _part_ahead(name: str, pack: Pack, part: Part, ct: str) -> list[str]:
@@ -2394,7 +2509,7 @@ def _part_ahead(name: str, pack: Pack, part: Part, ct: str) -> list[str]:
     row = " + ".join(f"e{d} * INT64_C({pack.source[d]})" for d in order) or "0"
     return [
         f"/* Brings the lines of '{name}' that the part from element (o0, ...) on copies into cache. */",
-        f"static void __attribute__((unused)) tc_ahead_{name}(const {ct} *restrict src, "
+        f"static void {PREFETCHING} tc_ahead_{name}(const {ct} *restrict src, "
         + ", ".join(f"int64_t o{d}" for d in range(rank))
         + ")",
         "{",

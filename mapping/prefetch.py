@@ -1,0 +1,172 @@
+"""Which inputs a kernel's parallel loop fetches into cache for a later loop.
+
+A kernel's top-level parallel loops run one after another. The first loop that reads an input
+(a tensor no statement of the kernel writes) finds it wherever the code before the kernel left
+it: mlp3's derived backward reads ``O1``, which the forward wrote long before, for ``d_W2``, and
+``I`` for ``d_W1``, from L3 or memory, a row of a register tile at a time (a 1 KB stride), so the
+loop waits for them. An earlier loop with enough work of its own can ask for those lines instead
+(``__builtin_prefetch`` into L2), a few at a time between its register tiles, so that they arrive
+while it computes: in a training step, mlp3's ``d_W2`` loop took 39.9 us without and 31.3 with
+``O1`` fetched during ``d_W1`` (8 or 9 lines per register tile), its ``d_W3`` loop 13.7 and 9.5
+with ``O2`` fetched during ``d_W2``; ``d_W1`` itself was unchanged (104 and 103 us; /tmp timings
+of each loop of the generated C).
+
+Only a loop with much more work than lines to fetch fetches (:data:`WORK_PER_LINE`): with 256
+instances a line, mlp3's ``d_O2`` loop fetched ``W2`` and ``O1_0`` for the next loop and took 16.2
+us instead of 7.6, and ``d_O1`` fetching ``I`` took 34.9 instead of 27.6 for 4.5 us less in
+``d_W1``.
+
+The rule (:func:`plan_fetches`): for each top-level parallel loop ``B`` and each input it reads
+that no earlier top-level loop read, the box of elements ``B`` reads (its subscripts bounded over
+all its iterations, :func:`~tcjit.mapping.barriers.footprint`), if it spans at most
+:data:`FETCH_BYTES`, is fetched by the latest earlier parallel loop ``A`` with at least
+:data:`WORK_PER_LINE` statement instances per cache line fetched. ``A`` spreads the box's lines
+over the iterations of its first nested serial loops (each asks for a few), so the fetches spread
+over its run instead of stalling it in one burst. Every thread fetches the whole box: the
+loops that read an input first in a kernel (a weight gradient's sum over the batch, a layer's
+weights) read all of it in every thread. A prefetch changes no result; a wrong guess costs
+bandwidth only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from . import ir
+from .barriers import _accesses, footprint
+from .parts import _loop_interval
+
+FETCH_BYTES = 512 * 1024
+"""The largest box of an input one loop fetches for a later one (a quarter of the L2 of the
+machines measured; larger inputs are streamed by the loop that reads them)."""
+
+WORK_PER_LINE = 2048
+"""Statement instances the fetching loop runs per cache line it fetches, at least: a loop with
+less work is slowed by the fetches more than the later loop gains (module docstring)."""
+
+LINE_BYTES = 64
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """An input's box that a loop's iterations fetch a slice at a time.
+
+    :ivar tensor: the input. :ivar box: per dimension, the first and last index fetched.
+    :ivar shared: the fetching parallel loop's variable, first index and iteration count: each
+        thread fetches the whole box, shared out over the iterations it runs (the later loop's
+        iterations may read any of it: a weight gradient's sum over the batch reads all of it).
+    :ivar loops: the variables of the serial loops below it (outermost first, each with its first
+        index and iteration count) over whose iterations each iteration's share is spread, a few
+        lines at the top of each.
+    """
+
+    tensor: str
+    box: tuple[tuple[int, int], ...]
+    shared: tuple[str, int, int]
+    loops: tuple[tuple[str, int, int], ...]
+
+
+def _written(loops: Sequence[ir.Node], statements: Mapping[str, object]) -> set[str]:
+    return {statements[r.statement].source.tensor for n in loops for r in ir.runs(n)}
+
+
+def _instances(node: ir.Node | None) -> int:
+    """Statement instances below ``node`` where every loop has constant bounds (0 otherwise)."""
+    if node is None:
+        return 0
+    if isinstance(node, ir.Run):
+        return 1
+    if isinstance(node, ir.For):
+        iv = _loop_interval(node, {})
+        if iv is None or iv[0][0] or iv[1][0]:
+            return 0
+        return max(0, (iv[1][1] - iv[0][1]) // max(node.step, 1) + 1) * _instances(node.body)
+    if isinstance(node, ir.Mark):
+        return _instances(node.body)
+    if isinstance(node, ir.Block):
+        return sum(_instances(c) for c in node.children)
+    if isinstance(node, ir.If):
+        return max(_instances(node.then), _instances(node.other))
+    return 0
+
+
+def _spreading_loops(loop: ir.For, lines: int) -> tuple[tuple[str, int, int], ...]:
+    """The serial loops nested first below ``loop``'s body over whose iterations ``lines`` cache
+    lines are spread: as deep as their iterations stay at most ``lines`` (each asks for one or
+    more), down to a register tile's reduction or a vector loop."""
+    chain: list[tuple[str, int, int]] = []
+    count = 1
+    node: ir.Node | None = loop.body
+    while node is not None:
+        while isinstance(node, ir.Mark):
+            node = node.body
+        if isinstance(node, ir.Block) and node.children:
+            node = node.children[0]
+            continue
+        if not isinstance(node, ir.For) or node.degenerate or node.kind != "serial" or node.step != 1:
+            break
+        iv = _loop_interval(node, {})
+        if iv is None or iv[0][0] or iv[1][0]:
+            break
+        trips = iv[1][1] - iv[0][1] + 1
+        if trips < 1 or count * trips > lines:
+            break
+        chain.append((node.var, iv[0][1], trips))
+        count *= trips
+        node = node.body
+    return tuple(chain)
+
+
+def box_bytes(box: Sequence[tuple[int, int]], item_bytes: int) -> int:
+    return math.prod(hi - lo + 1 for lo, hi in box) * item_bytes
+
+
+def plan_fetches(
+    loops: Sequence[ir.For],
+    statements: Mapping[str, object],
+    sizes: Mapping[str, int],
+    shapes: Mapping[str, tuple[int, ...]],
+    unit_last: Mapping[str, bool],
+    item_bytes: Mapping[str, int],
+) -> dict[int, list[Fetch]]:
+    """What each of a kernel's top-level parallel ``loops`` (in program order) fetches for the
+    later ones, by position (module docstring). ``shapes``: every tensor's shape (those not in it
+    are not fetched); ``unit_last``: whether its last dimension has stride 1 (a box is fetched a
+    row of its last dimension at a time); ``item_bytes``: its elements' size."""
+    written = _written(loops, statements)
+    work = [_instances(n) for n in loops]
+    seen: set[str] = set()
+    plan: dict[int, list[Fetch]] = {}
+    for j, loop in enumerate(loops):
+        fp: dict = {}
+        env = {}
+        iv = _loop_interval(loop, {})
+        if iv is not None:
+            env[loop.var] = iv
+        known = iv is not None and footprint(loop.body, statements, sizes, env, fp)
+        reads = {t for r in ir.runs(loop) for t, _ in _accesses(statements[r.statement])[0]}
+        for tensor in sorted(reads - seen - written) if known else ():  # else: its boxes are unknown
+            if tensor not in shapes or not unit_last.get(tensor):
+                continue
+            boxes = fp[tensor][0]
+            box = tuple(
+                (max(0, min(b[d][0] for b in boxes)), min(shapes[tensor][d] - 1, max(b[d][1] for b in boxes)))
+                for d in range(len(shapes[tensor]))
+            )
+            if any(lo > hi for lo, hi in box) or box_bytes(box, item_bytes[tensor]) > FETCH_BYTES:
+                continue
+            row = (box[-1][1] - box[-1][0] + 1) * item_bytes[tensor]
+            lines = math.prod(hi - lo + 1 for lo, hi in box[:-1]) * -(-row // LINE_BYTES)
+            for i in range(j - 1, -1, -1):
+                if work[i] >= WORK_PER_LINE * lines:
+                    spread = _spreading_loops(loops[i], lines)
+                    outer = _loop_interval(loops[i], {})
+                    if spread and outer is not None and not outer[0][0] and not outer[1][0]:
+                        first, last = outer[0][1], outer[1][1]
+                        shared = (loops[i].var, first, (last - first) // max(loops[i].step, 1) + 1)
+                        plan.setdefault(i, []).append(Fetch(tensor, box, shared, spread))
+                    break
+        seen |= reads
+    return plan
