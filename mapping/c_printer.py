@@ -2467,8 +2467,8 @@ def _fetch_helper(fn: str, f: Fetch, strides: tuple[int, ...], dtype: ScalarType
         f" {rows * slots}, {slots} a row. */",
         f"static void {PREFETCHING} {fn}(const {ct} *restrict src, int64_t l, int64_t z)",
         "{",
-        "  for (; l < z; l += 1) {",
-        f"    int64_t q = l / {slots}, at = INT64_C({lo_last});",
+        f"  for (int64_t row = l / {slots}, k = l % {slots}; l < z; row += 1, k = 0) {{",
+        f"    int64_t q = row, at = INT64_C({lo_last});",
     ]
     for d in range(len(outer) - 1, -1, -1):
         lo, hi = outer[d]
@@ -2476,8 +2476,10 @@ def _fetch_helper(fn: str, f: Fetch, strides: tuple[int, ...], dtype: ScalarType
         body.append(f"    at += (INT64_C({lo}) + q % {m}) * INT64_C({strides[d]}); q /= {m};")
     body += [
         f"    const char *a = (const char *)((uintptr_t)(src + at) & ~(uintptr_t){CACHE_LINE - 1})"
-        f" + (l % {slots}) * {CACHE_LINE};",
-        f"    if (a < (const char *)(src + at + {length})) __builtin_prefetch(a, 0, 2);",
+        f" + k * {CACHE_LINE};",
+        f"    const char *end = (const char *)(src + at + {length});",
+        f"    for (; k < {slots} && l < z; k += 1, l += 1, a += {CACHE_LINE})",
+        "      if (a < end) __builtin_prefetch(a, 0, 2);",
         "  }",
         "}",
     ]
