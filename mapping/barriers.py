@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 
 from ..polyhedral.lang import ast as A
 from . import ir
-from .parts import _Interval, _interval, _loop_interval, _subscript
+from .parts import _Interval, _loop_interval, _subscript, run_dims, walk_runs
 
 MAX_ITERATIONS = 64
 """Loops of more iterations keep their barriers (the check compares every pair of iterations)."""
@@ -68,16 +68,12 @@ def footprint(
     """Add to ``out`` (tensor -> ``(read boxes, written boxes)``) what the code below ``node``
     touches, the loops above it bounded (or fixed) in ``env``; False where a bound is not a
     constant (a subscript or loop bound that is not affine)."""
-    if node is None:
-        return True
-    if isinstance(node, ir.Run):
-        st = statements[node.statement]
-        dims = {}
-        for name, arg in zip(st.dims, node.args):
-            iv = _interval(arg, env)
-            if None in iv:
-                return False
-            dims[name] = iv
+
+    def visit(run: ir.Run, env: dict[str, _Interval]) -> bool:
+        st = statements[run.statement]
+        dims = run_dims(st, run, env)
+        if dims is None:
+            return False
         reads, writes = _accesses(st)
         for k, accesses in ((0, reads), (1, writes)):
             for tensor, args in accesses:
@@ -86,24 +82,8 @@ def footprint(
                     return False
                 out.setdefault(tensor, ([], []))[k].append(box)  # type: ignore[arg-type]
         return True
-    if isinstance(node, ir.For):
-        iv = _loop_interval(node, env)
-        if iv is None:
-            return False
-        env[node.var] = iv
-        try:
-            return footprint(node.body, statements, sizes, env, out)
-        finally:
-            del env[node.var]
-    if isinstance(node, ir.Mark):
-        return footprint(node.body, statements, sizes, env, out)
-    if isinstance(node, ir.Block):
-        return all(footprint(c, statements, sizes, env, out) for c in node.children)
-    if isinstance(node, ir.If):
-        return footprint(node.then, statements, sizes, env, out) and footprint(
-            node.other, statements, sizes, env, out
-        )
-    return False  # a node of another target
+
+    return walk_runs(node, env, visit)
 
 
 def _span(loop: ir.For) -> range | None:

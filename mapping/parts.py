@@ -10,7 +10,7 @@ copy stays in the core's cache. :func:`place_parts` picks the loops from the loo
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from ..polyhedral.lang import ast as A
@@ -186,6 +186,46 @@ def _reads(statement, tensor: str) -> list[A.Access]:
     return [a for e in exprs for a in A.walk(e) if isinstance(a, A.Access) and a.tensor == tensor]
 
 
+def walk_runs(
+    node: ir.Node | None, env: dict[str, _Interval], visit: Callable[[ir.Run, dict[str, _Interval]], bool]
+) -> bool:
+    """Call ``visit(run, env)`` for every statement instance below ``node``, the loops between
+    bounded in ``env`` (both branches of a condition); False where a loop's bounds are not affine,
+    a node is of another target, or ``visit`` returns False."""
+    if node is None:
+        return True
+    if isinstance(node, ir.Run):
+        return visit(node, env)
+    if isinstance(node, ir.For):
+        iv = _loop_interval(node, env)
+        if iv is None:
+            return False
+        env[node.var] = iv
+        try:
+            return walk_runs(node.body, env, visit)
+        finally:
+            del env[node.var]
+    if isinstance(node, ir.Mark):
+        return walk_runs(node.body, env, visit)
+    if isinstance(node, ir.Block):
+        return all(walk_runs(c, env, visit) for c in node.children)
+    if isinstance(node, ir.If):
+        return walk_runs(node.then, env, visit) and walk_runs(node.other, env, visit)
+    return False  # a node of another target
+
+
+def run_dims(statement, run: ir.Run, env: Mapping[str, _Interval]) -> dict[str, _Interval] | None:
+    """The bounds of an instance's dimensions over the loops bounded in ``env``; None where one is
+    not affine."""
+    dims = {}
+    for name, arg in zip(statement.dims, run.args):
+        iv = _interval(arg, env)
+        if None in iv:
+            return None
+        dims[name] = iv
+    return dims
+
+
 def _box(
     node: ir.Node | None,
     tensor: str,
@@ -196,43 +236,23 @@ def _box(
 ) -> bool:
     """Add to ``boxes`` the bounds of every read of ``tensor`` below ``node``, per dimension, with
     the loops between bounded in ``env``; False where some bound is not affine."""
-    if node is None:
-        return True
-    if isinstance(node, ir.Run):
-        st = statements[node.statement]
+
+    def visit(run: ir.Run, env: dict[str, _Interval]) -> bool:
+        st = statements[run.statement]
         reads = _reads(st, tensor)
         if not reads:
             return True
-        dims = {}
-        for name, arg in zip(st.dims, node.args):
-            iv = _interval(arg, env)
-            if None in iv:
-                return False
-            dims[name] = iv
+        dims = run_dims(st, run, env)
+        if dims is None:
+            return False
         for a in reads:
             box = tuple(_subscript(e, dims, sizes) for e in a.args)
             if any(b is None or None in b for b in box):
                 return False
             boxes.append(box)  # type: ignore[arg-type]
         return True
-    if isinstance(node, ir.For):
-        iv = _loop_interval(node, env)
-        if iv is None:
-            return False
-        env[node.var] = iv
-        try:
-            return _box(node.body, tensor, statements, env, sizes, boxes)
-        finally:
-            del env[node.var]
-    if isinstance(node, ir.Mark):
-        return _box(node.body, tensor, statements, env, sizes, boxes)
-    if isinstance(node, ir.Block):
-        return all(_box(c, tensor, statements, env, sizes, boxes) for c in node.children)
-    if isinstance(node, ir.If):
-        return _box(node.then, tensor, statements, env, sizes, boxes) and _box(
-            node.other, tensor, statements, env, sizes, boxes
-        )
-    return False  # a node of another target
+
+    return walk_runs(node, env, visit)
 
 
 def _reads_tensor(node: ir.Node | None, tensor: str, statements: Mapping[str, object]) -> bool:
