@@ -37,8 +37,9 @@ MAX_ITERATIONS = 64
 _Box = tuple[tuple[int, int], ...]
 
 
-def _accesses(statement) -> tuple[list[tuple[str, tuple[A.Expr, ...]]], list[tuple[str, tuple[A.Expr, ...]]]]:
-    """``(reads, writes)`` of a Scop statement: ``(tensor, subscripts)`` each."""
+def accesses(statement) -> tuple[list[tuple[str, tuple[A.Expr, ...]]], list[tuple[str, tuple[A.Expr, ...]]]]:
+    """``(reads, writes)`` of a Scop statement: ``(tensor, subscripts)`` each (an initialisation
+    reads nothing)."""
     st = statement.source
     if statement.kind == "init" and not st.plain_lhs:
         lhs = tuple(A.Ident(d, kind="index") for d in statement.dims)
@@ -74,9 +75,9 @@ def footprint(
         dims = run_dims(st, run, env)
         if dims is None:
             return False
-        reads, writes = _accesses(st)
-        for k, accesses in ((0, reads), (1, writes)):
-            for tensor, args in accesses:
+        reads, writes = accesses(st)
+        for k, touched in ((0, reads), (1, writes)):
+            for tensor, args in touched:
                 box = tuple(_constant(_subscript(e, dims, sizes)) for e in args)
                 if any(b is None for b in box):
                     return False

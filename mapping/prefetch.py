@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from . import ir
-from .barriers import _accesses, footprint
+from .barriers import accesses, footprint
 from .parts import _loop_interval
 
 FETCH_BYTES = 512 * 1024
@@ -123,7 +123,7 @@ def _spreading_loops(loop: ir.For, lines: int) -> tuple[tuple[str, int, int], ..
     return tuple(chain)
 
 
-def box_bytes(box: Sequence[tuple[int, int]], item_bytes: int) -> int:
+def _box_bytes(box: Sequence[tuple[int, int]], item_bytes: int) -> int:
     return math.prod(hi - lo + 1 for lo, hi in box) * item_bytes
 
 
@@ -150,18 +150,20 @@ def plan_fetches(
         if iv is not None:
             env[loop.var] = iv
         known = iv is not None and footprint(loop.body, statements, sizes, env, fp)
-        reads = {t for r in ir.runs(loop) for t, _ in _accesses(statements[r.statement])[0]}
+        reads = {t for r in ir.runs(loop) for t, _ in accesses(statements[r.statement])[0]}
         for tensor in sorted(reads - seen - written) if known else ():  # else: its boxes are unknown
             if tensor not in shapes or not unit_last.get(tensor):
                 continue
             boxes = fp[tensor][0]
+            if not boxes:
+                continue
             box = tuple(
                 (max(0, min(b[d][0] for b in boxes)), min(shapes[tensor][d] - 1, max(b[d][1] for b in boxes)))
                 for d in range(len(shapes[tensor]))
             )
             if (
                 any(lo > hi for lo, hi in box)
-                or not FETCH_MIN_BYTES <= box_bytes(box, item_bytes[tensor]) <= FETCH_BYTES
+                or not FETCH_MIN_BYTES <= _box_bytes(box, item_bytes[tensor]) <= FETCH_BYTES
             ):
                 continue
             row = (box[-1][1] - box[-1][0] + 1) * item_bytes[tensor]
