@@ -26,37 +26,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..polyhedral.lang import ast as A
 from . import ir
-from .parts import _Interval, _loop_interval, _subscript, run_dims, walk_runs
+from .parts import _Interval, _subscript, accesses, constant_interval, constant_range, run_dims, walk_runs
 
 MAX_ITERATIONS = 64
 """Loops of more iterations keep their barriers (the check compares every pair of iterations)."""
 
 # A box: per dimension, the lowest and highest index (constants).
 _Box = tuple[tuple[int, int], ...]
-
-
-def accesses(statement) -> tuple[list[tuple[str, tuple[A.Expr, ...]]], list[tuple[str, tuple[A.Expr, ...]]]]:
-    """``(reads, writes)`` of a Scop statement: ``(tensor, subscripts)`` each (an initialisation
-    reads nothing)."""
-    st = statement.source
-    if statement.kind == "init" and not st.plain_lhs:
-        lhs = tuple(A.Ident(d, kind="index") for d in statement.dims)
-    else:
-        lhs = tuple(st.lhs)
-    writes = [(st.tensor, lhs)]
-    if statement.kind == "init":
-        return [], writes
-    exprs = [st.rhs, *getattr(st, "conditions", ())]
-    reads = [(a.tensor, tuple(a.args)) for e in exprs for a in A.walk(e) if isinstance(a, A.Access)]
-    return reads, writes
-
-
-def _constant(iv: _Interval | None) -> tuple[int, int] | None:
-    if iv is None or None in iv or iv[0][0] or iv[1][0]:  # type: ignore[index]
-        return None
-    return iv[0][1], iv[1][1]  # type: ignore[index]
 
 
 def footprint(
@@ -78,7 +55,7 @@ def footprint(
         reads, writes = accesses(st)
         for k, touched in ((0, reads), (1, writes)):
             for tensor, args in touched:
-                box = tuple(_constant(_subscript(e, dims, sizes)) for e in args)
+                box = tuple(constant_interval(_subscript(e, dims, sizes)) for e in args)
                 if any(b is None for b in box):
                     return False
                 out.setdefault(tensor, ([], []))[k].append(box)  # type: ignore[arg-type]
@@ -87,17 +64,9 @@ def footprint(
     return walk_runs(node, env, visit)
 
 
-def _span(loop: ir.For) -> range | None:
-    """The iterations of a top-level loop with constant bounds, or None."""
-    iv = _constant(_loop_interval(loop, {}))
-    if iv is None or loop.step < 1:
-        return None
-    return range(iv[0], iv[1] + 1, loop.step)
-
-
 def _iterations(loop: ir.For, statements, sizes) -> list[dict] | None:
     """Each iteration's footprint, or None where one cannot be bounded."""
-    span = _span(loop)
+    span = constant_range(loop)
     if span is None or len(span) > MAX_ITERATIONS:
         return None
     out = []

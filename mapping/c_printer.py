@@ -36,7 +36,7 @@ from . import ir
 from .barriers import needless_barriers
 from .c_prelude import PRELUDE, builtin_callee, int_suffix
 from .packing import Pack, contiguous_strides, spanned_elements
-from .parts import Part, Site
+from .parts import Part, Site, affine
 from .prefetch import Fetch, plan_fetches
 
 __all__ = ["BoundsCheck", "CParam", "c_storage_type", "print_kernel"]
@@ -1126,10 +1126,10 @@ class _Printer:
             bound = dict(zip(scop_st.dims, run.args))
             inner, outer = [], []
             for v in st.reduction_vars:
-                form = _affine(bound[v])
+                form = affine(bound[v])
                 if form is None:
                     return None
-                coefs, c = form
+                coefs, c = dict(form[0]), form[1]
                 mine = [(u, k) for u, k in coefs.items() if u in spans]
                 rest = [(u, k) for u, k in coefs.items() if u not in spans]
                 if len(mine) != 1 or mine[0][1] != 1 or len(rest) > 1:
@@ -1912,33 +1912,6 @@ def _constant_span(loop: ir.For) -> tuple[int, int] | None:
     if not isinstance(loop.init, ir.Int) or loop.step != 1 or hi is None or _variable_bounds(loop.cond):
         return None
     return loop.init.value, hi + 1
-
-
-def _affine(e: ir.Expr) -> tuple[dict[str, int], int] | None:
-    """``e`` as ``({variable: coefficient}, constant)``; None where it is not affine (``/``,
-    ``min``, a product of variables)."""
-    if isinstance(e, ir.Int):
-        return {}, e.value
-    if isinstance(e, ir.Var):
-        return {e.name: 1}, 0
-    if e.op == "-" and len(e.args) == 1:
-        form = _affine(e.args[0])
-        return None if form is None else ({v: -k for v, k in form[0].items()}, -form[1])
-    if len(e.args) != 2 or e.op not in ("+", "-", "*"):
-        return None
-    x, y = _affine(e.args[0]), _affine(e.args[1])
-    if x is None or y is None:
-        return None
-    if e.op == "*":
-        if x[0] and y[0]:
-            return None
-        (k, (coefs, c)) = (x[1], y) if not x[0] else (y[1], x)
-        return {v: k * a for v, a in coefs.items() if k * a}, k * c
-    sign = 1 if e.op == "+" else -1
-    coefs = dict(x[0])
-    for v, a in y[0].items():
-        coefs[v] = coefs.get(v, 0) + sign * a
-    return {v: a for v, a in coefs.items() if a}, x[1] + sign * y[1]
 
 
 def _constant_upper_bound(cond: ir.Expr, var: str, *, constant: bool = True):

@@ -17,7 +17,19 @@ from ..polyhedral.lang import ast as A
 from . import ir
 from .packing import Pack, contiguous_strides
 
-__all__ = ["PART_BYTES", "PART_REFILLS", "Part", "Site", "place_parts"]
+__all__ = [
+    "PART_BYTES",
+    "PART_REFILLS",
+    "Part",
+    "Site",
+    "accesses",
+    "affine",
+    "constant_interval",
+    "constant_range",
+    "place_parts",
+    "run_dims",
+    "walk_runs",
+]
 
 
 #: A panel is filled inside the loops that read it, a part at a time, when a part (the elements
@@ -177,13 +189,48 @@ def _subscript(e: A.Expr, dims: Mapping[str, _Interval], sizes: Mapping[str, int
     return None
 
 
-def _reads(statement, tensor: str) -> list[A.Access]:
-    """The reads of ``tensor`` by a Scop statement (an initialisation reads nothing)."""
+def accesses(statement) -> tuple[list[tuple[str, tuple[A.Expr, ...]]], list[tuple[str, tuple[A.Expr, ...]]]]:
+    """``(reads, writes)`` of a Scop statement: ``(tensor, subscripts)`` each (an initialisation
+    reads nothing)."""
+    st = statement.source
+    if statement.kind == "init" and not st.plain_lhs:
+        lhs = tuple(A.Ident(d, kind="index") for d in statement.dims)
+    else:
+        lhs = tuple(st.lhs)
+    writes = [(st.tensor, lhs)]
     if statement.kind == "init":
-        return []
-    src = statement.source
-    exprs = [src.rhs, *getattr(src, "conditions", ())]
-    return [a for e in exprs for a in A.walk(e) if isinstance(a, A.Access) and a.tensor == tensor]
+        return [], writes
+    exprs = [st.rhs, *getattr(st, "conditions", ())]
+    reads = [(a.tensor, tuple(a.args)) for e in exprs for a in A.walk(e) if isinstance(a, A.Access)]
+    return reads, writes
+
+
+def _reads(statement, tensor: str) -> list[tuple[A.Expr, ...]]:
+    """The subscripts of each read of ``tensor`` by a Scop statement."""
+    return [args for t, args in accesses(statement)[0] if t == tensor]
+
+
+def constant_interval(iv: _Interval | None) -> tuple[int, int] | None:
+    """``(lowest, highest)`` of bounds that are constants; None otherwise."""
+    if iv is None or None in iv or iv[0][0] or iv[1][0]:  # type: ignore[index]
+        return None
+    return iv[0][1], iv[1][1]  # type: ignore[index]
+
+
+def constant_range(loop: ir.For) -> range | None:
+    """The values of a loop's variable, where its bounds are constants (and its step positive)."""
+    iv = constant_interval(_loop_interval(loop, {}))
+    if iv is None or loop.step < 1:
+        return None
+    return range(iv[0], iv[1] + 1, loop.step)
+
+
+def affine(e: ir.Expr) -> _Aff | None:
+    """``e`` as an affine form over its variables (``((variable, coefficient), ...), constant``);
+    None where it is not one (a division, a ``min`` of different forms, a product of variables)."""
+    itself = {v: (_aff({v: 1}, 0),) * 2 for v in ir.free_vars(e)}
+    lo, hi = _interval(e, itself)
+    return lo if lo is not None and lo == hi else None
 
 
 def walk_runs(
@@ -245,8 +292,8 @@ def _box(
         dims = run_dims(st, run, env)
         if dims is None:
             return False
-        for a in reads:
-            box = tuple(_subscript(e, dims, sizes) for e in a.args)
+        for args in reads:
+            box = tuple(_subscript(e, dims, sizes) for e in args)
             if any(b is None or None in b for b in box):
                 return False
             boxes.append(box)  # type: ignore[arg-type]

@@ -36,8 +36,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from . import ir
-from .barriers import accesses, footprint
-from .parts import _loop_interval
+from .barriers import footprint
+from .parts import accesses, constant_range
 
 FETCH_BYTES = 512 * 1024
 """The largest box of an input one loop fetches for a later one (a quarter of the L2 of the
@@ -72,10 +72,6 @@ class Fetch:
     loops: tuple[tuple[str, int, int], ...]
 
 
-def _written(loops: Sequence[ir.Node], statements: Mapping[str, object]) -> set[str]:
-    return {statements[r.statement].source.tensor for n in loops for r in ir.runs(n)}
-
-
 def _instances(node: ir.Node | None) -> int:
     """Statement instances below ``node`` where every loop has constant bounds (0 otherwise)."""
     if node is None:
@@ -83,10 +79,8 @@ def _instances(node: ir.Node | None) -> int:
     if isinstance(node, ir.Run):
         return 1
     if isinstance(node, ir.For):
-        iv = _loop_interval(node, {})
-        if iv is None or iv[0][0] or iv[1][0]:
-            return 0
-        return max(0, (iv[1][1] - iv[0][1]) // max(node.step, 1) + 1) * _instances(node.body)
+        span = constant_range(node)
+        return 0 if span is None else len(span) * _instances(node.body)
     if isinstance(node, ir.Mark):
         return _instances(node.body)
     if isinstance(node, ir.Block):
@@ -111,13 +105,11 @@ def _spreading_loops(loop: ir.For, lines: int) -> tuple[tuple[str, int, int], ..
             continue
         if not isinstance(node, ir.For) or node.degenerate or node.kind != "serial" or node.step != 1:
             break
-        iv = _loop_interval(node, {})
-        if iv is None or iv[0][0] or iv[1][0]:
+        span = constant_range(node)
+        if span is None or not span or count * len(span) > lines:
             break
-        trips = iv[1][1] - iv[0][1] + 1
-        if trips < 1 or count * trips > lines:
-            break
-        chain.append((node.var, iv[0][1], trips))
+        trips = len(span)
+        chain.append((node.var, span.start, trips))
         count *= trips
         node = node.body
     return tuple(chain)
@@ -136,22 +128,18 @@ def plan_fetches(
     item_bytes: Mapping[str, int],
 ) -> dict[int, list[Fetch]]:
     """What each of a kernel's top-level parallel ``loops`` (in program order) fetches for the
-    later ones, by position (module docstring). ``shapes``: every tensor's shape (those not in it
-    are not fetched); ``unit_last``: whether its last dimension has stride 1 (a box is fetched a
-    row of its last dimension at a time); ``item_bytes``: its elements' size."""
-    written = _written(loops, statements)
+    later ones, by position (module docstring). ``shapes``: the shapes of the kernel's inputs, the
+    tensors that may be fetched (no statement writes them); ``unit_last``: whether an input's last
+    dimension has stride 1 (a box is fetched a row of it at a time); ``item_bytes``: its elements'
+    size."""
     work = [_instances(n) for n in loops]
     seen: set[str] = set()
     plan: dict[int, list[Fetch]] = {}
     for j, loop in enumerate(loops):
         fp: dict = {}
-        env = {}
-        iv = _loop_interval(loop, {})
-        if iv is not None:
-            env[loop.var] = iv
-        known = iv is not None and footprint(loop.body, statements, sizes, env, fp)
+        known = footprint(loop, statements, sizes, {}, fp)
         reads = {t for r in ir.runs(loop) for t, _ in accesses(statements[r.statement])[0]}
-        for tensor in sorted(reads - seen - written) if known else ():  # else: its boxes are unknown
+        for tensor in sorted(reads - seen) if known else ():  # else: its boxes are unknown
             if tensor not in shapes or not unit_last.get(tensor):
                 continue
             boxes = fp[tensor][0]
@@ -171,10 +159,9 @@ def plan_fetches(
             for i in range(j - 1, -1, -1):
                 if work[i] >= WORK_PER_LINE * lines:
                     spread = _spreading_loops(loops[i], lines)
-                    outer = _loop_interval(loops[i], {})
-                    if spread and outer is not None and not outer[0][0] and not outer[1][0]:
-                        first, last = outer[0][1], outer[1][1]
-                        shared = (loops[i].var, first, (last - first) // max(loops[i].step, 1) + 1)
+                    outer = constant_range(loops[i])
+                    if spread and outer and outer.step == 1:  # the share's index counts iterations
+                        shared = (loops[i].var, outer.start, len(outer))
                         plan.setdefault(i, []).append(Fetch(tensor, box, shared, spread))
                     break
         seen |= reads
