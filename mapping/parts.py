@@ -217,12 +217,26 @@ def constant_interval(iv: _Interval | None) -> tuple[int, int] | None:
     return iv[0][1], iv[1][1]  # type: ignore[index]
 
 
+def _exact(e: ir.Expr) -> int | None:
+    """The value of an expression of constants; None where it has variables or its bounds differ
+    (the ``min`` and ``max`` of :func:`_interval` are bounds, not always values)."""
+    lo, hi = _interval(e, {})
+    return lo[1] if lo is not None and lo == hi and not lo[0] else None
+
+
 def constant_range(loop: ir.For) -> range | None:
-    """The values of a loop's variable, where its bounds are constants (and its step positive)."""
-    iv = constant_interval(_loop_interval(loop, {}))
-    if iv is None or loop.step < 1:
+    """The values of a loop's variable, where its bounds are constants (and its step positive):
+    exact, as callers count iterations with it (None where a bound is only bounded)."""
+    first = _exact(loop.init)
+    if first is None or loop.degenerate:
+        return None if first is None else range(first, first + 1)
+    cond = loop.cond
+    if not (isinstance(cond, ir.Op) and cond.op in ("<", "<=") and cond.args[0] == ir.Var(loop.var)):
         return None
-    return range(iv[0], iv[1] + 1, loop.step)
+    last = _exact(cond.args[1])
+    if last is None or loop.step < 1:
+        return None
+    return range(first, last + (0 if cond.op == "<" else 1), loop.step)
 
 
 def affine(e: ir.Expr) -> _Aff | None:

@@ -354,6 +354,23 @@ def test_barriers_stay_where_a_loop_reads_what_other_threads_wrote(threads: int)
         torch.set_num_threads(before)
 
 
+def test_loops_are_counted_only_where_their_bounds_are_exact() -> None:
+    """The barriers go only between loops of as many iterations, so those must be counted, not
+    bounded: isl may leave ``min(5, 3)`` in a bound once sizes are substituted, whose interval is
+    [3, 5]. Such a loop is not counted (it keeps its barrier); ``6 - 1`` is 5."""
+    from tcjit.mapping import ir
+    from tcjit.mapping.parts import constant_range
+
+    c = ir.Var("c0")
+
+    def loop(bound):
+        return ir.For("c0", ir.Int(0), ir.Op("<=", (c, bound)), 1, ir.Block(()))
+
+    assert constant_range(loop(ir.Op("-", (ir.Int(6), ir.Int(1))))) == range(0, 6)
+    assert constant_range(loop(ir.Op("min", (ir.Int(5), ir.Int(3))))) is None
+    assert constant_range(loop(ir.Op("+", (c, ir.Int(1))))) is None
+
+
 @pytest.mark.parametrize("W, tile", [(34, (1, 1, 4, 1, 16)), (58, (1, 1, 8, 1, 8))])
 def test_convolution_tiles_double_rows_where_columns_halve(W: int, tile: tuple) -> None:
     """The outer-product tile of a convolution is rows (h) x columns (w): neighbouring rows share
