@@ -373,7 +373,7 @@ class _Printer:
         self.vector_types: dict[str, tuple[str, int]] = {}  # vector tiles' types: (element, bytes)
         self.fetches: dict[int, list[Fetch]] = {}  # id() of a top-level parallel loop -> what it fetches
         self.fetching: dict[str, list[str]] = {}  # while printing one: loop variable -> calls at its top
-        self.helpers: list[str] = []  # static functions the regions call (the fetches')
+        self.helpers: list[list[str]] = []  # static functions the regions call (the fetches'), each's lines
         self.packed: frozenset[str] = frozenset()  # inputs read from packed panels
         self.vector_bytes = 32
         self.buffer_shadows: list[tuple[str, int]] = []  # the emulated target's promoted buffers
@@ -1516,7 +1516,7 @@ class _Printer:
                 continue
             shapes[name] = tuple(int(d.evaluate(self.sizes)) for d in info.shape)
             unit_last[name] = tuple(self.strides[name])[-1:] == (1,)
-            item_bytes[name] = max(1, info.dtype.bits // 8)
+            item_bytes[name] = _item_bytes(info.dtype)
         plan = plan_fetches(loops, self.statements, self.sizes, shapes, unit_last, item_bytes)
         self.fetches = {id(loops[i]): f for i, f in plan.items()}
 
@@ -1539,11 +1539,10 @@ class _Printer:
         ]
         calls: dict[str, list[str]] = {}
         for f in fetches:
-            k = sum(line.startswith("static") for line in self.helpers)
-            fn, lines = f"tc_fetch{k}", f"tc_f{k}"
+            fn, lines = f"tc_fetch{len(self.helpers)}", f"tc_f{len(self.helpers)}"
             dtype = self.cdef.tensor(f.tensor).dtype
             helper, slots = _fetch_helper(fn, f, tuple(self.strides[f.tensor]), dtype)
-            self.helpers += helper
+            self.helpers.append(helper)
             index, count = "0", 1
             for v, lo, n in f.loops:
                 at = f"({v} - {lo})" if lo else v
@@ -2093,7 +2092,7 @@ def print_kernel(
         ),
         *_PARTS,
         *common,
-        *p.helpers,
+        *(line for helper in p.helpers for line in helper),
         *p.prototypes,
         "",
         *p.functions,
@@ -2428,7 +2427,7 @@ def _fetch_helper(fn: str, f: Fetch, strides: tuple[int, ...], dtype: ScalarType
     more than its length (it may start mid-line), so that the callers share lines out, a few per
     call (mlp3's ``d_W1`` fetches 8 or 9 lines of ``O1`` per register tile)."""
     ct = c_storage_type(dtype)
-    item = max(1, dtype.bits // 8)
+    item = _item_bytes(dtype)
     outer = f.box[:-1]
     rows = math.prod(hi - lo + 1 for lo, hi in outer)
     lo_last, hi_last = f.box[-1]
