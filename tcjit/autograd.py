@@ -11,7 +11,8 @@ A call of a :class:`~tcjit.Kernel` whose tensor inputs require grad, with grad m
 * **forward** runs the plan's forward kernel on the call's layout (the call's ``options`` and
   ``target`` apply), returns the outputs and keeps the inputs and saved tensors for backward;
 * **backward** runs the plan's backward on the inputs, the saved tensors and the gradients of the
-  outputs (made contiguous), and returns the inputs' gradients, checked against the inputs' shapes.
+  outputs (a derived backward reads them in the layout they arrive in: an expanded gradient in
+  place), and returns the inputs' gradients, checked against the inputs' shapes.
   Inputs that do not require grad get ``None`` (a derived backward does not compute them); integer
   outputs are not differentiable (``mark_non_differentiable``). Gradients are not materialised
   (``ctx.set_materialize_grads(False)``): an output the loss does not read arrives as ``None``. A
@@ -96,17 +97,19 @@ class GradPlan:
         ``saved`` holds what the backward takes between the inputs and the output gradients: for a
         derived backward the kernel's outputs and then the intermediates ``forward`` returned
         after them; empty for a user-supplied backward. ``grad_outputs`` holds one tensor or
-        ``None`` (a gradient known to be zero) per output of :attr:`kernel`; its tensors are made
-        contiguous. A derived backward is asked for without the ``None`` ones; a user-supplied one
-        gets zeros for them. When every one is ``None`` no kernel runs: the wanted gradients are
-        zeros.
+        ``None`` (a gradient known to be zero) per output of :attr:`kernel`, converted to
+        :attr:`grad_dtypes` where it differs. A derived backward is asked for without the ``None``
+        ones and reads the others in the layout they arrive in: the gradient of ``out.sum()`` is
+        an expanded tensor (every stride 0), which the backward kernel reads in place instead of
+        from a copy the size of the output. A user-supplied backward gets them made contiguous,
+        and zeros for the ``None`` ones. When every one is ``None`` no kernel runs: the wanted
+        gradients are zeros.
 
         ``backwards``: where a caller whose inputs and saved tensors always have the same layout
         (one :class:`GradCall`) keeps the derived backward's specialisation per ``(needs,
-        absent)``, so that later calls run it without the kernel's call-time checks and lookup.
-        The output gradients are made contiguous in :attr:`grad_dtypes`, so their layout follows
-        the outputs' shapes (strides of size-1 dimensions aside, which no element's address
-        depends on).
+        absent, strides)``, ``strides`` those of the output gradients, so that later calls run it
+        without the kernel's call-time checks and lookup (the gradients' shapes are the outputs',
+        as autograd checks).
         """
         kernel = self.kernel
         needs = tuple(bool(n) and isinstance(x, torch.Tensor) for n, x in zip(needs, inputs))
@@ -124,18 +127,20 @@ class GradPlan:
         grads_out = []
         for k, (dtype, g) in enumerate(zip(self.grad_dtypes, grad_outputs)):
             if g is not None:
-                grads_out.append((g if g.dtype == dtype else g.to(dtype)).contiguous())
+                g = g if g.dtype == dtype else g.to(dtype)
+                grads_out.append(g if self.derived else g.contiguous())
             elif not self.derived:
                 grads_out.append(torch.zeros(shapes[k], dtype=dtype, device=_device(inputs)))
         args = (*inputs, *saved, *grads_out)
         if backwards is not None and self.derived:
-            spec = backwards.get((needs, absent))
+            which = (needs, absent, tuple([g.stride() for g in grads_out]))
+            spec = backwards.get(which)
             if spec is None:  # what a call of the backward kernel on these arguments would run
                 from .kernel import _layouts
 
                 key = (None, None, _layouts(args), None)
                 backward = self.backward_for(needs, absent)
-                spec = backwards[(needs, absent)] = backward._specialization(key, args, None, None, None)
+                spec = backwards[which] = backward._specialization(key, args, None, None, None)
             # the wanted gradients, typed and shaped as their inputs by the derivation
             it = iter(spec.run(args, None))
             return tuple(next(it) if n else None for n in needs)
@@ -182,8 +187,8 @@ class GradCall:
     :ivar spec: the specialisation of ``plan.forward`` for the layout.
     :ivar tensors: the positions of the tensor arguments (the others are Python numbers).
     :ivar n_out: how many outputs the kernel has (``spec`` returns the saved tensors after them).
-    :ivar backwards: ``(needs, absent) -> specialisation`` of the derived backward for the layout
-        (filled by :meth:`GradPlan.grads`).
+    :ivar backwards: ``(needs, absent, strides) -> specialisation`` of the derived backward for
+        the layout and the output gradients' strides (filled by :meth:`GradPlan.grads`).
     :ivar constant: the positions of the outputs that are not differentiable (integer and bool
         dtypes), which the forward marks so.
     """

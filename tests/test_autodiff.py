@@ -374,8 +374,9 @@ def test_only_wanted_gradients_are_derived_and_computed() -> None:
 
 def test_a_call_layout_keeps_its_backward_specialisations() -> None:
     """Calls of one layout run their derived backward's specialisation directly (kept per wanted
-    gradients and absent outputs on the call's GradCall): output gradients that arrive expanded,
-    transposed, in another dtype or not at all still give torch's gradients."""
+    gradients, absent outputs and the output gradients' strides on the call's GradCall): output
+    gradients that arrive expanded, transposed, in another dtype or not at all still give torch's
+    gradients, the expanded and transposed ones read in place."""
     kernel = tcjit.define(TWO_OUT)
     x, w = randn(6, 4), randn(5, 4, seed=1)
 
@@ -398,10 +399,11 @@ def test_a_call_layout_keeps_its_backward_specialisations() -> None:
     step(lambda o, p: o.sum(), "w")
     (call,) = kernel._grad_calls.values()  # one layout: one GradCall, its backwards kept
     assert set(call.backwards) == {
-        ((True, True), frozenset()),
-        ((True, True), frozenset({"P"})),
-        ((True, False), frozenset({"O"})),
-        ((False, True), frozenset({"P"})),
+        ((True, True), frozenset(), ((0, 0), (0,))),  # O (6, 5) and P (6,) expanded
+        ((True, True), frozenset(), ((1, 6), (1,))),  # O's gradient g.T, column-major
+        ((True, True), frozenset({"P"}), ((5, 1),)),  # converted to float64: contiguous
+        ((True, False), frozenset({"O"}), ((1,),)),
+        ((False, True), frozenset({"P"}), ((0, 0),)),
     }
 
 

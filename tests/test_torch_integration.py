@@ -327,6 +327,32 @@ def test_expanded_inputs_pass_gradcheck():
     torch.testing.assert_close(grow, x.detach().sum(0, keepdim=True))
 
 
+@pytest.mark.parametrize("target", ["cpu", "cuda-emulated"])
+def test_output_gradients_are_read_in_the_layout_they_arrive_in(target):
+    """A derived backward reads an output's gradient in place, in whatever layout autograd hands
+    it: ``out.sum()``'s is expanded (every stride 0), a product's is contiguous, one through a
+    transpose is column-major. Each layout gets a specialisation of its own (no copy is made to
+    fit one), and alternating between them keeps every gradient right."""
+    k = tcjit.define(FCRELU.replace("float", "double"))
+    x = _randn(3, 8, requires_grad=True, seed=21, dtype=torch.float64)
+    w = _randn(4, 8, requires_grad=True, seed=22, dtype=torch.float64)
+    b = _randn(4, requires_grad=True, seed=23, dtype=torch.float64)
+    r = _randn(3, 4, seed=24, dtype=torch.float64)
+    losses = {
+        "expanded": lambda o: o.sum(),
+        "contiguous": lambda o: (o * r).sum(),
+        "transposed": lambda o: (o.t() * r.t().contiguous()).sum(),
+    }
+    for _ in range(2):
+        for name, loss in losses.items():
+            got = torch.autograd.grad(loss(k(x, w, b, target=target)), (x, w, b))
+            want = torch.autograd.grad(loss(torch.relu(x @ w.T + b)), (x, w, b))
+            for g, e in zip(got, want):
+                torch.testing.assert_close(g, e, msg=lambda m, name=name: f"{name}: {m}")
+    (call,) = k._grad_calls.values()
+    assert {strides for _, _, strides in call.backwards} == {((0, 0),), ((4, 1),), ((1, 3),)}
+
+
 def test_gradients_have_the_inputs_shapes_and_dtypes(fcrelu):
     xt = _randn(8, 3, requires_grad=True)
     w = _randn(4, 8, requires_grad=True)
