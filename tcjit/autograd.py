@@ -195,6 +195,11 @@ class GradCall:
 
     __slots__ = ("backwards", "constant", "n_out", "plan", "spec", "tensors")
 
+    #: ``function.apply(call, *inputs)`` runs the call and records it for autograd: the kernel's
+    #: call path reaches :class:`KernelFunction` through the layout's ``GradCall``, with no import
+    #: run on the way. (Set below, once the class exists.)
+    function: type
+
     def __init__(self, plan: GradPlan, spec, inputs) -> None:
         self.plan = plan
         self.spec = spec
@@ -204,12 +209,6 @@ class GradCall:
         self.constant = tuple(
             k for k, dt in enumerate(plan.grad_dtypes) if not (dt.is_floating_point or dt.is_complex)
         )
-
-    def apply(self, inputs):
-        """``KernelFunction.apply(self, *inputs)``: the outputs, recorded for autograd. The
-        kernel's call path reaches it through the layout's ``GradCall``, with no import run on
-        the way (a function-level import ran on every call before)."""
-        return KernelFunction.apply(self, *inputs)
 
 
 class KernelFunction(torch.autograd.Function):
@@ -257,6 +256,9 @@ class KernelFunction(torch.autograd.Function):
             it = iter(saved[:n_tensors])
             inputs = [ctx.others[i] if i in ctx.others else next(it) for i in range(len(needs))]
         return (None, *plan.grads(inputs, saved[n_tensors:], grads, needs, call.backwards))
+
+
+GradCall.function = KernelFunction
 
 
 def user_plan(kernel, backward) -> GradPlan:

@@ -141,9 +141,10 @@ class Kernel:
             return compiled_call(self, inputs, outputs, options, target)
         if outputs is not None and not isinstance(outputs, (list, tuple)):
             outputs = (outputs,)
-        if _grad_requested(inputs):
-            return self._differentiable_call(inputs, outputs, options, target)
-        key = (options, target, _layouts(inputs), None if outputs is None else _layouts(outputs))
+        layouts, grad = _layouts_and_grad(inputs)
+        if grad and torch.is_grad_enabled():
+            return self._differentiable_call(inputs, layouts, outputs, options, target)
+        key = (options, target, layouts, None if outputs is None else _layouts(outputs))
         spec = self._specializations.get(key)
         if spec is None:  # compiled (or loaded) once per layout; a retyped variant's if dtypes ask
             spec = self._specialize(inputs, outputs, options, target, key=key)
@@ -151,15 +152,16 @@ class Kernel:
         outs = spec.run(inputs, outputs)
         return outs[0] if len(outs) == 1 else outs
 
-    def _differentiable_call(self, inputs, outputs, options, target):
+    def _differentiable_call(self, inputs, layouts, outputs, options, target):
         """A call recorded for autograd (module :mod:`tcjit.autograd`): the grad plan's forward
-        kernel runs, specialised for the call's layout, options and target."""
+        kernel runs, specialised for the call's layout (``layouts``: :func:`_layouts` of the
+        inputs), options and target."""
         if outputs is not None:
             raise TCCallError(
                 f"{self.name}: outputs= cannot be used when an input requires grad",
                 hint="let the call allocate its outputs, or call it under torch.no_grad()",
             )
-        key = (options, target, _layouts(inputs), None)
+        key = (options, target, layouts, None)
         call = self._grad_calls.get(key)
         if call is None:  # the plan of the variant the dtypes ask for (self when as declared)
             from .autograd import GradCall
@@ -167,7 +169,7 @@ class Kernel:
             plan = self.variant_for(*inputs).grad_plan()
             spec = plan.forward._specialization(key, inputs, None, options, target)
             call = self._grad_calls[key] = GradCall(plan, spec, inputs)
-        return call.apply(inputs)
+        return call.function.apply(call, *inputs)
 
     def grad_plan(self):
         """How this kernel's calls are differentiated: a :class:`tcjit.autograd.GradPlan` (made on
@@ -373,10 +375,21 @@ def _describe(sigma: Mapping[str, str]) -> str:
     return ", ".join(f"{t} as {d}" for t, d in sorted(sigma.items()))
 
 
-def _grad_requested(inputs) -> bool:
+def _layouts_and_grad(args) -> tuple[tuple, bool]:
+    """``(_layouts(args), whether a tensor among args requires grad)`` in one pass over them: the
+    call path of every kernel call, where a second pass cost as much as the lookup it leads to."""
     import torch
 
-    return torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in inputs)
+    out = []
+    grad = False
+    for x in args:
+        if isinstance(x, torch.Tensor):
+            out.append((x.dtype, x.shape, x.stride(), x.device))
+            if x.requires_grad:
+                grad = True
+        else:
+            out.append(type(x))
+    return tuple(out), grad
 
 
 def default_options(cdef: CheckedDef, sizes, target: str):
