@@ -358,16 +358,9 @@ class Kernel:
 
 
 def _layouts(args, meta_as: str | None = None) -> tuple:
-    import torch
-
-    out = []
-    for x in args:
-        if isinstance(x, torch.Tensor):
-            device = torch.device(meta_as) if meta_as and x.device.type == "meta" else x.device
-            out.append((x.dtype, x.shape, x.stride(), device))
-        else:
-            out.append(type(x))
-    return tuple(out)
+    """What a specialisation is kept by for ``args``: each tensor's dtype, shape, strides and
+    device (``meta_as`` for a meta tensor's, where given), each other argument's type."""
+    return _layouts_and_grad(args, meta_as)[0]
 
 
 def _describe(sigma: Mapping[str, str]) -> str:
@@ -375,16 +368,18 @@ def _describe(sigma: Mapping[str, str]) -> str:
     return ", ".join(f"{t} as {d}" for t, d in sorted(sigma.items()))
 
 
-def _layouts_and_grad(args) -> tuple[tuple, bool]:
-    """``(_layouts(args), whether a tensor among args requires grad)`` in one pass over them: the
-    call path of every kernel call, where a second pass cost as much as the lookup it leads to."""
+def _layouts_and_grad(args, meta_as: str | None = None) -> tuple[tuple, bool]:
+    """``(_layouts(args, meta_as), whether a tensor among args requires grad)`` in one pass over
+    them: the call path of every kernel call, where a second pass cost as much as the lookup it
+    leads to."""
     import torch
 
     out = []
     grad = False
     for x in args:
         if isinstance(x, torch.Tensor):
-            out.append((x.dtype, x.shape, x.stride(), x.device))
+            device = torch.device(meta_as) if meta_as and x.device.type == "meta" else x.device
+            out.append((x.dtype, x.shape, x.stride(), device))
             if x.requires_grad:
                 grad = True
         else:
