@@ -36,7 +36,7 @@ from . import ir
 from .barriers import needless_barriers
 from .c_prelude import PRELUDE, builtin_callee, int_suffix
 from .packing import Pack, contiguous_strides, spanned_elements
-from .parts import Part, Site, affine
+from .parts import Part, Site, affine, constant_range
 from .prefetch import Fetch, plan_fetches
 
 __all__ = ["BoundsCheck", "CParam", "c_storage_type", "print_kernel"]
@@ -1906,11 +1906,10 @@ def _rebuild_chain(node: ir.Node, points: Sequence[ir.For]) -> ir.Node:
 
 
 def _constant_span(loop: ir.For) -> tuple[int, int] | None:
-    """``[first, last + 1)`` of a loop with constant bounds and step 1; None otherwise."""
-    hi = _constant_upper_bound(loop.cond, loop.var)
-    if not isinstance(loop.init, ir.Int) or loop.step != 1 or hi is None or _variable_bounds(loop.cond):
-        return None
-    return loop.init.value, hi + 1
+    """``[first, last + 1)`` of a loop with exact constant bounds and step 1
+    (:func:`~tcjit.mapping.parts.constant_range`); None otherwise."""
+    span = None if loop.degenerate else constant_range(loop)
+    return None if span is None or span.step != 1 else (span.start, span.stop)
 
 
 def _constant_upper_bound(cond: ir.Expr, var: str, *, constant: bool = True):
