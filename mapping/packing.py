@@ -44,11 +44,16 @@ from dataclasses import dataclass
 from ..polyhedral.lang import ast as A
 from ..polyhedral.lang.checked import CheckedDef
 
-__all__ = ["MIN_REUSE", "Pack", "contiguous_strides", "packed_operands", "spanned_elements"]
+__all__ = ["MIN_REUSE", "PART_REFILLS", "Pack", "contiguous_strides", "packed_operands", "spanned_elements"]
 
 #: The fewest times each element of a packed input must be read: below this the copy (a read and
 #: a write of every element) is a large part of what the contraction does with it.
 MIN_REUSE = 8
+
+#: The parts of a panel filled by a kernel's run (:func:`.parts.place_parts`) may add up to at
+#: most this many times the tensor (a part filled again for each iteration of a loop that does not
+#: move it costs a copy each time); past that the panel is filled whole, before the loops.
+PART_REFILLS = 2
 
 
 @dataclass(frozen=True)

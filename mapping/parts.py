@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from ..polyhedral.lang import ast as A
 from . import ir
-from .packing import Pack, contiguous_strides
+from .packing import PART_REFILLS, Pack, contiguous_strides
 
 __all__ = [
     "PART_BYTES",
@@ -39,10 +39,6 @@ __all__ = [
 #: step's Python and autograd code between the kernels ran that much slower (hand-edited C timed
 #: in a training step: 653 -> 601 us).
 PART_BYTES = 256 << 10
-
-#: The parts filled by a kernel's run may add up to at most this many times the tensor (a part
-#: filled again for each iteration of a loop that does not move it costs a copy each time).
-PART_REFILLS = 2
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,11 @@ FCRELU = """def fcrelu(float(B,M) I, float(N,M) W, float(N) bias) -> (O) {
     O(b, n) +=! I(b, r_m) * W(n, r_m)
     O(b, n)  = fmax(O(b, n) + bias(n), 0)
 }"""
+MLP2 = """def mlp2(float(B,M) I, float(N,M) W1, float(N) B1, float(P,N) W2) -> (O1, O2) {
+    O1(b, n) +=! I(b, r_m) * W1(n, r_m)
+    O1(b, n)  = fmax(O1(b, n) + B1(n), 0)
+    O2(b, p) +=! O1(b, r_n) * W2(p, r_n)
+}"""
 ALSO_POINTWISE = """def both(float(M,K) A, float(N,K) B) -> (C, D) {
     C(m, n) +=! A(m, r_k) * B(n, r_k)
     D(n, k) = B(n, k) * 2
@@ -255,6 +260,38 @@ def test_default_options_pack_linear_layers() -> None:
     options = default_options(kernel.definition, {"B": 128, "M": 64, "N": 32}, "cpu")
     assert options.values.pack_operands and options.values.register_tile[0] == 8
     H.assert_same(kernel(x, w, bias), torch.relu(x @ w.t() + bias), 64)
+
+
+@pytest.mark.parametrize(
+    "rows, columns", [(64, 32), (128, 32), (129, 512), (4096, 512)], ids=["64", "128", "129", "4096"]
+)
+def test_panels_filled_in_parts_take_columns_of_the_register_tile(rows: int, columns: int) -> None:
+    """Over at most two tiles of 64 rows a linear layer's weight is filled a part at a time
+    (PART_REFILLS): the columns are then tiled by the register tile's width, and a part (128
+    steps of the reduction by 32 columns) is what a thread's tiles read; over more rows the panel
+    is filled whole and the columns keep tiles of 512."""
+    from tcjit.mapping.defaults import default_options, filled_in_parts
+
+    cdef = _cdef(FCRELU)
+    sizes = {"B": rows, "M": 512, "N": 256}
+    options = default_options(cdef, sizes, "cpu", vector_bytes=64)
+    assert options.values.tile == (64, columns, 128)
+    assert filled_in_parts(cdef, sizes, {"W"}, (64, 512, 128)) is (columns == 32)
+    text = _source(FCRELU, sizes, options)
+    if columns == 32:
+        assert _sites(text) == ["tc_part_W(u_W, b_W, (32 * c1), (128 * c2));"]
+    else:
+        assert "tc_fill_W" in text and not _sites(text)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_column_tiles_on_threads_match_the_oracle(threads: int, monkeypatch) -> None:
+    """Two layers over one tile of 64 rows, by the default options: each layer's tiles of columns
+    run on the threads (the rows give them one tile), each filling its own parts of the weight,
+    and the second layer reads every column of ``O1`` that all threads wrote (a barrier between)."""
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    inputs = (_randn(64, 96), _randn(80, 96, seed=1), _randn(80, seed=2), _randn(48, 80, seed=3))
+    _check(MLP2, inputs, options=None, reduction=96)
 
 
 def test_format_1_options_read_as_not_packing() -> None:
