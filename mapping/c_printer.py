@@ -1192,13 +1192,15 @@ class _Printer:
         return st, et, vdim
 
     def _vector_access(self, tensor: str, args: Sequence[A.Expr], vdim: str) -> str | None:
-        """How an access moves along the vector dimension ``vdim``: ``"scalar"`` (not at all),
-        ``"vector"`` (by one element: a subscript ``vdim`` or ``vdim + c`` of stride 1), or None."""
+        """How an access moves along the vector dimension ``vdim``: ``"scalar"`` (not at all: no
+        subscript mentions ``vdim``, or those that do are of stride 0, as in an expanded tensor
+        such as the gradient ``sum().backward()`` passes), ``"vector"`` (by one element: a
+        subscript ``vdim`` or ``vdim + c`` of stride 1), or None."""
         if tensor in self.wide or any(id(a) in self.checked for a in args):
             return None
         strides = self.strides[tensor]
         moving = [k for k, a in enumerate(args) if vdim in A.index_vars(a)]
-        if not moving:
+        if all(strides[k] == 0 for k in moving):
             return "scalar"
         if len(moving) != 1 or strides[moving[0]] != 1:
             return None
