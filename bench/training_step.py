@@ -1,13 +1,17 @@
 """Training steps through tcjit kernels against torch eager and torch.compile: forward and backward.
 
 A *step* is what a training loop does with one kernel: the forward of all its outputs with the
-parameters requiring grad, a scalar loss (the sum of the last output: ``O3`` for mlp3, ``O`` for
-gconv), and the backward to every parameter (``p.grad`` set to ``None`` before each step, as
-``optimizer.zero_grad()`` does). Three cases, at the suite's CPU sizes (KERNELS.md, float32,
+parameters requiring grad, a scalar loss, and the backward to every parameter (``p.grad`` set to
+``None`` before each step, as ``optimizer.zero_grad()`` does). The loss is the sum of the last output
+(``O3`` for mlp3, ``O`` for gconv), whose gradient autograd hands the backward as one element
+expanded to the output's shape (every stride 0), or, in the ``dense`` cases, the sum of the last
+output times a fixed random tensor of its shape: a gradient with a value per element, as a mean
+squared error or a cross-entropy gives. Five cases, at the suite's CPU sizes (KERNELS.md, float32,
 ``make_inputs``' fixed seed):
 
-- ``mlp3``: gradients of the weights and biases ``W1, B1, W2, B2, W3, B3`` (not of the batch ``I``);
-- ``gconv``: gradient of the weights ``W1``;
+- ``mlp3``, ``mlp3 dense``: gradients of the weights and biases ``W1, B1, W2, B2, W3, B3`` (not of
+  the batch ``I``);
+- ``gconv``, ``gconv dense``: gradient of the weights ``W1``;
 - ``gconv +dI``: gradients of ``W1`` and of the input ``I`` (the convolution's input-gradient path).
 
 Contenders, in one process:
@@ -85,18 +89,45 @@ class Case:
     :ivar label: how the results name it.
     :ivar kernel: the suite kernel.
     :ivar wanted: the inputs whose gradients the step computes.
+    :ivar dense: the loss weighs the last output by a fixed random tensor (:func:`loss_weight`), so
+        that its gradient is dense, instead of summing it (an expanded gradient).
     """
 
     label: str
     kernel: str
     wanted: tuple[str, ...]
+    dense: bool = False
 
 
+MLP3_PARAMS = ("W1", "B1", "W2", "B2", "W3", "B3")
 CASES = (
-    Case("mlp3", "mlp3", ("W1", "B1", "W2", "B2", "W3", "B3")),
+    Case("mlp3", "mlp3", MLP3_PARAMS),
+    Case("mlp3 dense", "mlp3", MLP3_PARAMS, dense=True),
     Case("gconv", "gconv", ("W1",)),
+    Case("gconv dense", "gconv", ("W1",), dense=True),
     Case("gconv +dI", "gconv", ("I", "W1")),
 )
+
+LOSS_WEIGHT_SEED = 7
+"""The seed of the dense cases' loss weights."""
+
+
+def loss_weight(sk, inputs: Sequence, case: Case):
+    """The tensor a dense case's loss multiplies the last output by (standard normal values, of its
+    shape and dtype, from :data:`LOSS_WEIGHT_SEED`), or None for a loss that sums it."""
+    import torch
+
+    if not case.dense:
+        return None
+    with torch.no_grad():
+        out = as_tuple(sk.torch_ref(*inputs))[-1]
+    g = torch.Generator().manual_seed(LOSS_WEIGHT_SEED)
+    return torch.randn(out.shape, generator=g, dtype=out.dtype)
+
+
+def _loss(out, weight):
+    """The case's scalar loss of the last output ``out``."""
+    return out.sum() if weight is None else (out * weight).sum()
 
 
 def backward_reduction_length(kernel: str, sizes: Mapping[str, int]) -> int:
@@ -138,11 +169,12 @@ def _ratio(a: dict[str, Any], b: dict[str, Any]) -> float | None:
     return a["timing"]["median_s"] / b["timing"]["median_s"]
 
 
-def reference_grads(sk, inputs: Sequence, case: Case) -> tuple:
-    """The gradients of the case's loss in float64 (torch eager), converted to float32, in input order."""
+def reference_grads(sk, inputs: Sequence, case: Case, weight=None) -> tuple:
+    """The gradients of the case's loss (``weight``: :func:`loss_weight`) in float64 (torch eager),
+    converted to float32, in input order."""
     names = sk.checked.params
     leaves = _leaves([x.double() for x in inputs], names, case.wanted)
-    as_tuple(sk.torch_ref(*leaves))[-1].sum().backward()
+    _loss(as_tuple(sk.torch_ref(*leaves))[-1], None if weight is None else weight.double()).backward()
     return tuple(x.grad.float() for x, n in zip(leaves, names) if n in case.wanted)
 
 
@@ -168,16 +200,17 @@ def bench_case(
     inputs = sk.make_inputs(sizes)
     n_red = backward_reduction_length(case.kernel, sizes)
     tol = tolerance(torch.float32, n_red)
-    want = reference_grads(sk, inputs, case)
+    weight = loss_weight(sk, inputs, case)
+    want = reference_grads(sk, inputs, case, weight)
 
     kernel = tcjit.define(sk.source, name=sk.entry)
     compiled = None
     if torch_compile:
         torch._dynamo.reset()
-        compiled = torch.compile(lambda *x: as_tuple(sk.torch_ref(*x))[-1].sum())
+        compiled = torch.compile(lambda *x: _loss(as_tuple(sk.torch_ref(*x))[-1], weight))
     loss_fns: dict[str, Callable[..., Any] | None] = {
-        "tcjit": lambda *x: as_tuple(kernel(*x))[-1].sum(),
-        "eager": lambda *x: as_tuple(sk.torch_ref(*x))[-1].sum(),
+        "tcjit": lambda *x: _loss(as_tuple(kernel(*x))[-1], weight),
+        "eager": lambda *x: _loss(as_tuple(sk.torch_ref(*x))[-1], weight),
         "compile": compiled,
     }
     records: dict[str, dict[str, Any]] = {}
@@ -215,7 +248,7 @@ def bench_case(
         "kernel": case.kernel,
         "sizes": dict(sizes),
         "wanted": list(case.wanted),
-        "loss": f"sum of {sk.checked.outputs[-1]}",
+        "loss": f"sum of {sk.checked.outputs[-1]}" + (" times a fixed random tensor" if case.dense else ""),
         "backward_reduction_length": n_red,
         "tolerance": tol,
         "all_correct": all(r["correct"] is not False for r in records.values()),
@@ -229,7 +262,14 @@ def bench_case(
     if t["status"] in ("ok", "wrong"):
         try:
             result["breakdown"] = breakdown(
-                kernel, sk, inputs, case, max_rounds=max_rounds, budget_s=budget_s, min_sample_s=min_sample_s
+                kernel,
+                sk,
+                inputs,
+                case,
+                weight,
+                max_rounds=max_rounds,
+                budget_s=budget_s,
+                min_sample_s=min_sample_s,
             )
         except Exception as err:  # a part that fails is reported, the step figures stand
             result["breakdown_error"] = describe_error(err)
@@ -240,11 +280,20 @@ def bench_case(
 
 # ======================================================================================= breakdown
 def breakdown(
-    kernel, sk, inputs: Sequence, case: Case, *, max_rounds: int, budget_s: float, min_sample_s: float
+    kernel,
+    sk,
+    inputs: Sequence,
+    case: Case,
+    weight=None,
+    *,
+    max_rounds: int,
+    budget_s: float,
+    min_sample_s: float,
 ) -> list[dict[str, Any]]:
     """The parts of a step, timed interleaved: tcjit's plain and augmented forward and derived
     backward kernels (for all the case's gradients, and for each alone when there are several), and
-    torch's recording forward and backward (likewise). One record per part."""
+    torch's recording forward and backward (likewise). One record per part. The backward kernels
+    get the gradient the step's loss gives (``weight``: :func:`loss_weight`)."""
     import torch
 
     names = list(sk.checked.params)
@@ -253,9 +302,11 @@ def breakdown(
     with torch.no_grad():
         fwd = as_tuple(plan.forward(*inputs))
     outs = fwd[:n_out]
-    # The step's output gradients: ones for the summed last output, zeros for the others (what
-    # GradPlan.grads passes for an output that received no gradient).
-    grad_outs = [torch.zeros_like(o) for o in outs[:-1]] + [torch.ones_like(outs[-1])]
+    # The step's output gradients: for the last output what autograd passes (one expanded 1 for a
+    # sum, the weight for a dense loss), zeros for the others (what GradPlan.grads passes for an
+    # output that received no gradient).
+    last = torch.ones((), dtype=outs[-1].dtype).expand_as(outs[-1]) if weight is None else weight
+    grad_outs = [torch.zeros_like(o) for o in outs[:-1]] + [last]
 
     def needs_of(wanted: Sequence[str]) -> tuple[bool, ...]:
         return tuple(n in wanted for n in names)
@@ -297,11 +348,11 @@ def breakdown(
     leaves = _leaves(inputs, names, case.wanted)
     add(
         "torch forward (recording the graph)",
-        lambda: as_tuple(sk.torch_ref(*leaves))[-1].sum(),
+        lambda: _loss(as_tuple(sk.torch_ref(*leaves))[-1], weight),
         who="eager",
         phase="forward",
     )
-    loss = as_tuple(sk.torch_ref(*leaves))[-1].sum()
+    loss = _loss(as_tuple(sk.torch_ref(*leaves))[-1], weight)
     for wanted in groups:
         ws = [x for x, n in zip(leaves, names) if n in wanted]
         add(
@@ -356,7 +407,8 @@ def run(
             "min_sample_s": min_sample_s,
             "fresh_cache_dir": True,
             "options": "default (TCJIT_OPTIONS_DB disabled)",
-            "step": "p.grad = None for the wanted inputs; loss = sum of the last output; loss.backward()",
+            "step": "p.grad = None for the wanted inputs; loss = sum of the last output (dense cases: "
+            "times a fixed random tensor); loss.backward()",
         },
         "target_speedup_vs_eager": TARGET_SPEEDUP,
         "cases": results,

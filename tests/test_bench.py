@@ -411,9 +411,11 @@ def test_training_step_runs(bench, tmp_path: Path) -> None:
     breakdown timed, the derived TC recorded (torch.compile left out: it costs tens of seconds)."""
     training_step = bench("training_step")
     out = tmp_path / "training_step"
-    argv = ["--sizes", "small", "--repeat", "2", "--budget", "0.01", "--no-compile", "--cases", "mlp3"]
+    argv = ["--sizes", "small", "--repeat", "2", "--budget", "0.01", "--no-compile"]
+    argv += ["--cases", "mlp3,mlp3 dense"]
     assert training_step.main([*argv, "--out", str(out)]) == 0
-    (case,) = json.loads(out.with_suffix(".json").read_text())["cases"]
+    case, dense = json.loads(out.with_suffix(".json").read_text())["cases"]
+    assert dense["case"] == "mlp3 dense" and dense["all_correct"] and dense["loss"].endswith("random tensor")
     assert (
         case["case"] == "mlp3"
         and case["all_correct"]
