@@ -66,7 +66,7 @@ from collections.abc import Collection, Mapping, Sequence
 from ..polyhedral.lang import ast as A
 from ..polyhedral.lang.checked import CheckedDef, CheckedStatement
 from .options import MappingOptions
-from .packing import PART_REFILLS, packed_operands
+from .packing import PART_REFILLS, index_extent, packed_operands
 
 __all__ = [
     "GEMM_TILE",
@@ -135,8 +135,7 @@ def filled_in_parts(
             for k, v in enumerate(st.lhs_vars):
                 if v in mentioned:
                     continue
-                r = st.range_of(v)
-                extent = max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes))
+                extent = index_extent(st, v, sizes)
                 size = tiles[k] if k < len(tiles) and tiles[k] > 0 else max(1, extent)
                 refills *= -(-extent // size)
             if refills > PART_REFILLS:

@@ -44,7 +44,15 @@ from dataclasses import dataclass
 from ..polyhedral.lang import ast as A
 from ..polyhedral.lang.checked import CheckedDef
 
-__all__ = ["MIN_REUSE", "PART_REFILLS", "Pack", "contiguous_strides", "packed_operands", "spanned_elements"]
+__all__ = [
+    "MIN_REUSE",
+    "PART_REFILLS",
+    "Pack",
+    "contiguous_strides",
+    "index_extent",
+    "packed_operands",
+    "spanned_elements",
+]
 
 #: The fewest times each element of a packed input must be read: below this the copy (a read and
 #: a write of every element) is a large part of what the contraction does with it.
@@ -119,7 +127,7 @@ def packed_operands(
                 continue
             wanted.setdefault(a.tensor, set()).add(where[0])
             mentioned = A.index_vars(a)
-            times = math.prod(_extent(st, v, sizes) for v in st.lhs_vars if v not in mentioned)
+            times = math.prod(index_extent(st, v, sizes) for v in st.lhs_vars if v not in mentioned)
             reuse[a.tensor] = min(reuse.get(a.tensor, times), times)
     out: dict[str, Pack] = {}
     for name, dims in wanted.items():
@@ -152,6 +160,7 @@ def _plain(e: A.Expr, var: str) -> bool:
     return isinstance(e, A.Ident) and e.name == var
 
 
-def _extent(st, var: str, sizes: Mapping[str, int]) -> int:
+def index_extent(st, var: str, sizes: Mapping[str, int]) -> int:
+    """How many values index variable ``var`` of statement ``st`` takes at ``sizes``."""
     r = st.range_of(var)
     return max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes))
