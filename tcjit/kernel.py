@@ -132,6 +132,12 @@ class Kernel:
 
         Under ``torch.compile`` (``torch.compiler.is_compiling()``) the call is a custom operator
         instead (:mod:`tcjit.ops`), which Dynamo traces into its graph.
+
+        :raises TCCallError: the call is made under a ``torch.func`` transform (``vmap``, ``grad``,
+            ``vjp``, ``jacrev``, ``jacfwd``, ``jvp``, ``hessian``) or an input is a dual tensor of
+            forward-mode AD (``torch.autograd.forward_ad``), neither of which tcjit kernels
+            support: refused before anything runs (:func:`_refuse_transforms`), where the kernel
+            would otherwise fail on a batched tensor's storage or drop the tangent silently.
         """
         import torch
 
@@ -139,6 +145,11 @@ class Kernel:
             from .ops import compiled_call
 
             return compiled_call(self, inputs, outputs, options, target)
+        if (  # vmap, grad, ...; a dual level open (-1 when none)
+            torch._C._are_functorch_transforms_active()
+            or getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0
+        ):
+            _refuse_transforms(self.name, inputs)
         if outputs is not None and not isinstance(outputs, (list, tuple)):
             outputs = (outputs,)
         layouts, grad = _layouts_and_grad(inputs)
@@ -355,6 +366,34 @@ class Kernel:
         if not isinstance(chosen, MappingOptions):
             raise TCCallError(f"options must be tcjit.MappingOptions, got {type(chosen).__name__}")
         return chosen.validate(target)
+
+
+def _refuse_transforms(name: str, inputs) -> None:
+    """Raise :class:`TCCallError` for a call under a ``torch.func`` transform or on a dual tensor
+    of forward-mode AD; return for a call that merely runs while a dual level is open.
+
+    Kernels run compiled code on the storage of plain tensors: a ``vmap``-batched or
+    ``grad``-wrapped tensor has none (the call would fail on its data pointer), and a dual tensor's
+    tangent would be dropped from the output without a word. Only reverse mode through
+    ``torch.autograd`` (``loss.backward()``, ``torch.autograd.grad``) differentiates tcjit kernels.
+    """
+    import torch
+
+    if torch._C._are_functorch_transforms_active():
+        raise TCCallError(
+            f"{name}: tcjit kernels cannot run under torch.func transforms (vmap, grad, vjp, "
+            "jacrev, jacfwd, jvp, hessian)",
+            hint="differentiate with loss.backward() or torch.autograd.grad; for per-example "
+            "results, give the kernel a batch dimension",
+        )
+    unpack = torch.autograd.forward_ad.unpack_dual
+    for i, x in enumerate(inputs):
+        if isinstance(x, torch.Tensor) and unpack(x).tangent is not None:
+            raise TCCallError(
+                f"{name}: argument {i} is a dual tensor of forward-mode AD, which tcjit kernels do "
+                "not support (the tangent would be lost)",
+                hint="differentiate with reverse mode (loss.backward() or torch.autograd.grad)",
+            )
 
 
 def _layouts(args, meta_as: str | None = None) -> tuple:

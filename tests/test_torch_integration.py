@@ -7,7 +7,8 @@ inference), and their outputs and gradients equal eager calls. Most cases compil
 code: seconds instead of tens of seconds); one small model goes through inductor, the default.
 ``torch.library.opcheck`` checks each kind of operator (schema, fake implementation, autograd
 registration, AOT dispatch). Eager calls: ``no_grad``, ``inference_mode``, non-contiguous and
-expanded inputs, double backward (refused plainly).
+expanded inputs, double backward, torch.func transforms and forward-mode AD (all three refused
+plainly).
 """
 
 from __future__ import annotations
@@ -298,6 +299,43 @@ def test_double_backward_is_refused_plainly(fcrelu):
         torch.autograd.grad(fcrelu(x, w, b).pow(2).sum(), w, create_graph=True)
     (gw,) = torch.autograd.grad(fcrelu(x, w, b).pow(2).sum(), w)  # once is fine
     assert gw.shape == w.shape
+
+
+_TRANSFORMS = {
+    "vmap": lambda k, x, w, b: torch.func.vmap(lambda xx: k(xx, w, b))(x.unsqueeze(0)),
+    "grad": lambda k, x, w, b: torch.func.grad(lambda ww: k(x, ww, b).sum())(w),
+    "vjp": lambda k, x, w, b: torch.func.vjp(lambda ww: k(x, ww, b), w),
+    "jacrev": lambda k, x, w, b: torch.func.jacrev(lambda ww: k(x, ww, b))(w),
+    "jacfwd": lambda k, x, w, b: torch.func.jacfwd(lambda ww: k(x, ww, b))(w),
+    "jvp": lambda k, x, w, b: torch.func.jvp(lambda ww: k(x, ww, b), (w,), (torch.ones_like(w),)),
+}
+
+
+@pytest.mark.parametrize("transform", sorted(_TRANSFORMS))
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_torch_func_transforms_are_refused_plainly(fcrelu, transform, requires_grad):
+    """Under vmap the kernel would meet a batched tensor without storage, under grad and jvp a
+    wrapped one: a TCCallError naming the kernel, with or without the autograd wrapping, and
+    the kernel works again once the transform has returned."""
+    x, w, b = _randn(3, 8), _randn(4, 8, requires_grad=requires_grad), _randn(4)
+    with pytest.raises(TCCallError, match=r"fcrelu: tcjit kernels cannot run under torch\.func"):
+        _TRANSFORMS[transform](fcrelu, x, w, b)
+    torch.testing.assert_close(fcrelu(x, w, b), torch.relu(x @ w.T + b))
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_forward_mode_dual_tensors_are_refused(fcrelu, requires_grad):
+    """Without the check a call that needs no gradient dropped the tangent silently (its output
+    was not dual), and one that does failed in torch's Function without naming the kernel."""
+    import torch.autograd.forward_ad as fwad
+
+    x, w, b = _randn(3, 8), _randn(4, 8), _randn(4)
+    with fwad.dual_level():
+        dual = fwad.make_dual(w.clone().requires_grad_(requires_grad), torch.ones_like(w))
+        with pytest.raises(TCCallError, match="argument 1 is a dual tensor of forward-mode AD"):
+            fcrelu(x, dual, b)
+        y = fcrelu(x, w, b)  # plain tensors while a dual level is open: an ordinary call
+    torch.testing.assert_close(y, torch.relu(x @ w.T + b))
 
 
 # ================================================================================= layouts
