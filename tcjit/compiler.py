@@ -163,6 +163,23 @@ class _Compiled:
     ) -> tuple[torch.Tensor, ...]:
         raise NotImplementedError
 
+    def __copy__(self):
+        """The specialisation itself: loaded code is immutable, so copies share it."""
+        return self
+
+    def __deepcopy__(self, memo):
+        """The specialisation itself (a deep copy of a model holding one shares it)."""
+        return self
+
+    def __reduce__(self):
+        """Refused plainly: a specialisation is code loaded into this process."""
+        raise TCCallError(
+            f"{self.cdef.name}: a compiled specialisation (tcjit.compile) cannot be pickled: it is "
+            "code loaded into this process",
+            hint="pickle the Kernel that tcjit.define returned; it compiles (or loads from the "
+            "kernel cache) again where it is unpickled",
+        )
+
 
 def buffer_specs(
     cdef: CheckedDef, binding: Binding, names: Sequence[str], zero_init: Collection[str]

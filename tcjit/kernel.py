@@ -100,6 +100,27 @@ class Kernel:
     def __repr__(self) -> str:
         return f"<tcjit.Kernel {self.signature}>"
 
+    # ------------------------------------------------------------------------- copying, pickling
+    def __copy__(self) -> Kernel:
+        """The kernel itself: a kernel is an immutable function of its inputs (what it compiled
+        is a cache), so a copied model shares it, as it would share a Python function."""
+        return self
+
+    def __deepcopy__(self, memo) -> Kernel:
+        """The kernel itself (see :meth:`__copy__`): ``copy.deepcopy(model)`` of a module holding
+        a kernel, as EMA and teacher models do, copies the parameters and shares the kernel."""
+        return self
+
+    def __reduce__(self):
+        """Pickled as what defines it: the TC source, the entry's name, its backward (``"auto"``,
+        ``None``, an entry's name or a pickled :class:`Kernel`) and its options; a retyped variant
+        as its base kernel and the retyping. Unpickling checks the source again (no warnings)
+        and compiles nothing: the first call loads or compiles as in any process, so
+        ``torch.save(model)`` and multiprocessing work with kernels in the model."""
+        if self._base is not None:
+            return (_rebuild_variant, (self._base, tuple(sorted(self.retyping.items()))))
+        return (_rebuild_kernel, (self.program.source, self.name, self.backward, self.options))
+
     # ------------------------------------------------------------------------------------- calling
     def __call__(self, *inputs, outputs: Sequence | None = None, options=None, target: str | None = None):
         """Run the kernel on ``inputs`` (torch tensors; rank-0 arguments may be Python numbers).
@@ -446,10 +467,15 @@ class Definitions:
         self._kernels = kernels
 
     def __getattr__(self, name: str) -> Kernel:
+        kernels = self.__dict__.get("_kernels", {})  # empty while copy or pickle rebuild one
         try:
-            return self.__dict__["_kernels"][name]
+            return kernels[name]
         except KeyError:
-            raise AttributeError(f"no entry named {name!r}; defined: {', '.join(self._kernels)}") from None
+            raise AttributeError(f"no entry named {name!r}; defined: {', '.join(kernels)}") from None
+
+    def __reduce__(self):
+        """Pickled (and deep-copied) as its kernels (see :meth:`Kernel.__reduce__`)."""
+        return (Definitions, (self._kernels,))
 
     def __getitem__(self, name: str) -> Kernel:
         return self._kernels[name]
@@ -469,6 +495,20 @@ class Definitions:
 
     def __repr__(self) -> str:
         return "<tcjit.Definitions " + ", ".join(self._kernels) + ">"
+
+
+def _rebuild_kernel(source: str, name: str, backward, options) -> Kernel:
+    """A pickled :class:`Kernel` (:meth:`Kernel.__reduce__`): its source checked again, quietly
+    (its warnings were given when it was defined)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TCWarning)
+        program = check_source(source)
+    return Kernel(program, name, backward=backward, options=options)
+
+
+def _rebuild_variant(base: Kernel, retyping: tuple[tuple[str, str], ...]) -> Kernel:
+    """A pickled retyped variant: ``base``'s variant for ``retyping``."""
+    return base._variant(dict(retyping))
 
 
 def backward_arity_problem(fwd: CheckedDef, bwd: CheckedDef) -> str | None:

@@ -399,3 +399,108 @@ def test_gradients_have_the_inputs_shapes_and_dtypes(fcrelu):
     for p in (xt, w, b):
         assert p.grad.shape == p.shape and p.grad.dtype == p.dtype
     torch.testing.assert_close(xt.grad, torch.autograd.grad(torch.relu(xt.t() @ w.T + b).sum(), xt)[0])
+
+
+# ======================================================================== copying, pickling
+class _Layer(torch.nn.Module):
+    """A model holding a kernel beside its parameters, as training code writes one."""
+
+    def __init__(self, kernel):
+        super().__init__()
+        self.kernel = kernel
+        self.w = torch.nn.Parameter(_randn(4, 8, seed=30))
+        self.b = torch.nn.Parameter(_randn(4, seed=31))
+
+    def forward(self, x):
+        return self.kernel(x, self.w, self.b)
+
+
+def test_deepcopy_of_a_model_shares_its_kernel(fcrelu):
+    """copy.deepcopy(model) (EMA and teacher models, best-model snapshots) failed on the loaded
+    code's ctypes pointers. Now the parameters are copied and the kernel shared, as a function is."""
+    import copy
+
+    m = _Layer(fcrelu)
+    c = copy.deepcopy(m)
+    assert c.kernel is fcrelu and c.w is not m.w and copy.copy(fcrelu) is fcrelu
+    with torch.no_grad():
+        c.w.mul_(2)  # the copy trains apart from the original
+    x = _randn(3, 8, seed=32)
+    c(x).sum().backward()
+    assert m.w.grad is None and c.w.grad is not None
+    torch.testing.assert_close(c(x), torch.relu(x @ (2 * m.w).T + m.b))
+
+
+def test_pickled_kernels_are_redefined_from_their_source(tmp_path):
+    """Kernels pickle as what defines them (source, entry, backward, options); every kind of
+    backward comes back, torch.save(model) round-trips, and so do a retyped variant and a source
+    of several entries. Unpickling warns nothing (the definition warned when it was made)."""
+    import pickle
+    import warnings
+
+    mm = tcjit.define("def mm(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, r_k) * B(r_k, n) }")
+    mm_grad = tcjit.define(
+        """def mm_grad(float(M,K) A, float(K,N) B, float(M,N) dC) -> (dA, dB) {
+            dA(m, k) +=! dC(m, r_n) * B(k, r_n)
+            dB(k, n) +=! dC(r_m, n) * A(r_m, k)
+        }"""
+    )
+    linear = tcjit.define(
+        """def linear(float(B,M) I, float(N,M) W, float(N) bias) -> (O) {
+            O(b, n) +=! I(b, r_m) * W(n, r_m)
+            O(b, n)  = O(b, n) + bias(n)
+        }
+        def linear_grad(float(B,M) I, float(N,M) W, float(N) bias, float(B,N) dO) -> (dI, dW, db) {
+            dI(b, m) +=! dO(b, r_n) * W(r_n, m)
+            dW(n, m) +=! dO(r_b, n) * I(r_b, m)
+            db(n) +=! dO(r_b, n)
+        }""",
+        name="linear",
+        backward="linear_grad",
+        options=tcjit.MappingOptions("mlp"),
+    )
+    kernels = {
+        "auto": tcjit.define(FCRELU),
+        "entry": linear,
+        "make_autograd": tcjit.make_autograd(mm, mm_grad),
+        "variant": tcjit.define(FCRELU).variant_for(*(_randn(1, dtype=torch.float64),) * 3),
+    }
+    with pytest.warns(tcjit.TCWarning):  # '+=' without '!': warned at definition
+        warns = tcjit.define("def acc(float(N,K) X) -> (S) { S(n) += X(n, r_k) }")
+    for name, k in kernels.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            u = pickle.loads(pickle.dumps(k))
+        assert u is not k and u.signature == k.signature and u.options == k.options, name
+        assert u.retyping == k.retyping and type(u.backward) is type(k.backward), name
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert pickle.loads(pickle.dumps(warns)).signature == warns.signature
+
+    a, b = _randn(3, 8, requires_grad=True, seed=33), _randn(8, 4, requires_grad=True, seed=34)
+    u = pickle.loads(pickle.dumps(kernels["make_autograd"]))
+    torch.autograd.grad(u(a, b).sum(), (a, b))  # the user-given backward runs
+    assert u.backward.name == "mm_grad"
+
+    m = _Layer(kernels["entry"])
+    torch.save(m, tmp_path / "model.pt")
+    loaded = torch.load(tmp_path / "model.pt", weights_only=False)
+    x = _randn(3, 8, requires_grad=True, seed=35)
+    got = torch.autograd.grad(loaded(x).sum(), (x, loaded.w, loaded.b))
+    want = torch.autograd.grad((x @ m.w.T + m.b).sum(), (x, m.w, m.b))
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e)
+
+    defs = tcjit.define(FCRELU + "def twice(float(N) X) -> (Y) { Y(n) = 2 * X(n) }")
+    assert pickle.loads(pickle.dumps(defs)).names == defs.names
+    torch.testing.assert_close(pickle.loads(pickle.dumps(defs)).twice(torch.ones(3)), torch.full((3,), 2.0))
+
+
+def test_compiled_specialisations_copy_as_themselves_and_refuse_pickling():
+    import copy
+    import pickle
+
+    spec = tcjit.compile(tcjit.define(FCRELU), _randn(3, 8), _randn(4, 8), _randn(4))
+    assert copy.deepcopy(spec) is spec
+    with pytest.raises(TCCallError, match="cannot be pickled"):
+        pickle.dumps(spec)
