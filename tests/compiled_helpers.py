@@ -25,6 +25,20 @@ from tcjit.polyhedral.lang.check import check_source
 from tcjit.polyhedral.lang.checked import CheckedProgram
 from tcjit.testing import tolerance
 
+#: A linear layer and its hand-written backward (an entry of the same source), for tests of
+#: user-given backwards.
+LINEAR = """
+def linear(float(M,K) A, float(N,K) W, float(N) bias) -> (C) {
+    C(m, n) +=! A(m, r_k) * W(n, r_k)
+    C(m, n) = C(m, n) + bias(n)
+}
+def linear_grad(float(M,K) A, float(N,K) W, float(N) bias, float(M,N) d_C) -> (d_A, d_W, d_bias) {
+    d_A(m, k) +=! d_C(m, r_n) * W(r_n, k)
+    d_W(n, k) +=! d_C(r_m, n) * A(r_m, k)
+    d_bias(n) +=! d_C(r_m, n)
+}
+"""
+
 # The oracle, captured once: some tests swap ``reference`` in other test modules for a shim.
 ORACLE = reference.evaluate
 

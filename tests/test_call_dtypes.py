@@ -13,6 +13,7 @@ import json
 
 import pytest
 import torch
+from compiled_helpers import LINEAR
 from compiled_helpers import raises_at as _raises_at
 
 import tcjit
@@ -51,17 +52,6 @@ def casts(float(N) A, int32(N) I, float alpha) -> (O, P) {
 }
 """
 
-LINEAR = """
-def linear(float(M,K) A, float(N,K) W, float(N) bias) -> (C) {
-    C(m, n) +=! A(m, r_k) * W(n, r_k)
-    C(m, n) = C(m, n) + bias(n)
-}
-def linear_grad(float(M,K) A, float(N,K) W, float(N) bias, float(M,N) d_C) -> (d_A, d_W, d_bias) {
-    d_A(m, k) +=! d_C(m, r_n) * W(r_n, k)
-    d_W(n, k) +=! d_C(r_m, n) * A(r_m, k)
-    d_bias(n) +=! d_C(r_m, n)
-}
-"""
 
 FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 

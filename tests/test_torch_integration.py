@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from compiled_helpers import LINEAR
 
 import tcjit
 from tcjit import TCCallError, ops
@@ -445,20 +446,7 @@ def test_pickled_kernels_are_redefined_from_their_source(tmp_path):
             dB(k, n) +=! dC(r_m, n) * A(r_m, k)
         }"""
     )
-    linear = tcjit.define(
-        """def linear(float(B,M) I, float(N,M) W, float(N) bias) -> (O) {
-            O(b, n) +=! I(b, r_m) * W(n, r_m)
-            O(b, n)  = O(b, n) + bias(n)
-        }
-        def linear_grad(float(B,M) I, float(N,M) W, float(N) bias, float(B,N) dO) -> (dI, dW, db) {
-            dI(b, m) +=! dO(b, r_n) * W(r_n, m)
-            dW(n, m) +=! dO(r_b, n) * I(r_b, m)
-            db(n) +=! dO(r_b, n)
-        }""",
-        name="linear",
-        backward="linear_grad",
-        options=tcjit.MappingOptions("mlp"),
-    )
+    linear = tcjit.define(LINEAR, name="linear", backward="linear_grad", options=tcjit.MappingOptions("mlp"))
     kernels = {
         "auto": tcjit.define(FCRELU),
         "entry": linear,
