@@ -43,6 +43,11 @@ __all__ = ["CFLAGS", "CpuKernel", "compile_c", "host_isa", "load", "toolchain_id
 #: 36 s to compile fcrelu and produced code a thousand times slower. ``-fno-trapping-math`` changes
 #: no value (kernels never read the floating-point exception flags) but lets gcc if-convert the
 #: comparisons of clamps and selects, without which the prelude's ``tc_exp_f32`` does not vectorise.
+#: ``-fno-tree-loop-distribute-patterns`` keeps copy and fill loops as loops: gcc 12 turns a register
+#: tile's row copy into an inline ``memcpy``, whose expansion with AVX-512 raises the alignment of the
+#: stack array beyond 16 bytes; when the array is then reached only through a pointer register, gcc
+#: drops the stack realignment of the leaf function, and the aligned store (``vmovdqa``) to the
+#: misaligned array kills the process (tests/test_crash_regressions.py).
 CFLAGS = (
     "-O3",
     "-march=native",
@@ -52,6 +57,7 @@ CFLAGS = (
     "-ffp-contract=fast",
     "-fno-math-errno",
     "-fno-trapping-math",
+    "-fno-tree-loop-distribute-patterns",
     "-fPIC",
     "-shared",
     "-std=gnu11",
