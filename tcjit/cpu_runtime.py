@@ -1,6 +1,6 @@
 """The CPU runtime: compile generated C with the system C compiler, load it, call it on torch tensors.
 
-* :func:`compile_c` runs ``$CC`` (default ``cc``) with :data:`CFLAGS` and returns the shared
+* :func:`compile_c` runs ``$CC`` (default ``cc``) with :func:`compile_flags` and returns the shared
   object's bytes. The compiler is found on ``PATH``; its identity (resolved path, size, mtime) and
   the host's instruction-set features are part of every cache key (:func:`toolchain_identity`),
   computed without running anything, so a process that loads kernels from disk never starts the
@@ -32,9 +32,20 @@ import threading
 import time
 from collections.abc import Sequence
 
-from .polyhedral.errors import TCInternalError
+from .polyhedral.errors import TCInternalError, TCOptionsError
 
-__all__ = ["CFLAGS", "CpuKernel", "compile_c", "host_isa", "load", "toolchain_identity"]
+__all__ = [
+    "CFLAGS",
+    "CpuKernel",
+    "compile_c",
+    "compile_flags",
+    "host_isa",
+    "host_vector_bytes",
+    "load",
+    "sanitizers",
+    "toolchain_identity",
+    "vector_bytes",
+]
 
 #: Flags every CPU kernel is compiled with. ``-fno-math-errno`` lets libm calls vectorise; no
 #: ``-ffast-math`` (NaN and signed zeros keep their meaning), no ``-fwrapv`` (the printer makes
@@ -101,7 +112,7 @@ def host_isa() -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def vector_bytes() -> int:
+def host_vector_bytes() -> int:
     """Width of the host's widest vector registers in bytes (64 with AVX-512F, 32 with AVX, else 16).
 
     Part of the cache key through :func:`_cpu_features` (same flags, same width).
@@ -122,12 +133,84 @@ def vector_bytes() -> int:
     return 16
 
 
+#: The vector widths ``TCJIT_VECTOR_BYTES`` may name.
+VECTOR_WIDTHS = (16, 32, 64)
+
+
+def vector_bytes() -> int:
+    """The vector width, in bytes, that generated C is planned for: the host's
+    (:func:`host_vector_bytes`), or ``TCJIT_VECTOR_BYTES`` (16, 32 or 64) where set, so that code
+    planned for a narrower (or wider) machine can be compiled and checked here; the compiler still
+    targets the host. Part of every cache key (:func:`toolchain_identity`).
+
+    :raises TCOptionsError: ``TCJIT_VECTOR_BYTES`` is not one of :data:`VECTOR_WIDTHS`.
+    """
+    forced = os.environ.get("TCJIT_VECTOR_BYTES", "")
+    if not forced:
+        return host_vector_bytes()
+    if forced.strip() not in {str(w) for w in VECTOR_WIDTHS}:
+        raise TCOptionsError(
+            f"TCJIT_VECTOR_BYTES={forced!r}: expected one of {', '.join(map(str, VECTOR_WIDTHS))}",
+            hint="unset it to plan for the host's vector registers",
+        )
+    return int(forced)
+
+
+#: The sanitizers ``TCJIT_SANITIZE`` may name, and the flags each adds to :data:`CFLAGS`.
+SANITIZERS = {"address": "address", "undefined": "undefined"}
+_SANITIZER_FLAGS = ("-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g")
+
+
+def sanitizers() -> tuple[str, ...]:
+    """The sanitizers generated C is built with: ``TCJIT_SANITIZE`` as a comma-separated list of
+    ``address`` and ``undefined`` (``all`` for both; unset or empty for none). Part of every cache
+    key. A kernel built with ``address`` loads only into a process that started with the
+    AddressSanitizer runtime preloaded (docs/cpu-backend.md, "Sanitizer builds").
+
+    :raises TCOptionsError: an unknown sanitizer is named.
+    """
+    text = os.environ.get("TCJIT_SANITIZE", "").strip()
+    if not text:
+        return ()
+    names = tuple(SANITIZERS) if text == "all" else tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in SANITIZERS]
+    if unknown:
+        raise TCOptionsError(
+            f"TCJIT_SANITIZE={text!r}: unknown sanitizer {unknown[0]!r}",
+            hint=f"name some of {', '.join(SANITIZERS)} (or 'all'), comma-separated",
+        )
+    return tuple(sorted(set(names)))
+
+
+def compile_flags() -> tuple[str, ...]:
+    """:data:`CFLAGS`, and the sanitizers' flags where :func:`sanitizers` names any."""
+    names = sanitizers()
+    if not names:
+        return CFLAGS
+    _check_sanitizer_runtime()
+    return (*CFLAGS, f"-fsanitize={','.join(SANITIZERS[n] for n in names)}", *_SANITIZER_FLAGS)
+
+
+def _check_sanitizer_runtime() -> None:
+    """Refuse to load an AddressSanitizer build into a process without its runtime: the runtime
+    would end the process ("ASan runtime does not come first in initial library list")."""
+    if "address" in sanitizers() and not hasattr(ctypes.CDLL(None), "__asan_init"):
+        raise TCOptionsError(
+            "TCJIT_SANITIZE=address: this process was not started with the AddressSanitizer runtime",
+            hint="start Python with LD_PRELOAD=$(cc -print-file-name=libasan.so) "
+            "ASAN_OPTIONS=detect_leaks=0 (scripts/sanitize.sh does), or unset TCJIT_SANITIZE",
+        )
+
+
 def toolchain_identity() -> str:
     """Compiler identity, flags and host features, for cache keys; runs nothing."""
     path = _compiler()
     real = os.path.realpath(path)
     st = os.stat(real)
-    return f"cc={real}:{st.st_size}:{st.st_mtime_ns} flags={' '.join(CFLAGS)} cpu={_cpu_features()}"
+    return (
+        f"cc={real}:{st.st_size}:{st.st_mtime_ns} flags={' '.join(compile_flags())} cpu={_cpu_features()}"
+        f" vector={vector_bytes()}"
+    )
 
 
 #: A rough model of the C compiler's time on one guarded function (seconds), measured with gcc 12
@@ -152,6 +235,7 @@ def compile_c(source: str, *, name: str = "kernel", jobs: int | None = None) -> 
     :raises TCInternalError: the compiler rejected the code (a tcjit bug: the message has its log).
     """
     cc = _compiler()
+    flags = compile_flags()
     if jobs is None:
         jobs = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     parts = split_parts(source, jobs)
@@ -161,17 +245,17 @@ def compile_c(source: str, *, name: str = "kernel", jobs: int | None = None) -> 
         with open(src, "w", encoding="utf-8") as f:
             f.write(source)
         if len(parts) < 2:
-            _run_compilers([[cc, *CFLAGS, "-o", out, src, "-lm"]], name)
+            _run_compilers([[cc, *flags, "-o", out, src, "-lm"]], name)
         else:
             objects = [os.path.join(tmp, f"{name}.{k}.o") for k in range(len(parts))]
             _run_compilers(
                 [
-                    [cc, *CFLAGS, "-c", f"-DTC_PART_OF(number)=({_selects(part)})", "-o", obj, src]
+                    [cc, *flags, "-c", f"-DTC_PART_OF(number)=({_selects(part)})", "-o", obj, src]
                     for part, obj in zip(parts, objects)
                 ],
                 name,
             )
-            _run_compilers([[cc, *CFLAGS, "-o", out, *objects, "-lm"]], name)
+            _run_compilers([[cc, *flags, "-o", out, *objects, "-lm"]], name)
         with open(out, "rb") as f:
             return f.read()
 
@@ -209,8 +293,11 @@ def _selects(part: Sequence[int]) -> str:
 
 def _run_compilers(commands: Sequence[Sequence[str]], name: str) -> None:
     """Run compiler ``commands`` at once; raise with the first failure's log."""
+    # The compiler is not built with the sanitizers: it runs without a runtime preloaded for kernels.
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"} if "LD_PRELOAD" in os.environ else None
     procs = [
-        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for cmd in commands
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        for cmd in commands
     ]
     deadline = time.monotonic() + COMPILE_TIMEOUT
     failure = None
@@ -243,6 +330,7 @@ def load(blob: bytes, *, name: str = "kernel") -> ctypes.CDLL:
     file is removed once loaded: the bytes that were checked are the bytes that run.
     """
     global _LOADED
+    _check_sanitizer_runtime()
     with _LOAD_LOCK:
         _LOADED += 1
         number = _LOADED
