@@ -52,3 +52,30 @@ def full_tier(request) -> bool:
 def examples(default: int, full: int) -> int:
     """Hypothesis example counts per tier (read from the environment at import time)."""
     return full if os.environ.get("TCJIT_TEST_TIER", "default") == "full" else default
+
+
+_SANITIZED_BUILDS = [0]
+
+
+def pytest_sessionstart(session):
+    """Under ``TCJIT_SANITIZE`` (scripts/sanitize.sh), count the kernels this process compiles, so
+    the run can say how many programs and option points ran sanitized."""
+    if not os.environ.get("TCJIT_SANITIZE"):
+        return
+    from tcjit import cpu_runtime
+
+    compile_c = cpu_runtime.compile_c
+
+    def counted(*args, **kwargs):
+        _SANITIZED_BUILDS[0] += 1
+        return compile_c(*args, **kwargs)
+
+    cpu_runtime.compile_c = counted
+
+
+def pytest_terminal_summary(terminalreporter):
+    if os.environ.get("TCJIT_SANITIZE"):
+        terminalreporter.write_line(
+            f"sanitizers {os.environ['TCJIT_SANITIZE']}: {_SANITIZED_BUILDS[0]} kernels compiled with them "
+            "and run in this process"
+        )

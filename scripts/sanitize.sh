@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Run tests with every generated CPU kernel built with AddressSanitizer and UndefinedBehaviorSanitizer
+# (TCJIT_SANITIZE=all). An ASan-built kernel loads only into a process that started with the ASan
+# runtime, so Python runs with it preloaded; leak detection is off (CPython and torch keep memory to
+# the end by design), and any sanitizer report ends the process with a non-zero status. Arguments go
+# to pytest; without any, every test module that compiles programs runs:
+#   scripts/sanitize.sh                          # the compiled programs, suite and fuzzers
+#   scripts/sanitize.sh tests/test_packing.py -x  # one module
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+CC=${CC:-cc}
+asan=$("$CC" -print-file-name=libasan.so)
+if [ ! -e "$asan" ]; then
+    echo "sanitize: $CC has no AddressSanitizer runtime (libasan.so); install it (Debian: libasan8)" >&2
+    exit 2
+fi
+if [ "$#" -eq 0 ]; then
+    set -- tests/test_crash_regressions.py tests/test_compiled_programs.py tests/test_compiled_suite.py \
+        tests/test_compiled_fuzz.py tests/test_compiled_fuzz_nests.py tests/test_register_tiles.py \
+        tests/test_packing.py tests/test_prefetch.py tests/test_parallel_reduction.py tests/test_scatter.py \
+        tests/test_cpu_mapping.py tests/test_split_compile.py tests/test_call_dtypes.py tests/test_emulated.py
+fi
+export LD_PRELOAD="$asan${LD_PRELOAD:+ $LD_PRELOAD}"
+export ASAN_OPTIONS="detect_leaks=0:abort_on_error=0:halt_on_error=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+export TCJIT_SANITIZE=all
+exec .venv/bin/python -m pytest -p no:cacheprovider "$@"
