@@ -469,3 +469,34 @@ def test_tuning_benchmark_cli_writes_results(tmp_path: Path) -> None:
     assert all(t > 0 for t in k["remeasured_by_minutes_s"].values())
     assert "error" not in k["fresh_process"]
     assert "| matmul |" in out.with_suffix(".md").read_text()
+
+
+def test_cflags_ab_builds_both_and_writes_results(
+    bench, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each kernel is built with CFLAGS and with the changed flags (two specialisations), checked
+    against torch and timed; CFLAGS itself is left as it was."""
+    from tcjit import cpu_runtime
+
+    before = cpu_runtime.CFLAGS
+    built: list[tuple[str, ...]] = []
+    compile_c = cpu_runtime.compile_c
+
+    def recording(*args, **kwargs):
+        built.append(cpu_runtime.compile_flags())
+        return compile_c(*args, **kwargs)
+
+    monkeypatch.setattr(cpu_runtime, "compile_c", recording)
+    out = tmp_path / "ab"
+    args = ["--drop=-fno-tree-loop-distribute-patterns", "--add=-fno-unroll-loops", "--kernels=matmul"]
+    bench("cflags_ab").main([*args, "--sizes=small", "--budget=0.01", "--repeat=2", "--out", str(out)])
+    assert cpu_runtime.CFLAGS == before
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert data["flags"] == "--fno-tree-loop-distribute-patterns +-fno-unroll-loops"
+    (row,) = data["kernels"]
+    assert row["kernel"] == "matmul" and row["a_s"] > 0 and row["b_s"] > 0
+    assert "B's speed-up" in out.with_suffix(".md").read_text()
+    assert built == [
+        before,
+        (*(f for f in before if f != "-fno-tree-loop-distribute-patterns"), "-fno-unroll-loops"),
+    ]
