@@ -145,4 +145,6 @@ def test_every_compiled_test_module_runs_clean_under_the_sanitizers() -> None:
     """scripts/sanitize.sh with no arguments (every module that compiles programs, at their default
     sizes), then both fuzzers with the full tier's example counts."""
     _sanitize(timeout=6 * 3600)
-    _sanitize("--tier=full", "tests/test_compiled_fuzz.py", "tests/test_compiled_fuzz_nests.py", timeout=6 * 3600)
+    _sanitize(
+        "--tier=full", "tests/test_compiled_fuzz.py", "tests/test_compiled_fuzz_nests.py", timeout=6 * 3600
+    )
