@@ -11,6 +11,10 @@ import contextlib
 import functools
 import itertools
 import os
+import re
+import shutil
+import subprocess
+import tempfile
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -178,6 +182,62 @@ def private_cache(root: os.PathLike | str) -> Iterator[None]:
             os.environ.pop("TCJIT_CACHE_DIR", None)
         else:
             os.environ["TCJIT_CACHE_DIR"] = before
+
+
+# ===================================================================================== stack frames
+_FUNCTION = re.compile(r"^[0-9a-f]+ <(tc_[^>]*)>:$")
+_FRAME_POINTER = re.compile(r"\bmov\s+%rsp,%rbp$")
+_REALIGN = re.compile(r"\band\s+\$0x[0-9a-f]+,%rsp$")
+
+
+def dropped_realignments(blob: bytes) -> list[str]:
+    """The kernel functions of a compiled shared object that set up a frame pointer but never
+    realign the stack: at -O3 (frame pointers omitted) gcc keeps one only for a planned
+    realignment, so such a function had its realignment dropped while its stack slots still assume
+    it -- the gcc 12 defect behind issue 29's crash, which kills the process only when the slot
+    happens to land misaligned. Seen here whatever the layout; empty without ``objdump`` (or off
+    x86-64)."""
+    objdump = shutil.which("objdump")
+    if objdump is None or os.uname().machine != "x86_64":
+        return []
+    with tempfile.NamedTemporaryFile(suffix=".so") as f:
+        f.write(blob)
+        f.flush()
+        text = subprocess.run(
+            [objdump, "-d", "--no-show-raw-insn", f.name], capture_output=True, text=True, check=True
+        ).stdout
+    found, name, frame, realigned = [], None, False, False
+    for line in [*text.splitlines(), "0 <tc_end>:"]:
+        m = _FUNCTION.match(line)
+        if m or (name and not line.strip()):
+            if name and frame and not realigned:
+                found.append(name)
+            name, frame, realigned = (m.group(1) if m else None), False, False
+        elif name:
+            frame = frame or bool(_FRAME_POINTER.search(line))
+            realigned = realigned or bool(_REALIGN.search(line))
+    return found
+
+
+@contextlib.contextmanager
+def checking_stack_frames() -> Iterator[None]:
+    """Fail the first compilation (inside the block) whose shared object has a kernel function with
+    a dropped stack realignment (:func:`dropped_realignments`)."""
+    from tcjit import cpu_runtime
+
+    compile_c = cpu_runtime.compile_c
+
+    def checked(source: str, *args, **kwargs) -> bytes:
+        blob = compile_c(source, *args, **kwargs)
+        bad = dropped_realignments(blob)
+        assert not bad, f"gcc dropped the stack realignment of {bad}; the kernel's C:\n{source[-6000:]}"
+        return blob
+
+    cpu_runtime.compile_c = checked
+    try:
+        yield
+    finally:
+        cpu_runtime.compile_c = compile_c
 
 
 # ======================================================================================= comparisons

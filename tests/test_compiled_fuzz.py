@@ -39,7 +39,7 @@ from tcjit.mapping.options import MappingOptions
 
 @pytest.fixture(scope="module", autouse=True)
 def _private_kernel_cache(tmp_path_factory):
-    with H.private_cache(tmp_path_factory.mktemp("tcjit-cache")):
+    with H.private_cache(tmp_path_factory.mktemp("tcjit-cache")), H.checking_stack_frames():
         yield
 
 

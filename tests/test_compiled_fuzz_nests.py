@@ -45,7 +45,7 @@ from tcjit.mapping.search_space import search_space
 
 @pytest.fixture(scope="module", autouse=True)
 def _private_kernel_cache(tmp_path_factory):
-    with H.private_cache(tmp_path_factory.mktemp("tcjit-cache")):
+    with H.private_cache(tmp_path_factory.mktemp("tcjit-cache")), H.checking_stack_frames():
         yield
 
 

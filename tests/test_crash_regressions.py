@@ -14,7 +14,11 @@ import subprocess
 import sys
 import textwrap
 
+import compiled_helpers as H
 import pytest
+import torch
+
+import tcjit
 
 # The masked convolution of issue 29: with the default CPU options on an AVX-512 host, gcc 12
 # expanded a register tile's row copy into an inline memcpy that raised the tile array's alignment,
@@ -77,3 +81,15 @@ def run_isolated(source: str, sizes: dict[str, int], torch_expr: str, cache_dir:
 )
 def test_masked_convolution_runs_with_the_default_options(sizes, tmp_path) -> None:
     run_isolated(MCONV, sizes, MCONV_TORCH, str(tmp_path))
+
+
+def test_masked_convolution_kernels_keep_their_stack_realignment(tmp_path) -> None:
+    """The same programs in this process, built and inspected rather than run: whether the crash
+    shows depends on where the stack slot lands, the dropped realignment behind it does not."""
+    g = torch.Generator().manual_seed(0)
+    with H.private_cache(tmp_path), H.checking_stack_frames():
+        k = tcjit.define(MCONV)
+        for H_, W in ((6, 7), (5, 7), (7, 7), (6, 8)):
+            I, Wt = torch.randn(2, 5, H_, W, generator=g), torch.randn(3, 5, 3, 3, generator=g)
+            M = (torch.randn(3, 5, generator=g) > 0).to(torch.uint8)
+            tcjit.compile(k, I, Wt, M)
