@@ -400,7 +400,8 @@ TC_FN float tc_exp_f32(float x) {
     u = u * s + 0x1p-1f;
     u = ((s * s) * u + s) + 1.0f;
     int32_t h = qi >> 1;
-    int32_t b1 = (h + 127) << 23, b2 = (qi - h + 127) << 23;
+    /* Shifted unsigned: for a NaN x, qi holds NaN's bits and a signed shift would overflow (UB). */
+    uint32_t b1 = (uint32_t)(h + 127) << 23, b2 = (uint32_t)(qi - h + 127) << 23;
     float f1, f2;
     memcpy(&f1, &b1, sizeof f1);
     memcpy(&f2, &b2, sizeof f2);
