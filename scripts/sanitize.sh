@@ -21,8 +21,19 @@ if [ "$#" -eq 0 ]; then
         tests/test_packing.py tests/test_prefetch.py tests/test_parallel_reduction.py tests/test_scatter.py \
         tests/test_cpu_mapping.py tests/test_split_compile.py tests/test_call_dtypes.py tests/test_emulated.py
 fi
+# Reports go to files: pytest captures the test process's stderr, and a sanitizer that halts the
+# process would take its report with it.
+reports=$(mktemp -d "${TMPDIR:-/tmp}/tcjit-sanitize-XXXXXX")
 export LD_PRELOAD="$asan${LD_PRELOAD:+ $LD_PRELOAD}"
-export ASAN_OPTIONS="detect_leaks=0:abort_on_error=0:halt_on_error=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
-export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:log_path=$reports/asan${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$reports/ubsan${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 export TCJIT_SANITIZE=all
-exec .venv/bin/python -m pytest -p no:cacheprovider "$@"
+status=0
+.venv/bin/python -m pytest -p no:cacheprovider "$@" || status=$?
+if compgen -G "$reports/*" >/dev/null; then
+    echo "sanitize: the sanitizers reported:" >&2
+    cat "$reports"/* >&2
+    [ "$status" -ne 0 ] || status=1
+fi
+rm -rf "$reports"
+exit "$status"

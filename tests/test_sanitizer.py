@@ -115,8 +115,8 @@ def test_the_sanitizers_report_a_planted_defect(body: str, report: str) -> None:
     assert proc.returncode != 0 and report in proc.stderr, (proc.returncode, proc.stdout, proc.stderr[-3000:])
 
 
-def _sanitize(*args: str, timeout: int) -> str:
-    proc = subprocess.run(
+def _run_sanitize(*args: str, timeout: int) -> subprocess.CompletedProcess:
+    return subprocess.run(
         ["bash", str(ROOT / "scripts" / "sanitize.sh"), "-q", *args],
         capture_output=True,
         text=True,
@@ -124,15 +124,49 @@ def _sanitize(*args: str, timeout: int) -> str:
         env={k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"},
         timeout=timeout,
     )
+
+
+def _sanitize(*args: str, timeout: int) -> str:
+    proc = _run_sanitize(*args, timeout=timeout)
     assert proc.returncode == 0, f"sanitized run failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}"
     assert " kernels compiled with them" in proc.stdout, proc.stdout[-2000:]
     return proc.stdout
 
 
+PLANTED_TEST = """
+import ctypes, torch
+from tcjit.cpu_runtime import compile_c, load
+
+def test_planted():
+    source = "#include <stdint.h>\\nvoid planted(float *p, int64_t n) { p[n] = 1.0f; }"
+    blob = compile_c(source, name="planted")
+    fn = load(blob, name="planted").planted
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    x = torch.zeros(16)
+    fn(x.data_ptr(), 16)
+"""
+
+
+@needs_asan
+def test_a_sanitized_run_shows_the_report_that_ended_it(tmp_path) -> None:
+    """pytest captures the process's stderr; the report of a sanitizer that halts it must still be
+    printed, and the run must fail."""
+    test = tmp_path / "test_planted.py"
+    test.write_text(PLANTED_TEST)
+    proc = _run_sanitize(str(test), timeout=300)
+    assert proc.returncode != 0
+    assert "sanitize: the sanitizers reported" in proc.stderr and "heap-buffer-overflow" in proc.stderr, (
+        proc.stdout[-2000:],
+        proc.stderr[-2000:],
+    )
+
+
 @needs_asan
 def test_a_sample_of_compiled_programs_runs_clean_under_the_sanitizers() -> None:
-    """The default tier's sample: the widened fuzzer's examples and the crash reproducer."""
+    """The default tier's sample: the widened fuzzer's examples, the crash reproducer and the
+    prelude's special values (where the first sanitized run found a signed overflow in exp)."""
     _sanitize(
+        "tests/test_compiled_programs.py::test_vector_lane_reductions_and_exp_keep_special_values",
         "tests/test_compiled_fuzz_nests.py::test_random_nests_match_the_oracle",
         "tests/test_crash_regressions.py::test_masked_convolution_runs_with_the_default_options[B=2,C=5,H=6,W=7,F=3,K=3]",
         timeout=600,
