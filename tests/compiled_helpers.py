@@ -188,15 +188,16 @@ def private_cache(root: os.PathLike | str) -> Iterator[None]:
 _FUNCTION = re.compile(r"^[0-9a-f]+ <(tc_[^>]*)>:$")
 _FRAME_POINTER = re.compile(r"\bmov\s+%rsp,%rbp$")
 _REALIGN = re.compile(r"\band\s+\$0x[0-9a-f]+,%rsp$")
+_STACK_ADDRESS = re.compile(r"\blea\s+-?(0x[0-9a-f]+)?\(%r[sb]p\),%\w+$")
 
 
 def dropped_realignments(blob: bytes) -> list[str]:
-    """The kernel functions of a compiled shared object that set up a frame pointer but never
-    realign the stack: at -O3 (frame pointers omitted) gcc keeps one only for a planned
-    realignment, so such a function had its realignment dropped while its stack slots still assume
-    it -- the gcc 12 defect behind issue 29's crash, which kills the process only when the slot
-    happens to land misaligned. Seen here whatever the layout; empty without ``objdump`` (or off
-    x86-64)."""
+    """The kernel functions of a compiled shared object where gcc dropped a stack realignment that
+    a stack slot still relies on: a frame pointer (kept at -O3 only for a planned realignment) with
+    no realignment, and the address of a stack slot taken into a register -- the access gcc 12's
+    check for the realignment does not see. Behind issue 29's crash, which kills the process only
+    where the slot lands misaligned; seen here whatever the layout. Empty without ``objdump`` (or
+    off x86-64)."""
     objdump = shutil.which("objdump")
     if objdump is None or os.uname().machine != "x86_64":
         return []
@@ -206,16 +207,21 @@ def dropped_realignments(blob: bytes) -> list[str]:
         text = subprocess.run(
             [objdump, "-d", "--no-show-raw-insn", f.name], capture_output=True, text=True, check=True
         ).stdout
-    found, name, frame, realigned = [], None, False, False
+    found: list[str] = []
+    name, seen = None, set()
     for line in [*text.splitlines(), "0 <tc_end>:"]:
         m = _FUNCTION.match(line)
         if m or (name and not line.strip()):
-            if name and frame and not realigned:
+            if name and seen == {"frame", "address"}:
                 found.append(name)
-            name, frame, realigned = (m.group(1) if m else None), False, False
+            name, seen = (m.group(1) if m else None), set()
         elif name:
-            frame = frame or bool(_FRAME_POINTER.search(line))
-            realigned = realigned or bool(_REALIGN.search(line))
+            if _FRAME_POINTER.search(line):
+                seen.add("frame")
+            if _STACK_ADDRESS.search(line):
+                seen.add("address")
+            if _REALIGN.search(line):
+                seen.add("realigned")
     return found
 
 
