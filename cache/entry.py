@@ -2,13 +2,15 @@
 
 An entry for key ``k`` lives at ``root/v{FORMAT_VERSION}/ab/abcd…`` where ``abcd…`` is sha256(k) in
 hex. Its ``manifest.json`` holds the full key text, the format version, the creation time (integer
-seconds), the user metadata and the size and sha256 of every file. The directory's mtime is the
+seconds), the user metadata, the size and sha256 of every file, and ``digest``: the sha256 of the
+canonical JSON of everything else in the manifest (:func:`manifest_digest`), so that the metadata,
+which says how to call the loaded code, is checked like the files are. The directory's mtime is the
 entry's last access (set explicitly: file-system atime is unreliable), which eviction orders by.
 
 :func:`verify_entry` trusts nothing: a manifest that does not parse, names another key or another
-version, or lists a file that is missing, is a symbolic link or differs in size or checksum makes the
-entry corrupt. Checksums are verified on every call: kernel files are small and the runtime keeps what
-it loaded in memory, so a process reads each entry about once.
+version, does not match its digest, or lists a file that is missing, is a symbolic link or differs
+in size or checksum makes the entry corrupt. Checksums are verified on every call: kernel files are
+small and the runtime keeps what it loaded in memory, so a process reads each entry about once.
 """
 
 from __future__ import annotations
@@ -32,13 +34,14 @@ __all__ = [
     "entry_location",
     "fsync_dir",
     "make_entry",
+    "manifest_digest",
     "prepare_put",
     "record_access",
     "verify_entry",
     "write_entry",
 ]
 
-FORMAT_VERSION: int = 1
+FORMAT_VERSION: int = 2
 """Layout and manifest version. Bump it when either changes: entries of other versions are misses."""
 
 MANIFEST = "manifest.json"
@@ -85,6 +88,13 @@ def make_entry(key: str, directory: Path, names: Iterable[str], metadata: dict[s
     return Entry(key, directory, files, MappingProxyType(metadata))
 
 
+def manifest_digest(manifest: Mapping[str, object]) -> str:
+    """The sha256 (hex) of a manifest's canonical JSON, its ``digest`` field left out."""
+    body = {name: value for name, value in manifest.items() if name != "digest"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 # ------------------------------------------------------------------------------------- writing
 def prepare_put(
     files: Mapping[str, bytes], metadata: Mapping[str, object] | None
@@ -123,6 +133,7 @@ def write_entry(directory: Path, key: str, blobs: dict[str, bytes], metadata: di
         "files": records,
         "metadata": metadata,
     }
+    manifest["digest"] = manifest_digest(manifest)
     text = json.dumps(manifest, sort_keys=True, allow_nan=False).encode("ascii")
     _write_file(directory / MANIFEST, text)
     record_access(directory)
@@ -176,6 +187,11 @@ def verify_entry(directory: Path, key: str) -> Entry | str | None:
         return "manifest of another format"
     if manifest.get("key") != key:
         return "foreign entry: its manifest names another key"
+    try:
+        if manifest.get("digest") != manifest_digest(manifest):
+            return "manifest does not match its digest"
+    except (TypeError, ValueError):
+        return "malformed manifest"
     records, metadata = manifest.get("files"), manifest.get("metadata")
     if not isinstance(records, dict) or not isinstance(metadata, dict):
         return "malformed manifest"

@@ -155,6 +155,13 @@ def _corrupt_path_escape(d: Path) -> None:
     (d / "manifest.json").write_text(json.dumps(m))
 
 
+def _corrupt_metadata(d: Path) -> None:
+    # The files still match the manifest; what it says about them does not match its digest.
+    m = json.loads((d / "manifest.json").read_text())
+    m["metadata"]["symbol"] = "abort"
+    (d / "manifest.json").write_text(json.dumps(m))
+
+
 def _corrupt_fifo(d: Path) -> None:
     (d / "kernel.c").unlink()
     os.mkfifo(d / "kernel.c")  # opening it for reading must not wait for a writer
@@ -181,6 +188,7 @@ def _corrupt_symlink(d: Path) -> None:
         _corrupt_missing_manifest,
         _corrupt_old_format,
         _corrupt_path_escape,
+        _corrupt_metadata,
         _corrupt_symlink,
         _corrupt_fifo,
         _corrupt_deep_json,
@@ -189,7 +197,7 @@ def _corrupt_symlink(d: Path) -> None:
 )
 def test_corrupt_entry_is_a_miss_removed_and_rebuilt(tmp_path, corrupt):
     store = KernelStore(tmp_path)
-    entry = store.put(KEY, FILES)
+    entry = store.put(KEY, FILES, {"symbol": "f_kernel"})
     corrupt(entry.directory)
     assert store.get(KEY) is None
     assert not entry.directory.exists()  # removed, not trusted again
