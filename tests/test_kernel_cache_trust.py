@@ -1,12 +1,17 @@
-"""The kernel cache end to end against what someone else wrote into it: tampered metadata. Each
-test runs the real compiler and loads real shared objects; a fresh ``tcjit.define`` stands for a
-fresh process (it has no specialisation yet, so it goes to the disk)."""
+"""The kernel cache end to end against what someone else wrote into it: tampered metadata, a kernel
+planted by another user, a cache folder others can write. Each runs the real compiler and loads real
+shared objects; a fresh ``tcjit.define`` stands for a fresh process (it has no specialisation yet, so
+it goes to the disk)."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -15,7 +20,8 @@ import torch
 
 import tcjit
 import tcjit.compiler
-from tcjit.cache.entry import entry_location
+from tcjit.cache import FORMAT_VERSION
+from tcjit.cache.entry import entry_location, write_entry
 
 FCRELU = """
 def fcrelu(float(B,M) I, float(N,M) W, float(N) bias) -> (O) {
@@ -100,3 +106,81 @@ def test_tampered_metadata_is_caught_before_anything_is_loaded(cache_dir, varian
     assert proc.returncode == 0, f"the child died ({proc.returncode}):\n{proc.stderr[-3000:]}"
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got == {"from_disk": False, "right": True, "inputs_kept": True}
+
+
+# ------------------------------------------------------------------------- the cache folder itself
+@pytest.mark.parametrize("mode", [0o1777, 0o777, 0o775], ids=oct)
+def test_a_cache_folder_others_can_write_runs_uncached_and_keeps_its_mode(tmp_path, monkeypatch, mode):
+    shared = tmp_path / "shared"  # as TCJIT_CACHE_DIR=/tmp
+    shared.mkdir()
+    shared.chmod(mode)
+    monkeypatch.setenv("TCJIT_CACHE_DIR", str(shared))
+    x, w, b = _inputs()
+    with pytest.warns(tcjit.TCWarning, match="kernel cache disabled.*group or others can write it"):
+        y = tcjit.define(FCRELU)(x, w, b)
+    torch.testing.assert_close(y, _oracle(x, w, b), rtol=1e-5, atol=1e-5)
+    assert stat.S_IMODE(shared.stat().st_mode) == mode, "tcjit changed the mode of a folder it did not create"
+    assert list(shared.iterdir()) == []
+
+
+# ------------------------------------------------------------------------- another user, for real
+@pytest.fixture
+def shared_place():
+    """A folder below /tmp that every user can reach (pytest's tmp_path is private to root)."""
+    place = Path(tempfile.mkdtemp(prefix="tcjit-cache-test-", dir="/tmp"))
+    place.chmod(0o755)
+    yield place
+    shutil.rmtree(place, ignore_errors=True)
+
+
+def _as_nobody(act) -> None:
+    """Run ``act()`` in a forked child that has become uid and gid 65534; fail if it fails."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            act()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the other user's planting failed"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="acting as another user needs root")
+def test_a_kernel_planted_by_another_user_is_not_run(shared_place, monkeypatch):
+    """Another user who can write the cache folder plants, under the key of our next call, a
+    complete entry (a real shared object, with a manifest consistent with it) of another kernel:
+    it must not run."""
+    root = shared_place / "kernels"
+    monkeypatch.setenv("TCJIT_CACHE_DIR", str(root))
+    x, w, b = _inputs()
+    donor_kernel = tcjit.define(FCRELU_DOUBLE_BIAS)
+    tcjit.compile(donor_kernel, x, w, b)
+    donor = tcjit.compiler.kernel_store().get(_key(donor_kernel, x, w, b))
+    files = {name: donor.path(name).read_bytes() for name in donor.files}
+    metadata = json.loads(json.dumps(dict(donor.metadata)))
+    victim_key = _key(tcjit.define(FCRELU), x, w, b)
+    target = entry_location(root, victim_key)
+    root.chmod(0o777)  # the mistake the other user exploits
+
+    def plant() -> None:
+        level = root / f"v{FORMAT_VERSION}"
+        os.rename(level, root / "moved-away")  # ours, renamed by them: the folder has no sticky bit
+        staging = root / "staging"
+        staging.mkdir()
+        write_entry(staging, victim_key, files, metadata)
+        target.parent.mkdir(parents=True)
+        staging.rename(target)
+
+    _as_nobody(plant)
+    assert os.stat(target / "kernel.so").st_uid == NOBODY
+    fresh = tcjit.define(FCRELU)
+    with pytest.warns(tcjit.TCWarning, match="not used: group or others can write it"):
+        spec = tcjit.compile(fresh, x, w, b)
+    assert spec.from_disk is False
+    torch.testing.assert_close(fresh(x, w, b), _oracle(x, w, b), rtol=1e-5, atol=1e-5)
+    assert stat.S_IMODE(root.stat().st_mode) == 0o777
