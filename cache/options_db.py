@@ -37,13 +37,16 @@ open file was moved away notices (the path names another inode) and reopens. A f
 newer tcjit (a larger ``user_version``), or an SQLite file of something else, is left untouched:
 one warning, reads find nothing, writes are skipped. A missing file reads as empty and is created
 (parent directories mode 0700) by the first write. A write that fails (read-only directory, full
-disk) warns and returns what it would have stored; reads that fail warn once and find nothing.
+disk) warns and returns what it would have stored; reads that fail warn once and find nothing. On a
+read-only file system the file is opened for reading only (WAL mode could not create its ``-shm``
+index there): reads work, writes warn.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
 import fcntl
 import math
 import os
@@ -374,6 +377,8 @@ class OptionsDatabase:
             raise _Newer(self._newer)
         if self._pid != os.getpid():
             self._drop_inherited()
+        if self._conn is not None and create and _on_read_only_file_system(self.path.parent):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
         if self._conn is not None and self._inode != _inode(self.path):
             with contextlib.suppress(sqlite3.Error):  # moved aside (damaged) or replaced: follow the path
                 self._conn.close()
@@ -381,11 +386,49 @@ class OptionsDatabase:
         if self._conn is None:
             if not create and not self.path.exists():
                 return None
+            if _on_read_only_file_system(self.path.parent):
+                if create:
+                    raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+                return self._open_read_only()
             if create:
                 _make_parents(self.path.parent)
             with self._flocked(required=create):
                 self._conn = self._open_checked()
         return self._conn
+
+    def _open_read_only(self) -> sqlite3.Connection | None:
+        """The file on a read-only file system, open for reading only; ``None`` if it has no tables.
+
+        SQLite reads a WAL-mode file through its ``-shm`` index, which it cannot create here: with a
+        ``-wal`` and ``-shm`` left beside it the file opens with ``mode=ro``, otherwise (or if that
+        fails) as ``immutable``, which nobody can change it from here anyway.
+        """
+        uri = self.path.as_uri()
+        modes = ["immutable=1"]
+        if os.path.exists(f"{self.path}-wal") and os.path.exists(f"{self.path}-shm"):
+            modes.insert(0, "mode=ro")
+        for attempt, mode in enumerate(modes):
+            conn = sqlite3.connect(f"{uri}?{mode}", uri=True, isolation_level=None, check_same_thread=False)
+            try:
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+                tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            except sqlite3.OperationalError:
+                conn.close()
+                if attempt + 1 < len(modes):
+                    continue
+                raise
+            except BaseException:
+                conn.close()
+                raise
+            break
+        if version == 0 or version > SCHEMA_VERSION:
+            conn.close()
+            if version == 0 and not tables:
+                return None  # created, never written
+            self._newer = _not_ours(version, tables)
+            raise _Newer(self._newer)
+        self._conn, self._inode = conn, _inode(self.path)
+        return conn
 
     def _drop_inherited(self) -> None:
         """In a forked child: close the parent's connection, unused, before opening one's own.
@@ -422,13 +465,8 @@ class OptionsDatabase:
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if version > SCHEMA_VERSION:
-                self._newer = f"a newer tcjit wrote it (schema {version}; this one reads {SCHEMA_VERSION})"
-            elif version == 0 and tables:
-                self._newer = (
-                    f"it is an SQLite database of something else (tables {', '.join(sorted(tables))})"
-                )
-            if self._newer is not None:
+            if version > SCHEMA_VERSION or (version == 0 and tables):
+                self._newer = _not_ours(version, tables)
                 conn.close()
                 raise _Newer(self._newer)
             check = conn.execute("PRAGMA quick_check").fetchall()
@@ -536,6 +574,20 @@ def _inode(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino
+
+
+def _not_ours(version: int, tables: set[str]) -> str:
+    """Why a file of schema ``version`` holding ``tables`` is left alone."""
+    if version > SCHEMA_VERSION:
+        return f"a newer tcjit wrote it (schema {version}; this one reads {SCHEMA_VERSION})"
+    return f"it is an SQLite database of something else (tables {', '.join(sorted(tables))})"
+
+
+def _on_read_only_file_system(directory: Path) -> bool:
+    try:
+        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def _make_parents(directory: Path) -> None:

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -126,3 +127,35 @@ def test_a_compiler_reporting_a_full_disk_is_a_resource_error(tmp_path, monkeypa
     fake.write_text("#!/bin/sh\necho 'kernel.c:1: error: expected ;' >&2\nexit 1\n")
     with pytest.raises(tcjit.TCInternalError, match="a tcjit bug"):  # a real rejection stays one
         compile_c("int f(void) { return 0; }\n", name="f")
+
+
+# --------------------------------------------------------------------- a read-only file system
+def _remount_read_only(where: Path) -> None:
+    subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True, capture_output=True)
+
+
+def test_the_options_database_on_a_read_only_file_system_reads_and_warns_on_writes(tiny_tmpfs):
+    from tcjit.cache import Measured, OptionsDatabase, TuningKey
+
+    layout = '[["float32", [8], [1]]]'
+    key = TuningKey("def f(float(N) A) -> (B) { B(i) = A(i) }", "f", layout, "cpu", "x86_64-test", "0.1.0")
+    other = TuningKey("def g(float(N) A) -> (B) { B(i) = A(i) }", "g", layout, "cpu", "x86_64-test", "0.1.0")
+    path = tiny_tmpfs / "tcjit" / "options.sqlite3"
+    writer = OptionsDatabase(path)
+    stored = writer.put(key, '{"format": 1}', 1.5e-4, baseline=4.0e-4, evaluations=12)
+    writer.record(key, [Measured('{"format": 1}', 1.5e-4, "ok")])
+    writer.close()
+    _remount_read_only(tiny_tmpfs)
+
+    db = OptionsDatabase(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # reading warns about nothing
+        assert db.get(key) == stored
+        assert db.records() == [stored]
+        assert db.measured(key) == [Measured('{"format": 1}', 1.5e-4, "ok")]
+        assert db.get(other) is None
+    with pytest.warns(tcjit.TCWarning, match="could not store tuned options .*Read-only file system"):
+        offered = db.put(other, '{"format": 1}', 2.0e-4, evaluations=3)
+    assert offered.time == 2.0e-4  # what it would have stored
+    assert db.get(key) == stored and db.get(other) is None
+    assert OptionsDatabase(tiny_tmpfs / "missing.sqlite3").get(key) is None
