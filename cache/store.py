@@ -255,6 +255,7 @@ class KernelStore:
         :raises TCError: the root cannot be written or trusted.
         """
         directory = entry_location(self.root, key)
+        self._check_root()  # before the lock file is made in a root that is not ours to write
         with self._io_errors("discard an entry"), self._locked():
             return self._remove(directory)
 

@@ -184,3 +184,21 @@ def test_a_kernel_planted_by_another_user_is_not_run(shared_place, monkeypatch):
     assert spec.from_disk is False
     torch.testing.assert_close(fresh(x, w, b), _oracle(x, w, b), rtol=1e-5, atol=1e-5)
     assert stat.S_IMODE(root.stat().st_mode) == 0o777
+
+
+def test_a_repeated_call_touches_nothing_on_disk(monkeypatch):
+    """The checks are per load from disk: a call of a specialisation already in the process
+    neither asks the store nor examines a file."""
+    import tcjit.cache.trust as trust
+    from tcjit.cache import KernelStore
+
+    k = tcjit.define(FCRELU)
+    x, w, b = _inputs()
+    k(x, w, b)
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a repeated call went to the disk")
+
+    monkeypatch.setattr(trust, "owner_and_mode", forbidden)
+    monkeypatch.setattr(KernelStore, "get", forbidden)
+    torch.testing.assert_close(k(x, w, b), _oracle(x, w, b), rtol=1e-5, atol=1e-5)
