@@ -1,6 +1,7 @@
 """tcjit.cache: the on-disk kernel store and the tuned-options database (SQLite).
 
-* :class:`KernelStore` (:mod:`.store`, :mod:`.entry`): compiled kernels, one directory per cache key.
+* :class:`KernelStore` (:mod:`.store`, :mod:`.entry`): compiled kernels, one directory per cache key;
+  :mod:`.trust` decides which of its folders and files may be loaded (none another user could write).
 * :class:`OptionsDatabase` (:mod:`.options_db`): the best mapping options tuning found per
   :class:`TuningKey`, the candidates each run measured, shared safely by concurrent processes.
 

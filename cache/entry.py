@@ -2,13 +2,19 @@
 
 An entry for key ``k`` lives at ``root/v{FORMAT_VERSION}/ab/abcd…`` where ``abcd…`` is sha256(k) in
 hex. Its ``manifest.json`` holds the full key text, the format version, the creation time (integer
-seconds), the user metadata and the size and sha256 of every file. The directory's mtime is the
+seconds), the user metadata, the size and sha256 of every file, and ``digest``: the sha256 of the
+canonical JSON of everything else in the manifest (:func:`manifest_digest`), so that the metadata,
+which says how to call the loaded code, is checked like the files are. The directory's mtime is the
 entry's last access (set explicitly: file-system atime is unreliable), which eviction orders by.
 
 :func:`verify_entry` trusts nothing: a manifest that does not parse, names another key or another
-version, or lists a file that is missing, is a symbolic link or differs in size or checksum makes the
-entry corrupt. Checksums are verified on every call: kernel files are small and the runtime keeps what
-it loaded in memory, so a process reads each entry about once.
+version, does not match its digest, or lists a file that is missing, is a symbolic link or differs
+in size or checksum makes the entry corrupt, and so does a directory or file that another user owns
+or that group or others can write (:mod:`tcjit.cache.trust`). Each file is opened once, without
+following links; the bytes hashed are the bytes the :class:`Entry` hands out
+(:meth:`Entry.read`), so nothing can change between the check and the use. Checksums are verified
+on every call: kernel files are small and the runtime keeps what it loaded in memory, so a process
+reads each entry about once.
 """
 
 from __future__ import annotations
@@ -18,12 +24,13 @@ import errno
 import hashlib
 import json
 import os
-import stat
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
+
+from .trust import UntrustedError, check_fd, open_checked
 
 __all__ = [
     "FORMAT_VERSION",
@@ -32,13 +39,15 @@ __all__ = [
     "entry_location",
     "fsync_dir",
     "make_entry",
+    "manifest_digest",
     "prepare_put",
+    "read_entry",
     "record_access",
     "verify_entry",
     "write_entry",
 ]
 
-FORMAT_VERSION: int = 1
+FORMAT_VERSION: int = 2
 """Layout and manifest version. Bump it when either changes: entries of other versions are misses."""
 
 MANIFEST = "manifest.json"
@@ -56,12 +65,14 @@ class Entry:
     :ivar directory: the entry's directory.
     :ivar files: file name -> path, for every file stored with the entry (read-only mapping).
     :ivar metadata: the user metadata, as read back from JSON (tuples come back as lists).
+    :ivar contents: file name -> the bytes that were checked against the manifest (read-only).
     """
 
     key: str
     directory: Path
     files: Mapping[str, Path]
     metadata: Mapping[str, object]
+    contents: Mapping[str, bytes]
 
     def path(self, name: str) -> Path:
         """The path of the file stored under ``name``; ``KeyError`` if the entry has no such file."""
@@ -69,6 +80,13 @@ class Entry:
             return self.files[name]
         except KeyError:
             raise KeyError(f"entry has no file {name!r} (it has {sorted(self.files)})") from None
+
+    def read(self, name: str) -> bytes:
+        """The content of the file stored under ``name``, exactly as checked against the manifest
+        (prefer it to reading :meth:`path`: the file on disk may have changed or gone since).
+        ``KeyError`` if the entry has no such file."""
+        self.path(name)  # the KeyError with the file names
+        return self.contents[name]
 
 
 def entry_location(root: Path, key: str) -> Path:
@@ -79,10 +97,19 @@ def entry_location(root: Path, key: str) -> Path:
     return root / f"v{FORMAT_VERSION}" / digest[:2] / digest
 
 
-def make_entry(key: str, directory: Path, names: Iterable[str], metadata: dict[str, object]) -> Entry:
-    """The :class:`Entry` for files ``names`` in ``directory``, with read-only mappings."""
-    files = MappingProxyType({name: directory / name for name in sorted(names)})
-    return Entry(key, directory, files, MappingProxyType(metadata))
+def make_entry(
+    key: str, directory: Path, contents: Mapping[str, bytes], metadata: dict[str, object]
+) -> Entry:
+    """The :class:`Entry` for files ``contents`` (name -> bytes) in ``directory``, with read-only mappings."""
+    files = MappingProxyType({name: directory / name for name in sorted(contents)})
+    return Entry(key, directory, files, MappingProxyType(metadata), MappingProxyType(dict(contents)))
+
+
+def manifest_digest(manifest: Mapping[str, object]) -> str:
+    """The sha256 (hex) of a manifest's canonical JSON, its ``digest`` field left out."""
+    body = {name: value for name, value in manifest.items() if name != "digest"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 # ------------------------------------------------------------------------------------- writing
@@ -123,6 +150,7 @@ def write_entry(directory: Path, key: str, blobs: dict[str, bytes], metadata: di
         "files": records,
         "metadata": metadata,
     }
+    manifest["digest"] = manifest_digest(manifest)
     text = json.dumps(manifest, sort_keys=True, allow_nan=False).encode("ascii")
     _write_file(directory / MANIFEST, text)
     record_access(directory)
@@ -158,14 +186,33 @@ def record_access(directory: Path) -> None:
 def verify_entry(directory: Path, key: str) -> Entry | str | None:
     """The entry at ``directory`` if valid for ``key``; why not if corrupt or foreign; ``None`` if absent.
 
-    Never raises on what it finds on disk.
+    Checks the entry's directory and files, not the folders above it (the store checks those on
+    its way down from the root). Never raises on what it finds on disk.
     """
     try:
-        if not stat.S_ISDIR(os.lstat(directory).st_mode):
-            return "not a directory"
-        raw = _read(directory / MANIFEST)
-    except (FileNotFoundError, NotADirectoryError):
-        return "no manifest" if os.path.lexists(directory) else None
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        return "not a directory" if err.errno in (errno.ENOTDIR, errno.ELOOP) else err.strerror
+    try:
+        check_fd(fd, directory.name, directory=True)
+        return read_entry(fd, directory, key)
+    except UntrustedError as err:
+        return str(err)
+    finally:
+        os.close(fd)
+
+
+def read_entry(dir_fd: int, directory: Path, key: str) -> Entry | str | None:
+    """Like :func:`verify_entry`, for the entry directory open as ``dir_fd`` (already checked) at
+    ``directory``: its manifest and files are opened relative to ``dir_fd``."""
+    try:
+        raw = _read(MANIFEST, dir_fd)
+    except FileNotFoundError:
+        return "no manifest"
+    except UntrustedError as err:
+        return str(err)
     except OSError as err:
         return f"unreadable manifest: {err.strerror}"
     try:
@@ -176,38 +223,48 @@ def verify_entry(directory: Path, key: str) -> Entry | str | None:
         return "manifest of another format"
     if manifest.get("key") != key:
         return "foreign entry: its manifest names another key"
+    try:
+        if manifest.get("digest") != manifest_digest(manifest):
+            return "manifest does not match its digest"
+    except (TypeError, ValueError):
+        return "malformed manifest"
     records, metadata = manifest.get("files"), manifest.get("metadata")
     if not isinstance(records, dict) or not isinstance(metadata, dict):
         return "malformed manifest"
+    contents = {}
     for name, record in records.items():
-        problem = _name_problem(name) or _file_problem(directory / name, record)
+        problem = _name_problem(name)
         if problem:
             return problem
-    return make_entry(key, directory, records, metadata)
+        data = _checked_file(name, dir_fd, record)
+        if isinstance(data, str):
+            return data
+        contents[name] = data
+    return make_entry(key, directory, contents, metadata)
 
 
-def _file_problem(path: Path, record: object) -> str | None:
-    """Why the file at ``path`` does not match its manifest ``record``, or ``None``."""
+def _checked_file(name: str, dir_fd: int, record: object) -> bytes | str:
+    """The content of file ``name`` of the entry open as ``dir_fd`` if it matches its manifest
+    ``record``; why not otherwise."""
     if not isinstance(record, dict) or not isinstance(record.get("size"), int):
-        return f"malformed manifest record for {path.name}"
+        return f"malformed manifest record for {name}"
     try:
-        data = _read(path)
+        data = _read(name, dir_fd)
+    except UntrustedError as err:
+        return str(err)
     except OSError as err:
-        return f"{path.name}: {err.strerror}"
+        return f"{name}: {err.strerror}"
     if len(data) != record["size"]:
-        return f"{path.name} has {len(data)} bytes, the manifest says {record['size']}"
+        return f"{name} has {len(data)} bytes, the manifest says {record['size']}"
     if hashlib.sha256(data).hexdigest() != record.get("sha256"):
-        return f"{path.name} does not match its checksum"
-    return None
+        return f"{name} does not match its checksum"
+    return data
 
 
-def _read(path: Path) -> bytes:
-    """The content of a regular file, without following a symbolic link."""
-    # O_NONBLOCK: a FIFO planted in an entry must fail the check, not hang the reader.
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+def _read(name: str, dir_fd: int) -> bytes:
+    """The content of the regular, trusted file ``name`` in ``dir_fd``, not following a link."""
+    fd = open_checked(name, dir_fd, directory=False)
     with open(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
         return f.read()
 
 

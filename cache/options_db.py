@@ -37,13 +37,16 @@ open file was moved away notices (the path names another inode) and reopens. A f
 newer tcjit (a larger ``user_version``), or an SQLite file of something else, is left untouched:
 one warning, reads find nothing, writes are skipped. A missing file reads as empty and is created
 (parent directories mode 0700) by the first write. A write that fails (read-only directory, full
-disk) warns and returns what it would have stored; reads that fail warn once and find nothing.
+disk) warns and returns what it would have stored; reads that fail warn once and find nothing. On a
+read-only file system the file is opened for reading only (WAL mode could not create its ``-shm``
+index there): reads work, writes warn.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
 import fcntl
 import math
 import os
@@ -56,6 +59,7 @@ from pathlib import Path
 
 from tcjit.polyhedral.errors import TCCacheError, TCWarning
 
+from .options_rows import SCHEMA, SELECT_TUNED, import_record, merge_record, record_from_row
 from .tuning_records import (
     KEY_FIELDS,
     Measured,
@@ -75,23 +79,6 @@ SCHEMA_VERSION: int = 1
 BUSY_TIMEOUT_S = 30.0
 """Seconds a write waits for another process's transaction before it gives up (and warns)."""
 
-_SELECT = "SELECT source, entry, layout, target, arch, version, options, time, baseline, evaluations, date"
-_TUNED_COLUMNS = (*KEY_FIELDS, "options", "time", "baseline", "evaluations", "date")
-_SCHEMA = """
-CREATE TABLE tuned (
-    digest TEXT PRIMARY KEY, family TEXT NOT NULL,
-    source TEXT NOT NULL, entry TEXT NOT NULL, layout TEXT NOT NULL,
-    target TEXT NOT NULL, arch TEXT NOT NULL, version TEXT NOT NULL,
-    options TEXT NOT NULL, time REAL NOT NULL, baseline REAL,
-    evaluations INTEGER NOT NULL, date TEXT NOT NULL
-);
-CREATE INDEX tuned_family ON tuned(family);
-CREATE TABLE measured (
-    id INTEGER PRIMARY KEY, digest TEXT NOT NULL, options TEXT NOT NULL,
-    time REAL, status TEXT NOT NULL, date TEXT NOT NULL
-);
-CREATE INDEX measured_digest ON measured(digest, id);
-"""
 _CORRUPT_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
 _CORRUPT_WORDS = ("file is not a database", "malformed", "file is encrypted")
 
@@ -150,8 +137,8 @@ class OptionsDatabase:
     # ------------------------------------------------------------------------------------ reading
     def get(self, key: TuningKey) -> TunedOptions | None:
         """The options stored for exactly ``key``, or ``None`` (also when the file cannot be read)."""
-        rows = self._read(f"{_SELECT} FROM tuned WHERE digest = ?", (key.digest,))
-        return _record(rows[0]) if rows else None
+        rows = self._read(f"{SELECT_TUNED} FROM tuned WHERE digest = ?", (key.digest,))
+        return record_from_row(rows[0]) if rows else None
 
     def measured(self, key: TuningKey) -> list[Measured]:
         """Every candidate :meth:`record` stored for ``key``, oldest first."""
@@ -169,19 +156,20 @@ class OptionsDatabase:
         Meant to seed a tuning run at new sizes.
         """
         rows = self._read(
-            f"{_SELECT} FROM tuned WHERE family = ? AND digest != ? ORDER BY date DESC",
+            f"{SELECT_TUNED} FROM tuned WHERE family = ? AND digest != ? ORDER BY date DESC",
             (key.family, key.digest),
         )
         mine = parse_layout(key.layout)
         ranked = sorted(
-            (_record(row) for row in rows), key=lambda r: layout_distance(mine, parse_layout(r.key.layout))
+            (record_from_row(row) for row in rows),
+            key=lambda r: layout_distance(mine, parse_layout(r.key.layout)),
         )
         return ranked[: max(limit, 0)]
 
     def records(self) -> list[TunedOptions]:
         """Every stored record, newest improvement first."""
-        rows = self._read(f"{_SELECT} FROM tuned ORDER BY date DESC, digest")
-        return [_record(row) for row in rows]
+        rows = self._read(f"{SELECT_TUNED} FROM tuned ORDER BY date DESC, digest")
+        return [record_from_row(row) for row in rows]
 
     def find(self, prefix: str) -> list[TunedOptions]:
         """The records whose digest starts with ``prefix`` (hex, any case; ``""`` matches all)."""
@@ -189,10 +177,10 @@ class OptionsDatabase:
         if any(c not in "0123456789abcdef" for c in prefix):
             return []
         rows = self._read(
-            f"{_SELECT} FROM tuned WHERE substr(digest, 1, ?) = ? ORDER BY date DESC",
+            f"{SELECT_TUNED} FROM tuned WHERE substr(digest, 1, ?) = ? ORDER BY date DESC",
             (len(prefix), prefix),
         )
-        return [_record(row) for row in rows]
+        return [record_from_row(row) for row in rows]
 
     def export(self) -> list[dict]:
         """Every record as JSON-able dicts, newest first, each with its measured candidates.
@@ -249,7 +237,9 @@ class OptionsDatabase:
         :raises ValueError: a negative or non-finite time or baseline, negative evaluations.
         """
         rec = TunedOptions(key, *checked_values(options, time, baseline, evaluations), _now())
-        stored = self._write(lambda conn: _merge(conn, rec, add_evaluations=True), "store tuned options")
+        stored = self._write(
+            lambda conn: merge_record(conn, rec, add_evaluations=True), "store tuned options"
+        )
         return rec if stored is None else stored
 
     def record(self, key: TuningKey, measured: Sequence[Measured]) -> None:
@@ -282,7 +272,7 @@ class OptionsDatabase:
         items = validate_import(data, SCHEMA_VERSION)
         return (
             self._write(
-                lambda conn: sum(_import_one(conn, rec, measured) for rec, measured in items),
+                lambda conn: sum(import_record(conn, rec, measured) for rec, measured in items),
                 "import tuned options",
             )
             or 0
@@ -387,6 +377,8 @@ class OptionsDatabase:
             raise _Newer(self._newer)
         if self._pid != os.getpid():
             self._drop_inherited()
+        if self._conn is not None and create and _on_read_only_file_system(self.path.parent):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
         if self._conn is not None and self._inode != _inode(self.path):
             with contextlib.suppress(sqlite3.Error):  # moved aside (damaged) or replaced: follow the path
                 self._conn.close()
@@ -394,11 +386,49 @@ class OptionsDatabase:
         if self._conn is None:
             if not create and not self.path.exists():
                 return None
+            if _on_read_only_file_system(self.path.parent):
+                if create:
+                    raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+                return self._open_read_only()
             if create:
                 _make_parents(self.path.parent)
             with self._flocked(required=create):
                 self._conn = self._open_checked()
         return self._conn
+
+    def _open_read_only(self) -> sqlite3.Connection | None:
+        """The file on a read-only file system, open for reading only; ``None`` if it has no tables.
+
+        SQLite reads a WAL-mode file through its ``-shm`` index, which it cannot create here: with a
+        ``-wal`` and ``-shm`` left beside it the file opens with ``mode=ro``, otherwise (or if that
+        fails) as ``immutable``, which nobody can change it from here anyway.
+        """
+        uri = self.path.as_uri()
+        modes = ["immutable=1"]
+        if os.path.exists(f"{self.path}-wal") and os.path.exists(f"{self.path}-shm"):
+            modes.insert(0, "mode=ro")
+        for attempt, mode in enumerate(modes):
+            conn = sqlite3.connect(f"{uri}?{mode}", uri=True, isolation_level=None, check_same_thread=False)
+            try:
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+                tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            except sqlite3.OperationalError:
+                conn.close()
+                if attempt + 1 < len(modes):
+                    continue
+                raise
+            except BaseException:
+                conn.close()
+                raise
+            break
+        if version == 0 or version > SCHEMA_VERSION:
+            conn.close()
+            if version == 0 and not tables:
+                return None  # created, never written
+            self._newer = _not_ours(version, tables)
+            raise _Newer(self._newer)
+        self._conn, self._inode = conn, _inode(self.path)
+        return conn
 
     def _drop_inherited(self) -> None:
         """In a forked child: close the parent's connection, unused, before opening one's own.
@@ -435,13 +465,8 @@ class OptionsDatabase:
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if version > SCHEMA_VERSION:
-                self._newer = f"a newer tcjit wrote it (schema {version}; this one reads {SCHEMA_VERSION})"
-            elif version == 0 and tables:
-                self._newer = (
-                    f"it is an SQLite database of something else (tables {', '.join(sorted(tables))})"
-                )
-            if self._newer is not None:
+            if version > SCHEMA_VERSION or (version == 0 and tables):
+                self._newer = _not_ours(version, tables)
                 conn.close()
                 raise _Newer(self._newer)
             check = conn.execute("PRAGMA quick_check").fetchall()
@@ -454,7 +479,7 @@ class OptionsDatabase:
             if version == 0:
                 conn.execute("BEGIN IMMEDIATE")
                 if conn.execute("PRAGMA user_version").fetchone()[0] == 0:
-                    for statement in filter(str.strip, _SCHEMA.split(";")):
+                    for statement in filter(str.strip, SCHEMA.split(";")):
                         conn.execute(statement)
                     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 conn.execute("COMMIT")
@@ -536,61 +561,6 @@ class OptionsDatabase:
 
 
 # ---------------------------------------------------------------------------------------- helpers
-def _record(row: Sequence) -> TunedOptions:
-    """A :class:`TunedOptions` from a row of ``_TUNED_COLUMNS``."""
-    key = TuningKey(*row[:6])
-    options, time, baseline, evaluations, date = row[6:]
-    return TunedOptions(key, options, time, baseline, evaluations, date)
-
-
-def _merge(conn: sqlite3.Connection, offer: TunedOptions, *, add_evaluations: bool) -> TunedOptions:
-    """Store ``offer`` or keep the faster stored record (inside a write transaction); the result."""
-    key = offer.key
-    row = conn.execute(f"{_SELECT} FROM tuned WHERE digest = ?", (key.digest,)).fetchone()
-    if row is None:
-        merged = offer
-    else:
-        old = _record(row)
-        evaluations = (
-            old.evaluations + offer.evaluations
-            if add_evaluations
-            else max(old.evaluations, offer.evaluations)
-        )
-        best = offer if offer.time < old.time else old
-        baseline = old.baseline if old.baseline is not None else offer.baseline
-        merged = TunedOptions(key, best.options, best.time, baseline, evaluations, best.date)
-    conn.execute(
-        f"INSERT OR REPLACE INTO tuned (digest, family, {', '.join(_TUNED_COLUMNS)}) "
-        f"VALUES ({', '.join('?' * (len(_TUNED_COLUMNS) + 2))})",
-        (
-            key.digest,
-            key.family,
-            *(getattr(key, name) for name in KEY_FIELDS),
-            merged.options,
-            merged.time,
-            merged.baseline,
-            merged.evaluations,
-            merged.date,
-        ),
-    )
-    return merged
-
-
-def _import_one(conn: sqlite3.Connection, rec: TunedOptions, measured: list[tuple]) -> bool:
-    """Merge one imported record and its candidates; whether the record was new or faster."""
-    before = conn.execute("SELECT time FROM tuned WHERE digest = ?", (rec.key.digest,)).fetchone()
-    _merge(conn, rec, add_evaluations=False)
-    have = set(conn.execute("SELECT options, time, status FROM measured WHERE digest = ?", (rec.key.digest,)))
-    for m in measured:
-        if m not in have:
-            have.add(m)
-            conn.execute(
-                "INSERT INTO measured (digest, options, time, status, date) VALUES (?, ?, ?, ?, ?)",
-                (rec.key.digest, *m, rec.date),
-            )
-    return before is None or rec.time < before[0]
-
-
 def _is_corrupt(err: sqlite3.Error) -> bool:
     code = getattr(err, "sqlite_errorcode", None)
     if code is not None and code & 0xFF in _CORRUPT_CODES:
@@ -604,6 +574,20 @@ def _inode(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino
+
+
+def _not_ours(version: int, tables: set[str]) -> str:
+    """Why a file of schema ``version`` holding ``tables`` is left alone."""
+    if version > SCHEMA_VERSION:
+        return f"a newer tcjit wrote it (schema {version}; this one reads {SCHEMA_VERSION})"
+    return f"it is an SQLite database of something else (tables {', '.join(sorted(tables))})"
+
+
+def _on_read_only_file_system(directory: Path) -> bool:
+    try:
+        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def _make_parents(directory: Path) -> None:

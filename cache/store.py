@@ -13,6 +13,15 @@ entry exists: the first writer wins and the others return its entry. Entries dis
 rename into ``root/tmp`` made under the exclusive lock, and a corrupt entry is re-checked under that
 lock before it goes, so no process removes an entry that another has just put in place of a corrupt
 one. A reader whose entry is evicted under it gets a miss.
+
+Nothing another user could have written is used (:mod:`tcjit.cache.trust`). On every read the
+folders above the root are checked, then the root, the version and prefix folders, the entry and
+each of its files are opened one name at a time from the one above, without following links, and
+checked on the open descriptor: owned by this user and writable by nobody else. A root that fails
+is not used at all (a warning, once per store; :meth:`KernelStore.put` raises); a folder or file
+inside it that fails makes the entry corrupt, and it is removed. Removal and the clean-up of
+``root/tmp`` work on descriptors too and never follow a link out of the root. The store never
+changes the mode of a folder it did not create.
 """
 
 from __future__ import annotations
@@ -25,25 +34,25 @@ import os
 import re
 import shutil
 import stat
-import tempfile
 import time
 import uuid
+import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from tcjit.polyhedral.errors import TCError
+from tcjit.polyhedral.errors import TCError, TCWarning
 
 from .entry import (
     FORMAT_VERSION,
     Entry,
     entry_location,
-    fsync_dir,
     make_entry,
     prepare_put,
+    read_entry,
     record_access,
-    verify_entry,
     write_entry,
 )
+from .trust import UntrustedError, ancestors_problem, check_fd, open_checked, trust_problem
 
 __all__ = ["FORMAT_VERSION", "Entry", "KernelStore"]
 
@@ -51,6 +60,7 @@ _STALE_SECONDS = 3600  # a put- directory untouched this long belongs to a write
 _RESCAN_SECONDS = 60  # how long put trusts its running estimate of the store's size
 _INSTALL_ATTEMPTS = 5
 _VERSION_DIR = re.compile(r"v\d+")
+_NO_FOLLOW_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _log = logging.getLogger(__name__)
 
 
@@ -58,9 +68,10 @@ class KernelStore:
     """A size-capped directory of compiled kernels, safe to share between processes of one user.
 
     Constructing a store only checks an existing root; the first :meth:`put` creates the directories
-    (mode 0700). :meth:`get` never raises on a corrupt, missing or unreadable cache; :meth:`put`,
-    :meth:`clear` and :meth:`evict` raise :class:`TCError` when the root cannot be created or written,
-    which the runtime reports as a warning before running uncached.
+    (mode 0700). :meth:`get` never raises on a corrupt, missing, unreadable or untrusted cache (an
+    untrusted root costs one :class:`TCWarning`); :meth:`put`, :meth:`clear` and :meth:`evict` raise
+    :class:`TCError` when the root cannot be created, written or trusted, which the runtime reports
+    as a warning before running uncached.
 
     :ivar root: the store's root directory (absolute).
     :ivar max_bytes: the size cap, in bytes of file content (manifests included).
@@ -72,23 +83,52 @@ class KernelStore:
         self.root = Path(os.path.abspath(os.fspath(root)))
         self.max_bytes = max_bytes
         self._estimate: tuple[int, float] | None = None  # (bytes, time.monotonic() of the last scan)
+        self._warned: set[str] = set()
         self._check_root()
 
     # ------------------------------------------------------------------------------------ reading
     def get(self, key: str) -> Entry | None:
         """The valid entry stored under ``key``, or ``None`` on a miss.
 
-        A corrupt entry (unparsable manifest, another format version, a missing, truncated or
-        altered file) or a foreign one (its manifest names another key) is removed and reported as
-        a miss. A hit records the access for least-recently-used eviction.
+        A corrupt entry (unparsable manifest, another format version, a manifest that does not
+        match its digest, a missing, truncated or altered file, a folder or file that another user
+        owns or that others can write) or a foreign one (its manifest names another key) is removed
+        and reported as a miss. A hit records the access for least-recently-used eviction.
+        """
+        found = self._verify(key)
+        if isinstance(found, tuple):
+            found = self._remove_if_corrupt(key, *found)
+        if found is not None:
+            record_access(found.directory)
+        return found
+
+    def _verify(self, key: str) -> Entry | tuple[str, Path] | None:
+        """The entry under ``key``; ``(why, what to remove)`` if it is corrupt; ``None`` if absent.
+
+        Walks down from the root one name at a time (see the module's docstring).
         """
         directory = entry_location(self.root, key)
-        found = verify_entry(directory, key)
-        if isinstance(found, str):
-            found = self._remove_if_corrupt(directory, key, found)
-        if found is not None:
-            record_access(directory)
-        return found
+        with contextlib.ExitStack() as fds:
+            try:
+                fd = self._open_root()
+            except FileNotFoundError:
+                return None
+            except (UntrustedError, OSError) as err:
+                self._warn_once(f"the kernel cache {self.root} is not used: {_reason(err)}")
+                return None
+            fds.callback(os.close, fd)
+            path = self.root
+            for name in directory.relative_to(self.root).parts:
+                path = path / name
+                try:
+                    fd = open_checked(name, fd, directory=True)
+                except FileNotFoundError:
+                    return None
+                except (UntrustedError, OSError) as err:
+                    return _reason(err), path
+                fds.callback(os.close, fd)
+            found = read_entry(fd, directory, key)
+            return (found, directory) if isinstance(found, str) else found
 
     def total_bytes(self) -> int:
         """Bytes of file content in all entries, of every format version (temporaries excluded)."""
@@ -105,7 +145,7 @@ class KernelStore:
         grown past ``max_bytes``, least recently used entries are evicted down to 90 % of the cap
         (never the entry just stored), so that a full store does not rescan on every put.
 
-        :raises TCError: the root cannot be created or written.
+        :raises TCError: the root cannot be created, written or trusted.
         :raises ValueError: a file name is invalid (see :func:`~tcjit.cache.entry.prepare_put`).
         :raises TypeError: a content is not bytes, or the metadata is not JSON.
         """
@@ -114,28 +154,36 @@ class KernelStore:
         existing = self.get(key)
         if existing is not None:
             return existing
-        with self._io_errors("store an entry"):
-            self._prepare_root()
-            _mkdir(final.parent.parent, final.parent)
-            self._clean_temporaries()
-            tmp = Path(tempfile.mkdtemp(prefix="put-", dir=self.root / "tmp"))
+        with self._io_errors("store an entry"), contextlib.ExitStack() as fds:
+            root_fd = self._prepare_root()
+            fds.callback(os.close, root_fd)
+            tmp_fd = _make_dir("tmp", root_fd)
+            fds.callback(os.close, tmp_fd)
+            _clean_temporaries(tmp_fd)
+            name = f"put-{uuid.uuid4().hex}"
+            os.close(_make_dir(name, tmp_fd))  # becomes the entry's directory, mode 0700
             try:
-                os.chmod(tmp, 0o700)  # becomes the entry's directory; umask may have narrowed it
-                size = write_entry(tmp, key, blobs, meta)
-                stored = self._install(tmp, final, key, list(blobs), meta)
+                size = write_entry(self.root / "tmp" / name, key, blobs, meta)
+                stored = self._install(root_fd, tmp_fd, name, final, key, blobs, meta)
             finally:
-                if os.path.lexists(tmp):
-                    shutil.rmtree(tmp, ignore_errors=True)
+                _delete(name, tmp_fd)
         self._account(size, keep=stored.directory)
         return stored
 
-    def _install(self, tmp: Path, final: Path, key: str, names: list[str], meta: dict) -> Entry:
-        """Rename the complete entry ``tmp`` to ``final``; if another put won the race, use theirs."""
+    def _install(
+        self, root_fd: int, tmp_fd: int, name: str, final: Path, key: str, blobs: dict, meta: dict
+    ) -> Entry:
+        """Rename the complete entry ``tmp/name`` to ``final``; if another put won the race, use theirs."""
         for _ in range(_INSTALL_ATTEMPTS):
             try:
-                os.rename(tmp, final)
+                with contextlib.ExitStack() as fds:
+                    level_fd = _make_dir(final.parent.parent.name, root_fd)
+                    fds.callback(os.close, level_fd)
+                    prefix_fd = _make_dir(final.parent.name, level_fd)
+                    fds.callback(os.close, prefix_fd)
+                    os.rename(name, final.name, src_dir_fd=tmp_fd, dst_dir_fd=prefix_fd)
+                    os.fsync(prefix_fd)
             except FileNotFoundError:  # clear() removed the version directory meanwhile
-                _mkdir(final.parent.parent, final.parent)
                 continue
             except OSError as err:
                 if err.errno not in (errno.EEXIST, errno.ENOTEMPTY):
@@ -144,8 +192,7 @@ class KernelStore:
                 if theirs is not None:
                     return theirs
                 continue
-            fsync_dir(final.parent)
-            return make_entry(key, final, names, meta)
+            return make_entry(key, final, blobs, meta)
         raise TCError(f"could not install kernel cache entry {final}: it kept changing under other processes")
 
     # ----------------------------------------------------------------------------------- removing
@@ -205,76 +252,100 @@ class KernelStore:
     def discard(self, key: str) -> bool:
         """Remove the entry stored under ``key`` (one its user found unusable); whether one was there.
 
-        :raises TCError: the root cannot be written.
+        :raises TCError: the root cannot be written or trusted.
         """
         directory = entry_location(self.root, key)
+        self._check_root()  # before the lock file is made in a root that is not ours to write
         with self._io_errors("discard an entry"), self._locked():
             return self._remove(directory)
 
-    def _remove_if_corrupt(self, directory: Path, key: str, reason: str) -> Entry | None:
-        """Re-check a corrupt-looking entry under the lock; remove it if it still is corrupt."""
+    def _remove_if_corrupt(self, key: str, reason: str, component: Path) -> Entry | None:
+        """Re-check a corrupt-looking entry under the lock; remove the component at fault (the
+        entry, or a folder above it) if it still is corrupt."""
         try:
             with self._locked():
-                found = verify_entry(directory, key)
-                if isinstance(found, str):
-                    _log.info("kernel cache: removing %s: %s", directory, found)
-                    self._remove(directory)
+                found = self._verify(key)
+                if isinstance(found, tuple):
+                    reason, component = found
+                    _log.info("kernel cache: removing %s: %s", component, reason)
+                    self._remove(component)
                     return None
                 return found  # it vanished, or a valid entry replaced it meanwhile
-        except OSError as err:  # a read-only root: a miss all the same
-            _log.info("kernel cache: cannot remove %s (%s): %s", directory, reason, err)
+        except (OSError, UntrustedError) as err:  # a read-only root: a miss all the same
+            _log.info("kernel cache: cannot remove %s (%s): %s", component, reason, _reason(err))
             return None
 
     def _remove(self, path: Path) -> bool:
-        """Move ``path`` out of sight in one rename, then delete it. Call with the lock held."""
-        _mkdir(self.root / "tmp")
-        trash = self.root / "tmp" / f"del-{uuid.uuid4().hex}"
-        try:
-            os.rename(path, trash)
-        except FileNotFoundError:
-            return False
-        if os.path.islink(trash):
-            os.unlink(trash)
-        else:
-            shutil.rmtree(trash, ignore_errors=True)
-        return True
+        """Move ``path`` (below the root) into ``root/tmp`` in one rename, then delete it.
+
+        Every folder on the way is opened without following links, so nothing outside the root
+        moves or goes. Call with the lock held.
+        """
+        parts = path.relative_to(self.root).parts
+        with contextlib.ExitStack() as fds:
+            root_fd = self._open_root()
+            fds.callback(os.close, root_fd)
+            tmp_fd = _make_dir("tmp", root_fd)
+            fds.callback(os.close, tmp_fd)
+            parent_fd = root_fd
+            for name in parts[:-1]:
+                try:
+                    parent_fd = os.open(name, _NO_FOLLOW_DIR, dir_fd=parent_fd)
+                except (FileNotFoundError, NotADirectoryError):
+                    return False
+                fds.callback(os.close, parent_fd)
+            trash = f"del-{uuid.uuid4().hex}"
+            try:
+                os.rename(parts[-1], trash, src_dir_fd=parent_fd, dst_dir_fd=tmp_fd)
+            except FileNotFoundError:
+                return False
+            _delete(trash, tmp_fd)
+            return True
 
     def _clean_temporaries(self) -> None:
-        """Delete what dead processes left in ``root/tmp``: all del-*, and put-* older than an hour."""
-        try:
-            with os.scandir(self.root / "tmp") as it:
-                children = list(it)
-        except (FileNotFoundError, NotADirectoryError):
-            return
-        now = time.time()
-        for child in children:
+        """Delete what dead processes left in ``root/tmp`` (see :func:`_clean_temporaries`)."""
+        with contextlib.ExitStack() as fds:
+            root_fd = self._open_root()
+            fds.callback(os.close, root_fd)
             try:
-                age = now - child.stat(follow_symlinks=False).st_mtime
+                tmp_fd = open_checked("tmp", root_fd, directory=True)
             except FileNotFoundError:
-                continue
-            if child.name.startswith("del-") or age > _STALE_SECONDS:
-                shutil.rmtree(child.path, ignore_errors=True)
+                return
+            fds.callback(os.close, tmp_fd)
+            _clean_temporaries(tmp_fd)
 
     # ----------------------------------------------------------------------------------- the root
     def _check_root(self) -> None:
-        """Refuse a root that is not a directory, or that another user owns or links to.
+        """Refuse a root that is not a directory or that another user could have written.
 
         Another user's directory or link could hand us a kernel of theirs to load and run.
         """
         problem = _root_problem(self.root)
         if problem:
-            raise TCError(f"cannot use {self.root} as the kernel cache: {problem}")
+            raise TCError(
+                f"cannot use {self.root} as the kernel cache: {problem}",
+                hint=_TRUST_HINT,
+            )
 
-    def _prepare_root(self) -> None:
-        """Create the root (0700) and ``root/tmp`` if needed; take group and other access away."""
+    def _open_root(self) -> int:
+        """The root, open and checked (with the folders above it); raises if it is not usable."""
+        problem = _root_problem(self.root)
+        if problem:
+            raise UntrustedError(problem)
+        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # a link of ours: followed
+        try:
+            check_fd(fd, str(self.root), directory=True)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _prepare_root(self) -> int:
+        """Create the root (and missing folders above it, mode 0700) if needed; the root, open."""
         self._check_root()
         if not os.path.lexists(self.root):
-            os.makedirs(self.root.parent, exist_ok=True)
-            _mkdir(self.root)
-        mode = os.stat(self.root).st_mode
-        if mode & 0o077:  # narrow only: a root the user made read-only stays read-only
-            os.chmod(self.root, stat.S_IMODE(mode) & 0o700)
-        _mkdir(self.root / "tmp")
+            _make_parents(self.root)
+        return self._open_root()
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -288,14 +359,22 @@ class KernelStore:
 
     @contextlib.contextmanager
     def _io_errors(self, doing: str) -> Iterator[None]:
-        """Turn an ``OSError`` (permissions, full disk, ...) into a :class:`TCError` that says where."""
+        """Turn an ``OSError`` (permissions, full disk, ...) or an untrusted folder into a
+        :class:`TCError` that says where."""
         try:
             yield
+        except UntrustedError as err:
+            raise TCError(f"cannot {doing} in the kernel cache {self.root}: {err}", hint=_TRUST_HINT) from err
         except OSError as err:
             raise TCError(
                 f"cannot {doing} in the kernel cache {self.root}: {err.strerror or err}",
                 hint="make the directory writable or point TCJIT_CACHE_DIR at another one",
             ) from err
+
+    def _warn_once(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            warnings.warn(f"tcjit: {message}", TCWarning, stacklevel=4)
 
     def _scan(self) -> list[tuple[int, Path, int]]:
         """(last access in ns, directory, bytes) of every entry of every format version."""
@@ -313,13 +392,22 @@ class KernelStore:
         return out
 
 
+_TRUST_HINT = (
+    "the kernel cache must be a folder of yours that only you can write (chmod go-w), below "
+    "folders that only you or root can write; or point TCJIT_CACHE_DIR at another one"
+)
+
+
+def _reason(err: BaseException) -> str:
+    return (err.strerror if isinstance(err, OSError) else None) or str(err)
+
+
 def _root_problem(root: Path) -> str | None:
     """Why ``root`` cannot be a store's root, or ``None`` if it can (it may not exist yet)."""
-    me = os.geteuid()
+    problem = ancestors_problem(root)
+    if problem:
+        return problem
     try:
-        link = os.lstat(root)
-        if stat.S_ISLNK(link.st_mode) and link.st_uid != me:
-            return f"it is a symbolic link owned by uid {link.st_uid}, not you ({me})"
         st = os.stat(root)
     except FileNotFoundError:
         return "it is a dangling symbolic link" if os.path.islink(root) else None
@@ -327,19 +415,70 @@ def _root_problem(root: Path) -> str | None:
         return err.strerror
     if not stat.S_ISDIR(st.st_mode):
         return "it is not a directory"
-    if st.st_uid != me:
-        return f"it is owned by uid {st.st_uid}, not you ({me})"
-    return None
+    return trust_problem(st)
 
 
-def _mkdir(*paths: Path) -> None:
-    """Create each of ``paths`` with mode 0700 unless it exists (chmod: umask may have narrowed it)."""
-    for path in paths:
+def _make_dir(name: str, dir_fd: int) -> int:
+    """``name`` in ``dir_fd``, created with mode 0700 if missing; open (no link followed) and checked.
+
+    Only a directory this call created has its mode set (umask may have narrowed it).
+    """
+    try:
+        os.mkdir(name, 0o700, dir_fd=dir_fd)
+        created = True
+    except FileExistsError:
+        created = False
+    if created:
+        fd = os.open(name, _NO_FOLLOW_DIR, dir_fd=dir_fd)
         try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
+            os.fchmod(fd, 0o700)
+        finally:
+            os.close(fd)
+    return open_checked(name, dir_fd, directory=True)
+
+
+def _make_parents(directory: Path) -> None:
+    """Create ``directory`` and the missing folders above it, each with mode 0700 (set on the
+    folders created here only: umask may have narrowed it)."""
+    if os.path.lexists(directory):
+        return
+    _make_parents(directory.parent)
+    try:
+        os.mkdir(directory, 0o700)
+    except FileExistsError:
+        return
+    fd = os.open(directory, _NO_FOLLOW_DIR)
+    try:
+        os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
+
+
+def _delete(name: str, dir_fd: int) -> None:
+    """Delete ``name`` in ``dir_fd`` and, if it is a directory, all it holds; never follows a link."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(name, dir_fd=dir_fd, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=dir_fd)
+
+
+def _clean_temporaries(tmp_fd: int) -> None:
+    """Delete what dead processes left in the open ``root/tmp``: all del-*, and put-* older than an hour."""
+    with os.scandir(tmp_fd) as it:
+        children = list(it)
+    now = time.time()
+    for child in children:
+        try:
+            age = now - child.stat(follow_symlinks=False).st_mtime
+        except FileNotFoundError:
             continue
-        os.chmod(path, 0o700)
+        if child.name.startswith("del-") or age > _STALE_SECONDS:
+            _delete(child.name, tmp_fd)
 
 
 def _subdirs(path: Path, pattern: re.Pattern[str] | None = None) -> list[Path]:

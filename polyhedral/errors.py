@@ -26,6 +26,7 @@ __all__ = [
     "TCNameError",
     "TCOptionsError",
     "TCRangeError",
+    "TCResourceError",
     "TCSemanticError",
     "TCSyntaxError",
     "TCTypeError",
@@ -163,6 +164,12 @@ class TCOptionsError(TCError):
 class TCCacheError(TCError):
     """A cache or the tuned-options database cannot do what was asked: malformed data to import, no
     record (or several) matching an id. Damaged or unreadable files are warnings, not errors."""
+
+
+class TCResourceError(TCError):
+    """The system lacks what the work needs: no space left in ``TMPDIR`` or on a disk, a file
+    system that cannot be written. Neither a mistake in the program nor a tcjit bug: the hint says
+    what to free or where to point tcjit instead."""
 
 
 class TCInternalError(TCError):

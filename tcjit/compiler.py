@@ -430,7 +430,7 @@ def specialize(kernel, binding: Binding, inputs, outputs, options, target: str) 
             binding,
             _Meta.from_json(entry.metadata["kernel"]),
             blob,
-            entry.path("kernel.c").read_text(encoding="utf-8"),
+            entry.read("kernel.c").decode("utf-8"),
             layouts=layouts,
             from_disk=True,
         ),
@@ -473,14 +473,15 @@ def call_strides(cdef: CheckedDef, binding: Binding, outputs) -> dict[str, tuple
 def load_stored(store, key: str, checked: tuple[str, str], build):
     """``build(entry, data)`` for the store's entry under ``key``, where ``data`` is the file
     ``checked[0]`` whose sha256 the entry's metadata records under ``checked[1]``; None if there is
-    no store or entry, or the entry is unusable (evicted under us; one whose file is not what was
-    stored is discarded)."""
+    no store or entry, or the entry is unusable (one whose file is not what was stored is
+    discarded). ``data`` is the content the store checked (:meth:`~tcjit.cache.Entry.read`), never
+    the file read again: what runs is what was checked."""
     entry = store.get(key) if store is not None else None
     if entry is None:
         return None
     filename, field = checked
     try:
-        data = entry.path(filename).read_bytes()
+        data = entry.read(filename)
         if hashlib.sha256(data).hexdigest() == entry.metadata.get(field):
             return build(entry, data)
         _discard(store, key)  # consistent with its manifest, yet not what we stored

@@ -10,7 +10,10 @@
   source once per part, with a definition of ``TC_PART_OF`` that selects that part's functions,
   then links the objects (on 2 cores this halves the C compiler's time for mlp3).
 * :func:`load` loads shared-object bytes with ``dlopen`` from a private file it removes at once,
-  so the bytes that were checked are the bytes that run.
+  so the bytes that were checked are the bytes that run; where ``TMPDIR`` is full or read-only,
+  from an anonymous file in memory (``memfd_create``) instead.
+* Running out of space (in ``TMPDIR``, where the compiler writes too) raises
+  :class:`~tcjit.TCResourceError` with what to free, never a raw ``OSError``.
 * :class:`CpuKernel` calls the kernel function through ctypes, passing tensor data pointers
   directly: inputs are never copied, whatever their strides (the kernel is specialised to them).
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import errno
 import functools
 import hashlib
 import os
@@ -32,7 +36,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from .polyhedral.errors import TCInternalError, TCOptionsError
+from .polyhedral.errors import TCInternalError, TCOptionsError, TCResourceError
 
 __all__ = [
     "CFLAGS",
@@ -233,12 +237,23 @@ def compile_c(source: str, *, name: str = "kernel", jobs: int | None = None) -> 
         source with functions guarded by ``#if TC_PART_OF(number)`` (see the module's docstring)
         is compiled in up to ``jobs`` parts where that pays (:func:`split_parts`).
     :raises TCInternalError: the compiler rejected the code (a tcjit bug: the message has its log).
+    :raises TCResourceError: no space (or no write access) in ``TMPDIR`` for the source, the
+        compiler's temporaries or the shared object.
     """
     cc = _compiler()
     flags = compile_flags()
     if jobs is None:
         jobs = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     parts = split_parts(source, jobs)
+    try:
+        return _compile_in_tmpdir(cc, flags, source, name, parts)
+    except OSError as err:
+        raise _no_room(f"cannot compile {name}: {err.strerror or err}") from err
+
+
+def _compile_in_tmpdir(
+    cc: str, flags: Sequence[str], source: str, name: str, parts: list[list[int]]
+) -> bytes:
     with tempfile.TemporaryDirectory(prefix="tcjit-cc-") as tmp:
         src = os.path.join(tmp, f"{name}.c")
         out = os.path.join(tmp, f"{name}.so")
@@ -317,9 +332,25 @@ def _run_compilers(commands: Sequence[Sequence[str]], name: str) -> None:
                 proc.kill()
                 proc.wait()
     if failure is not None:
+        if any(os.strerror(code) in failure for code in _NO_ROOM):
+            raise _no_room(f"the C compiler ran out of room compiling {name}:\n{failure[-2000:]}")
         raise TCInternalError(
             f"the C compiler rejected the generated kernel {name} (a tcjit bug):\n{failure[-4000:]}"
         )
+
+
+#: What a write that found no room fails with: a full disk or quota, a file-size limit, a
+#: read-only file system.
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
+
+
+def _no_room(message: str) -> TCResourceError:
+    where = tempfile.gettempdir()
+    return TCResourceError(
+        f"{message} (temporary files go to {where})",
+        hint=f"free space in {where}, or point TMPDIR at a folder with room: the C compiler "
+        "writes its temporary files there too",
+    )
 
 
 def load(blob: bytes, *, name: str = "kernel") -> ctypes.CDLL:
@@ -334,22 +365,55 @@ def load(blob: bytes, *, name: str = "kernel") -> ctypes.CDLL:
     with _LOAD_LOCK:
         _LOADED += 1
         number = _LOADED
-    directory = _private_dir()
-    path = os.path.join(
-        directory, f"{name}-{os.getpid()}-{number}-{hashlib.sha256(blob).hexdigest()[:12]}.so"
-    )
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    path = None
     try:
+        directory = _private_dir()
+        path = os.path.join(
+            directory, f"{name}-{os.getpid()}-{number}-{hashlib.sha256(blob).hexdigest()[:12]}.so"
+        )
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(blob)
+    except OSError as err:  # TMPDIR is full or read-only: the kernel may still come from the cache
+        if path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        return _load_from_memory(blob, name, err)
+    try:
         return ctypes.CDLL(path)
     finally:
         with contextlib.suppress(OSError):
             os.unlink(path)
 
 
+def _load_from_memory(blob: bytes, name: str, why: OSError) -> ctypes.CDLL:
+    """``dlopen`` ``blob`` from an anonymous in-memory file, ``/proc/self/fd/N``.
+
+    The descriptor stays open as long as the process: the dynamic loader knows a library by its
+    path, and a closed descriptor's number, reused for the next kernel, would name the same path,
+    so that ``dlopen`` would return the first kernel again.
+    """
+    if not hasattr(os, "memfd_create"):
+        raise _no_room(f"cannot load {name}: {why.strerror or why}") from why
+    try:
+        fd = os.memfd_create(f"tcjit-{name}", os.MFD_CLOEXEC)
+    except OSError as err:
+        raise _no_room(f"cannot load {name}: {why.strerror or why}; in memory: {err.strerror}") from err
+    try:
+        view = memoryview(blob)
+        while view:
+            view = view[os.write(fd, view) :]
+        lib = ctypes.CDLL(f"/proc/self/fd/{fd}")
+    except BaseException:
+        os.close(fd)
+        raise
+    _MEMORY_FILES.append(fd)
+    return lib
+
+
 _LOADED = 0
 _LOAD_LOCK = threading.Lock()
+_MEMORY_FILES: list[int] = []  # descriptors of the libraries loaded from memory (never closed)
 
 
 @functools.lru_cache(maxsize=1)

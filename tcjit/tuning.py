@@ -28,15 +28,14 @@ import hashlib
 import io
 import math
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from .polyhedral.errors import TCCallError, TCError, TCOptionsError
+from .tuning_scratch import scratch_folder
 
 __all__ = ["TuningReport", "autotune", "tune_kernel"]
 
@@ -361,8 +360,7 @@ def tune_kernel(
     report = _progress_printer(progress, settings)
 
     with contextlib.ExitStack() as stack:
-        scratch = tempfile.mkdtemp(prefix="tcjit-tune-")
-        stack.callback(shutil.rmtree, scratch, True)
+        scratch = stack.enter_context(scratch_folder())
         if ray is None:
             context_path = os.path.join(scratch, "context.pt")
             with open(context_path, "wb") as f:

@@ -155,6 +155,13 @@ def _corrupt_path_escape(d: Path) -> None:
     (d / "manifest.json").write_text(json.dumps(m))
 
 
+def _corrupt_metadata(d: Path) -> None:
+    # The files still match the manifest; what it says about them does not match its digest.
+    m = json.loads((d / "manifest.json").read_text())
+    m["metadata"]["symbol"] = "abort"
+    (d / "manifest.json").write_text(json.dumps(m))
+
+
 def _corrupt_fifo(d: Path) -> None:
     (d / "kernel.c").unlink()
     os.mkfifo(d / "kernel.c")  # opening it for reading must not wait for a writer
@@ -181,6 +188,7 @@ def _corrupt_symlink(d: Path) -> None:
         _corrupt_missing_manifest,
         _corrupt_old_format,
         _corrupt_path_escape,
+        _corrupt_metadata,
         _corrupt_symlink,
         _corrupt_fifo,
         _corrupt_deep_json,
@@ -189,7 +197,7 @@ def _corrupt_symlink(d: Path) -> None:
 )
 def test_corrupt_entry_is_a_miss_removed_and_rebuilt(tmp_path, corrupt):
     store = KernelStore(tmp_path)
-    entry = store.put(KEY, FILES)
+    entry = store.put(KEY, FILES, {"symbol": "f_kernel"})
     corrupt(entry.directory)
     assert store.get(KEY) is None
     assert not entry.directory.exists()  # removed, not trusted again
@@ -208,14 +216,14 @@ def test_put_replaces_a_corrupt_entry(tmp_path):
 def test_entry_vanishing_during_get_is_a_miss(tmp_path, monkeypatch):
     store = KernelStore(tmp_path)
     entry = store.put(KEY, FILES)
-    real = entry_module._file_problem
+    real = entry_module._checked_file
 
-    def evicted_meanwhile(path, record):
+    def evicted_meanwhile(name, dir_fd, record):
         other = KernelStore(tmp_path, max_bytes=0)
         other.evict()  # another process evicts the entry between the manifest and its files
-        return real(path, record)
+        return real(name, dir_fd, record)
 
-    monkeypatch.setattr(entry_module, "_file_problem", evicted_meanwhile)
+    monkeypatch.setattr(entry_module, "_checked_file", evicted_meanwhile)
     assert store.get(KEY) is None
     assert not entry.directory.exists()
 
@@ -228,10 +236,10 @@ def test_entry_replaced_during_get_is_not_removed(tmp_path, monkeypatch):
     _corrupt_tamper(entry.directory)
     real = KernelStore._remove_if_corrupt
 
-    def replaced_meanwhile(self, directory, key, reason):
+    def replaced_meanwhile(self, key, reason, component):
         if self is store:  # the other store's put below removes the corrupt entry the usual way
             KernelStore(tmp_path).put(key, FILES, {"by": "other"})
-        return real(self, directory, key, reason)
+        return real(self, key, reason, component)
 
     monkeypatch.setattr(KernelStore, "_remove_if_corrupt", replaced_meanwhile)
     _assert_valid(store.get(KEY), KEY, FILES, {"by": "other"})
@@ -443,12 +451,16 @@ def test_directories_are_private(tmp_path, umask):
         assert stat.S_IMODE(p.stat().st_mode) & 0o077 == 0, p
 
 
-def test_existing_root_loses_group_and_other_access(tmp_path):
+@pytest.mark.parametrize("mode", [0o755, 0o750, 0o711], ids=oct)
+def test_an_existing_root_keeps_its_mode(tmp_path, mode):
+    # Others may read or search it: only writing makes it untrusted, and tcjit did not create it.
     root = tmp_path / "cache"
-    root.mkdir(mode=0o755)
-    root.chmod(0o755)
-    KernelStore(root).put(KEY, FILES)
-    assert stat.S_IMODE(root.stat().st_mode) == 0o700
+    root.mkdir()
+    root.chmod(mode)
+    store = KernelStore(root)
+    _assert_valid(store.put(KEY, FILES), KEY, FILES)
+    _assert_valid(store.get(KEY), KEY, FILES)
+    assert stat.S_IMODE(root.stat().st_mode) == mode
 
 
 def test_root_that_is_a_file_is_refused(tmp_path):
