@@ -2,10 +2,12 @@
 
 Two figures (issue 29):
 
-- ``shapes``: a two-statement kernel whose temporary ``T`` takes 16 MB (``--elements`` float32
-  elements, 4 Mi by default), called once with each of ``--shapes`` sizes (40), then deleted.
-  Prints the resident set size (``VmRSS`` of /proc/self/status) growth after the calls and after
-  ``del k; gc.collect()``, and how many kernel libraries are mapped at each point;
+- ``shapes``: a two-statement kernel whose temporary ``T`` takes 16 MB (``--rows`` x ``--rows +
+  s`` float32 elements, 2048 rows by default; its inputs and output hold a few KB, so that torch's
+  own allocations do not blur the figure), called once with each of ``--shapes`` sizes (40), then
+  deleted. Prints the resident set size (``VmRSS`` of /proc/self/status) growth after the calls,
+  after ``del k; gc.collect()`` and after glibc's ``malloc_trim(0)`` (what glibc's heap keeps of
+  blocks already freed), and how many kernel libraries are mapped at each point;
 - ``kernels``: ``--kernels`` (500) distinct small kernels, each defined, called once and deleted.
   Prints how many kernel libraries stay mapped (/proc/self/maps) and the RSS growth.
 
@@ -20,6 +22,7 @@ first run compiles 540 kernels, later ones load them). The process's memory budg
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import json
 
@@ -28,9 +31,9 @@ import torch
 import tcjit
 
 TWO_STATEMENTS = """
-def two(float(N) A) -> (B) {
-    T(i) = A(i) * 2.0
-    B(i) = T(i) + 1.0
+def outer(float(N) A, float(M) B) -> (S) {
+    T(i, j) = A(i) * B(j)
+    S(i) +=! T(i, r_j)
 }
 """
 
@@ -54,29 +57,29 @@ def mapped_libraries() -> int:
     return len(paths)
 
 
-def shapes_figure(shapes: int, elements: int) -> dict:
-    """RSS and mapped libraries around ``shapes`` sizes of :data:`TWO_STATEMENTS` (16 MB temporary
-    at the default ``elements``)."""
+def shapes_figure(shapes: int, rows: int) -> dict:
+    """RSS and mapped libraries around ``shapes`` sizes of :data:`TWO_STATEMENTS` (a 16 MB
+    temporary at the default ``rows``)."""
     k = tcjit.define(TWO_STATEMENTS)
-    k(torch.ones(8))  # torch and tcjit warmed up, so that their own memory is in the start
+    k(torch.ones(8), torch.ones(8))  # torch and tcjit warmed up: their own memory is in the start
+    a = torch.ones(rows)
     gc.collect()
     start, libs0 = rss_mib(), mapped_libraries()
     for s in range(shapes):
-        a = torch.ones(elements + s)
-        b = k(a)
-        assert float(b[-1]) == 3.0
-        del a, b
+        assert float(k(a, torch.ones(rows + s))[-1]) == rows + s
     gc.collect()
     held, libs1 = rss_mib(), mapped_libraries()
     del k
     gc.collect()
     after, libs2 = rss_mib(), mapped_libraries()
+    ctypes.CDLL(None).malloc_trim(0)
     return {
         "figure": "shapes",
         "shapes": shapes,
-        "temporary_mb": round(elements * 4 / 1e6, 1),
+        "temporary_mb": round(rows * rows * 4 / 1e6, 1),
         "rss_growth_after_calls_mib": round(held - start),
         "rss_growth_after_del_mib": round(after - start),
+        "rss_growth_after_malloc_trim_mib": round(rss_mib() - start),
         "libraries_after_calls": libs1 - libs0,
         "libraries_after_del": libs2 - libs0,
     }
@@ -104,12 +107,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--figure", choices=("shapes", "kernels", "both"), default="both")
     parser.add_argument("--shapes", type=int, default=40)
-    parser.add_argument("--elements", type=int, default=4 << 20)
+    parser.add_argument("--rows", type=int, default=2048)
     parser.add_argument("--kernels", type=int, default=500)
     args = parser.parse_args()
     torch.set_num_threads(2)
     if args.figure in ("shapes", "both"):
-        print(json.dumps(shapes_figure(args.shapes, args.elements)))
+        print(json.dumps(shapes_figure(args.shapes, args.rows)))
     if args.figure in ("kernels", "both"):
         print(json.dumps(kernels_figure(args.kernels)))
 
