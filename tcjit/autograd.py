@@ -37,11 +37,12 @@ backward's first step) raises :class:`~tcjit.TCCallError`.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+from .memory import SpecializationCache
 from .polyhedral.errors import TCCallError
 
 __all__ = ["GradCall", "GradPlan", "KernelFunction", "make_autograd"]
@@ -90,7 +91,7 @@ class GradPlan:
         saved,
         grad_outputs,
         needs: tuple[bool, ...],
-        backwards: MutableMapping | None = None,
+        backwards: SpecializationCache | None = None,
     ) -> tuple:
         """The inputs' gradients (``None`` where not ``needs``), shapes and dtypes checked.
 
@@ -140,7 +141,7 @@ class GradPlan:
 
                 key = (None, None, _layouts(args), None)
                 backward = self.backward_for(needs, absent)
-                spec = backwards[which] = backward._specialization(key, args, None, None, None)
+                spec = backwards.keep(which, backward._specialization(key, args, None, None, None))
             # the wanted gradients, typed and shaped as their inputs by the derivation
             it = iter(spec.run(args, None))
             return tuple(next(it) if n else None for n in needs)
@@ -205,7 +206,7 @@ class GradCall:
         self.spec = spec
         self.tensors = tuple(i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor))
         self.n_out = len(plan.kernel.outputs)
-        self.backwards: dict = {}
+        self.backwards = SpecializationCache()
         self.constant = tuple(
             k for k, dt in enumerate(plan.grad_dtypes) if not (dt.is_floating_point or dt.is_complex)
         )

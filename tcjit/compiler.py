@@ -28,6 +28,7 @@ import torch
 
 from .binding import Binding, _scalar_value, torch_dtype
 from .mapping.packing import contiguous_strides
+from .memory import BUDGET, LIBRARY_OVERHEAD
 from .polyhedral.errors import TCBoundsError, TCCallError, TCError, TCInternalError, TCWarning
 from .polyhedral.lang.checked import CheckedDef
 
@@ -217,6 +218,10 @@ class Specialization(_Compiled):
 
     :ivar source: the generated C. :ivar stages: readable intermediate forms when this process
         compiled it (empty after a disk hit). :ivar from_disk: whether it came from the kernel store.
+    :ivar memory_bytes: what it counts in the process's memory budget (:mod:`tcjit.memory`): its
+        library, :data:`~tcjit.memory.LIBRARY_OVERHEAD` and the workspaces it keeps between calls
+        on ``torch.get_num_threads()`` threads. It is admitted to the budget when loaded, and
+        again when it runs after an eviction.
     """
 
     def __init__(
@@ -270,11 +275,23 @@ class Specialization(_Compiled):
         self._scalar_types = {
             i: cdef.scalars[name].dtype for name, i in index.items() if name in cdef.scalars
         }
+        self.memory_bytes = len(blob) + LIBRARY_OVERHEAD + self._kernel.kept_bytes(torch.get_num_threads())
+        self._token = id(self)
+        BUDGET.admit(self)
+
+    def release(self) -> None:
+        """Free the workspaces the kernel keeps between calls (the budget evicted it); a later
+        call allocates them again."""
+        self._kernel.release()
 
     def run(
         self, inputs: Sequence[object], outputs: Sequence[torch.Tensor] | None
     ) -> tuple[torch.Tensor, ...]:
         """Run on ``inputs`` whose layout matched; ``outputs`` already checked. Always a tuple."""
+        try:
+            _touch(self._token)  # the most recently used in the memory budget
+        except KeyError:  # evicted, yet still called (a graph or a handle holds it): counted again
+            BUDGET.admit(self)
         if outputs is None:
             outs = allocate(self._outputs)
         else:
@@ -332,6 +349,9 @@ class Specialization(_Compiled):
 
     def _raise_bounds(self, number: int, value: int) -> None:
         raise bounds_error(self.cdef, self.meta.checks[number - 1], value)
+
+
+_touch = BUDGET.touch
 
 
 def bounds_error(cdef, check, value: int) -> TCBoundsError:

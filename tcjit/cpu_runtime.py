@@ -16,6 +16,9 @@
   :class:`~tcjit.TCResourceError` with what to free, never a raw ``OSError``.
 * :class:`CpuKernel` calls the kernel function through ctypes, passing tensor data pointers
   directly: inputs are never copied, whatever their strides (the kernel is specialised to them).
+  It frees the library's kept workspaces on request (:meth:`CpuKernel.release`), and unloads the
+  library (``dlclose``) once nothing can call it any more: when the ``ctypes.CDLL``, which every
+  function pointer taken from it references, is collected.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 
 from .polyhedral.errors import TCInternalError, TCOptionsError, TCResourceError
@@ -441,6 +445,12 @@ _SCALAR_CTYPES = {
 class CpuKernel:
     """A loaded kernel function: ``fn(nthreads, errors, *params)``.
 
+    The library is unloaded when ``lib`` is collected: every reference to it (this object, ``fn``
+    and any other function pointer taken from it, an autograd graph or closure holding one of
+    them) keeps it loaded, so code that something may still call is never unloaded. Its kept
+    workspaces are freed first.
+
+    :arg lib: the library :func:`load` returned; from then on owned by this object.
     :arg params: ``(name, kind, ctype)`` per parameter after ``nthreads`` and ``errors``.
     """
 
@@ -453,3 +463,40 @@ class CpuKernel:
         fn.argtypes = argtypes
         fn.restype = None
         self.fn = fn
+        # A library with a workspace exports these two (mapping/c_printer.py _workspace_release).
+        self._release = getattr(lib, "tc_release", None)
+        self._kept_bytes = getattr(lib, "tc_kept_bytes", None)
+        if self._kept_bytes is not None:
+            self._kept_bytes.argtypes, self._kept_bytes.restype = [ctypes.c_int], ctypes.c_size_t
+        release = ctypes.cast(self._release, ctypes.c_void_p).value if self._release is not None else None
+        # At exit the libraries stay: a daemon thread may still run one.
+        weakref.finalize(lib, _unload, lib._handle, release).atexit = False
+
+    def release(self) -> None:
+        """Free the workspaces the library keeps between calls (none: nothing to do). Safe while
+        other threads call the kernel: a call in flight holds its workspace outside the slots
+        this empties (and puts it back when it returns)."""
+        if self._release is not None:
+            self._release()
+
+    def kept_bytes(self, nthreads: int) -> int:
+        """The bytes the library's workspaces keep between calls on ``nthreads`` threads."""
+        return int(self._kept_bytes(nthreads)) if self._kept_bytes is not None else 0
+
+
+_RELEASE = ctypes.CFUNCTYPE(None)
+
+
+def _unload(handle: int, release: int | None) -> None:
+    """Free a collected library's workspaces and ``dlclose`` it. No thread runs its code any more:
+    a call holds the library through its function pointer until it returns, and OpenMP's worker
+    threads leave a parallel region's code before the call that started it returns."""
+    if release is not None:
+        _RELEASE(release)()
+    _dlclose(handle)
+
+
+def _dlclose(handle: int) -> None:
+    import _ctypes
+
+    _ctypes.dlclose(handle)

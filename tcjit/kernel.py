@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 
+from .memory import SpecializationCache
 from .polyhedral.errors import TCCallError, TCError, TCNameError, TCSemanticError, TCWarning
 from .polyhedral.lang.check import check_source
 from .polyhedral.lang.checked import CheckedDef, CheckedProgram
@@ -41,9 +42,11 @@ class Kernel:
         self.name = name
         self.backward = backward
         self.options = options
-        self._specializations: dict = {}
+        # key -> specialisation, and differentiable calls: key -> tcjit.autograd.GradCall; the
+        # process's memory budget drops entries (tcjit.memory)
+        self._specializations = SpecializationCache()
         self._plan = None  # the GradPlan (tcjit.autograd), made when a gradient is first needed
-        self._grad_calls: dict = {}  # differentiable calls: key -> tcjit.autograd.GradCall
+        self._grad_calls = SpecializationCache()
         self._variants: dict[tuple[tuple[str, str], ...], Kernel] = {}  # retyping -> variant
         self._base: Kernel | None = None  # the kernel a variant was made from
         self.retyping: dict[str, str] = {}
@@ -180,7 +183,7 @@ class Kernel:
         spec = self._specializations.get(key)
         if spec is None:  # compiled (or loaded) once per layout; a retyped variant's if dtypes ask
             spec = self._specialize(inputs, outputs, options, target, key=key)
-            self._specializations[key] = spec
+            self._specializations.keep(key, spec)
         outs = spec.run(inputs, outputs)
         return outs[0] if len(outs) == 1 else outs
 
@@ -200,7 +203,7 @@ class Kernel:
 
             plan = self.variant_for(*inputs).grad_plan()
             spec = plan.forward._specialization(key, inputs, None, options, target)
-            call = self._grad_calls[key] = GradCall(plan, spec, inputs)
+            call = self._grad_calls.keep(key, GradCall(plan, spec, inputs), spec)
         return call.function.apply(call, *inputs)
 
     def grad_plan(self):
@@ -335,8 +338,9 @@ class Kernel:
         stack = [root]
         while stack:
             k = stack.pop()
-            k._specializations = {key: v for key, v in k._specializations.items() if key[0] is not None}
-            k._grad_calls = {key: v for key, v in k._grad_calls.items() if key[0] is not None}
+            for cache in (k._specializations, k._grad_calls):  # in place: the budget holds them
+                for key in [key for key in cache if key[0] is None]:
+                    del cache[key]
             stack.extend(v for v in k._variants.values() if v is not k)
 
     def _specialization(self, key, inputs, outputs, options, target, *, allow_meta: bool = False):
@@ -345,7 +349,7 @@ class Kernel:
         spec = self._specializations.get(key)
         if spec is None:
             spec = self._specialize(inputs, outputs, options, target, key=key, allow_meta=allow_meta)
-            self._specializations[key] = spec
+            self._specializations.keep(key, spec)
         return spec
 
     def _specialize(self, inputs, outputs, options, target, *, key=None, allow_meta: bool = False):
