@@ -30,6 +30,7 @@ from ..polyhedral.lang import ast as A
 from ..polyhedral.lang.checked import CheckedDef
 from ..polyhedral.lang.ranges import affine_form
 from ..polyhedral.lang.types import SCALAR_TYPES, ScalarType
+from ..polyhedral.names import entry_symbol
 from ..polyhedral.schedule import bands, check_legality, member_extent, schedule, tile
 from ..polyhedral.scop import Dependences, Scop, build_scop, compute_dependences
 from . import ir
@@ -455,7 +456,7 @@ def lower_cpu(
         name: spanned_elements([s.evaluate(sizes) for s in cdef.tensor(name).shape], strides[name])
         for name in cdef.temporaries
     }
-    symbol = symbol or f"tc_{cdef.name}"
+    symbol = symbol or entry_symbol(cdef.name)
     wide = wide_accumulators(cdef, sizes)
     header = kernel_header(cdef, f"options: {options!r}")
     text, checks = print_kernel(
