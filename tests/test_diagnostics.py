@@ -276,11 +276,6 @@ BAD = [
         "    B(i) = A(i)",
         "}",
     ], TCNameError, 1, 29, ["size", "'M'", "output", "input"]),
-    case("redefined_builtin_def", [
-        "def exp(float(N) A) -> (B) {",
-        "    B(i) = A(i)",
-        "}",
-    ], TCNameError, 1, 5, ["'exp'", "builtin"]),
     case("redefined_builtin_argument", [
         "def f(float(N) exp) -> (B) {",
         "    B(i) = exp(i)",

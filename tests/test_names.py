@@ -8,6 +8,7 @@ import compiled_helpers as H
 import pytest
 import torch
 
+from tcjit.polyhedral.lang.builtins import BUILTINS, arity
 from tcjit.polyhedral.names import MAX_NAME, bounded, entry_symbol
 
 TARGETS = ("cpu", "cuda-emulated")
@@ -59,7 +60,7 @@ def test_long_names_compile(target: str) -> None:
 
 
 # Definition names that are names of the C prelude, the kernel's helpers or the C library.
-C_CLASHES = ("exp_f32", "sigmoid_f32", "held_body", "take_workspace", "floordiv_i64", "main", "printf")
+C_CLASHES = ("exp_f32", "sigmoid_f32", "held_body", "take_workspace", "floordiv_i64", "exp", "main", "printf")
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -67,3 +68,28 @@ C_CLASHES = ("exp_f32", "sigmoid_f32", "held_body", "take_workspace", "floordiv_
 def test_definition_names_never_clash_with_c_names(name: str, target: str) -> None:
     """The kernel's symbol lives in a namespace of its own (``tc_entry_<name>``)."""
     H.check_against_oracle(_mm(name=name), None, _mm_inputs(), target=target, reduction_length=5)
+
+
+def _named_like(builtin: str) -> str:
+    """A definition named ``builtin`` whose body calls that builtin (on a positive value, so that
+    every builtin is defined there; arguments repeated to its arity)."""
+    args = ", ".join(["X(i) * 0.25 + 0.5"] * arity(builtin))
+    return f"def {builtin}(float(N) X) -> (Z) {{\n    Z(i) = {builtin}({args})\n}}"
+
+
+@pytest.mark.parametrize("builtin", sorted(BUILTINS))
+def test_definitions_may_have_a_builtins_name(builtin: str) -> None:
+    """As in TC, a definition may be named like any builtin (``def sigmoid``); a call of that
+    builtin in its body still means the builtin (checked against the oracle's value of it)."""
+    x = torch.rand(6, dtype=torch.float64)
+    (z,) = H.as_tuple(H.ORACLE(_named_like(builtin), builtin, x.float()))
+    plain = _named_like(builtin).replace(f"def {builtin}(", "def f(", 1)
+    (want,) = H.as_tuple(H.ORACLE(plain, "f", x.float()))
+    assert torch.equal(z.isnan(), want.isnan()) and torch.equal(z[~z.isnan()], want[~want.isnan()])
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("builtin", ["sigmoid", "exp", "min", "max", "fma", "floor"])
+def test_definitions_with_a_builtins_name_compile(builtin: str, target: str) -> None:
+    """The compiled kernels of such definitions agree with the oracle."""
+    H.check_against_oracle(_named_like(builtin), builtin, (torch.rand(6),), target=target)
