@@ -529,6 +529,21 @@ BAD = [
         "    B(i) = 99999999999999999999 where i in 0:N",
         "}",
     ], TCTypeError, 2, 12, ["99999999999999999999", "int64"]),
+    case("literal_beyond_pythons_digit_limit", [
+        HEAD,
+        "    B(i) = A(i) + " + "9" * 5000,
+        "}",
+    ], TCTypeError, 2, 19, ["99999999...99999999", "5000 digits", "does not fit int64"]),
+    case("dimension_literal_beyond_pythons_digit_limit", [
+        "def f(float(N, " + "7" * 5000 + ") A) -> (B) {",
+        "    B(i, j) = A(i, j)",
+        "}",
+    ], TCTypeError, 1, 16, ["5000 digits", "does not fit int64"]),
+    case("dimension_number_beyond_pythons_digit_limit", [
+        HEAD,
+        "    B(i) = A(i) + A." + "1" * 5000,
+        "}",
+    ], TCTypeError, 2, 21, ["5000 digits", "does not fit int64"]),
     case("negative_literal_does_not_fit_unsigned", [
         "def f(float(N) A) -> (uint8(N) B) {",
         "    B(i) = -1 where i in 0:N",
