@@ -343,6 +343,20 @@ class _DefChecker:
             cond_typed.append(te)
         for acc in exists:
             typer.expr(acc)
+        if s.equivalent is not None:  # TC's `<=>`: checked like the right-hand side, then ignored
+            for arg in s.equivalent.args:
+                e = self._substitute(arg, lets)
+                for node in A.walk(e):
+                    unknown = isinstance(node, A.Ident) and self._is_free(node.name, lets)
+                    if unknown and node.name not in index_set:
+                        raise self.err(
+                            TCNameError, f"'{node.name}' after '<=>' is no name of the statement", node.span
+                        )
+                    if isinstance(node, A.Access) and not self._is_bound(node.tensor):
+                        raise self.err(
+                            TCNameError, f"undefined tensor or function '{node.tensor}'", node.span
+                        )
+                typer.expr(e)
 
         if declared_type is not None:
             dtype = declared_type

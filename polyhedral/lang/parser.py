@@ -25,7 +25,7 @@ MAX_DEPTH = 256
 
 _ASSIGN_OPS = {"=", "+=", "+=!", "*=", "*=!", "min=", "min=!", "max=", "max=!"}
 _PUNCT = sorted(
-    ["->", "+=!", "*=!", "+=", "*=", "==", "!=", "<=", ">=", "&&", "||",
+    ["<=>", "->", "+=!", "*=!", "+=", "*=", "==", "!=", "<=", ">=", "&&", "||",
      "(", ")", "{", "}", ",", ":", "?", "+", "-", "*", "/", "%", "<", ">", "!", "=", "."],
     key=len, reverse=True,
 )  # fmt: skip
@@ -283,6 +283,7 @@ class _Parser:
         init = op_tok.text.endswith("!")
         op = op_tok.text.rstrip("!")
         rhs = self.expr()
+        equivalent = self.equivalent() if self.at("<=>") else None
         clauses: list[A.Clause] = []
         end = self.toks[self.i - 1].span
         if self.at("where"):
@@ -297,8 +298,30 @@ class _Parser:
                 f"expected the end of the statement (a new statement or '}}') but found {self.tok.describe()}"
             )
         return A.Statement(
-            name.text, indices, op, init, rhs, tuple(clauses), name.span.to(end), name.span.to(lhs_end)
+            name.text,
+            indices,
+            op,
+            init,
+            rhs,
+            tuple(clauses),
+            name.span.to(end),
+            name.span.to(lhs_end),
+            equivalent,
         )
+
+    def equivalent(self) -> A.Equivalent:
+        """TC's annotation ``<=> name(arg, ...)`` (after the right-hand side, before ``where``)."""
+        start = self.expect("<=>")
+        name = self.ident("the name of an equivalent computation after '<=>'")
+        self.expect("(", "after the name of the equivalent computation")
+        args: list[A.Expr] = []
+        if not self.at(")"):
+            args.append(self.expr())
+            while self.at(","):
+                self.advance()
+                args.append(self.expr())
+        end = self.expect(")", "to close the equivalent computation's arguments")
+        return A.Equivalent(name.text, tuple(args), start.span.to(end.span))
 
     def clause(self) -> A.Clause:
         t = self.tok
