@@ -48,6 +48,7 @@ import islpy as isl
 from ..polyhedral.errors import TCInternalError
 from ..polyhedral.lang import ast as A
 from ..polyhedral.lang.ranges import affine_form
+from ..polyhedral.names import isl_name
 from ..polyhedral.schedule import bands, check_legality
 from ..polyhedral.scop import Dependences, Scop
 from .defaults import outer_product_shaped
@@ -187,8 +188,8 @@ class _Mapper:
         if scop.params:
             fixed = isl.Set.read_from_str(
                 ctx,
-                f"[{', '.join(scop.params)}] -> {{ : "
-                + " and ".join(f"{p} = {sizes[p]}" for p in scop.params)
+                f"[{', '.join(map(isl_name, scop.params))}] -> {{ : "
+                + " and ".join(f"{isl_name(p)} = {sizes[p]}" for p in scop.params)
                 + " }",
             )
             self.deps = deps.all.intersect_params(fixed)

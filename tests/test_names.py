@@ -8,8 +8,9 @@ import compiled_helpers as H
 import pytest
 import torch
 
+from tcjit.mapping.options import MappingOptions
 from tcjit.polyhedral.lang.builtins import BUILTINS, arity
-from tcjit.polyhedral.names import MAX_NAME, bounded, entry_symbol
+from tcjit.polyhedral.names import ISL_KEYWORDS, MAX_NAME, bounded, entry_symbol, isl_name, tc_name
 
 TARGETS = ("cpu", "cuda-emulated")
 
@@ -93,3 +94,89 @@ def test_definitions_may_have_a_builtins_name(builtin: str) -> None:
 def test_definitions_with_a_builtins_name_compile(builtin: str, target: str) -> None:
     """The compiled kernels of such definitions agree with the oracle."""
     H.check_against_oracle(_named_like(builtin), builtin, (torch.rand(6),), target=target)
+
+
+# isl's keywords (isl_stream.c; isl reads them in any case) that TC allows as names (min, max,
+# floor and ceil are TC builtins, exists a TC keyword), names tcjit itself gives isl objects, and
+# C's keywords and reserved or predefined identifiers.
+ISL_WORDS = sorted(ISL_KEYWORDS - set(BUILTINS) - {"exists"})
+CASED = ["AND", "Or", "NAN", "Infinity", "MOD", "True", "FLOORD"]
+INTERNAL = ["a0", "e0", "o0", "p0", "s0", "x0", "b0", "t0", "t1", "c0", "v0", "S0", "S0_init", "R0", "tc_t"]
+C_WORDS = ["int", "return", "for", "restrict", "NULL", "INFINITY", "errno", "_Bool", "__m256"]
+NAMES = ISL_WORDS + CASED + INTERNAL + C_WORDS
+
+
+def _as_indices(n: str) -> str:
+    """``n`` (and ``n_``, which the escape must keep apart) as index names, and as the def's name;
+    a transposed read, a reduction and a domain condition."""
+    return (
+        f"def {n}(float(M,K) X, float(N,K) Y) -> (Z) {{\n"
+        f"    Z({n}, {n}_) +=! X({n}, r_k) * Y({n}_, r_k) where {n} + {n}_ >= 1\n"
+        f"}}"
+    )
+
+
+def _as_sizes_and_tensors(n: str) -> str:
+    """``n`` and ``n_`` as size names, ``n__`` and ``n___`` as tensor names (one namespace)."""
+    return (
+        f"def f(float({n},{n}_) {n}__, float({n}_,N) T) -> ({n}___) {{\n"
+        f"    {n}___(i, j) +=! {n}__(i, k) * T(k, j) where k in 0:{n}_\n"
+        f"    {n}___(i, j) = {n}___(i, j) + {n}__(i, {n}_ - 1)\n"
+        f"}}"
+    )
+
+
+def _name_targets() -> list:
+    """(name, target) pairs: the CPU for every name; the emulated CUDA target in the full tier
+    only, except for tcjit's own isl names (thread and block ids among them) and a few keywords."""
+    out = []
+    for n in NAMES:
+        full = n not in INTERNAL and n not in ("and", "NaN", "mod", "int")
+        out.append(pytest.param(n, "cpu", id=f"{n}-cpu"))
+        out.append(
+            pytest.param(n, "cuda-emulated", id=f"{n}-emulated", marks=[pytest.mark.full] if full else [])
+        )
+    return out
+
+
+@pytest.mark.parametrize("name, target", _name_targets())
+def test_any_identifier_names_indices(name: str, target: str) -> None:
+    """isl keywords and tcjit's own isl names as index names work (the Scop's isl text names them
+    by an escape, :func:`~tcjit.polyhedral.names.isl_name`)."""
+    g = torch.Generator().manual_seed(1)
+    X, Y = torch.randn(3, 5, generator=g), torch.randn(4, 5, generator=g)
+    H.check_against_oracle(_as_indices(name), None, (X, Y), target=target, reduction_length=5)
+
+
+@pytest.mark.parametrize("fix", [False, True], ids=["param", "fixed"])
+@pytest.mark.parametrize("name, target", _name_targets())
+def test_any_identifier_names_sizes_and_tensors(name: str, target: str, fix: bool) -> None:
+    """... and as size and tensor names, with the sizes as isl parameters or fixed first."""
+    g = torch.Generator().manual_seed(2)
+    A, T = torch.randn(3, 5, generator=g), torch.randn(5, 4, generator=g)
+    opts = MappingOptions("naive").fix_parameters_before_scheduling(fix)
+    if target != "cpu":
+        opts = H.CUDA_OPTIONS["small"].fix_parameters_before_scheduling(fix)
+    H.check_against_oracle(_as_sizes_and_tensors(name), None, (A, T), target=target, options=opts,
+                           reduction_length=5)  # fmt: skip
+
+
+def test_isl_names_are_an_injective_escape() -> None:
+    """Escaped names keep apart, invert, and leave ordinary names alone."""
+    names = [*NAMES, *(n + "_" for n in NAMES), *(n + "__" for n in NAMES), "M", "r_k", "i", "_"]
+    escaped = [isl_name(n) for n in names]
+    assert len(set(escaped)) == len(names)
+    assert [tc_name(e) for e in escaped] == names
+    assert all(e.lower() not in ISL_KEYWORDS for e in escaped)
+    assert isl_name("M") == "M" and isl_name("r_k") == "r_k" and isl_name("and") == "and_"
+
+
+def test_show_prints_tc_names() -> None:
+    """``tcjit show --stage scop`` shows the names as written in TC."""
+    from tcjit.polyhedral.lang.check import check_source
+    from tcjit.polyhedral.scop import build_scop
+
+    cdef = check_source(_as_sizes_and_tensors("and")).defs[0]
+    text = build_scop(cdef).describe()
+    assert "[and, and_, N] -> {" in text  # the sizes (isl: and_, and__)
+    assert "-> and__[" in text and "-> and___[" in text and "and____" not in text  # the tensors
