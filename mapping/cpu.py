@@ -48,6 +48,7 @@ import islpy as isl
 from ..polyhedral.errors import TCInternalError
 from ..polyhedral.lang import ast as A
 from ..polyhedral.lang.ranges import affine_form
+from ..polyhedral.names import isl_name
 from ..polyhedral.schedule import bands, check_legality
 from ..polyhedral.scop import Dependences, Scop
 from .defaults import outer_product_shaped
@@ -187,8 +188,8 @@ class _Mapper:
         if scop.params:
             fixed = isl.Set.read_from_str(
                 ctx,
-                f"[{', '.join(scop.params)}] -> {{ : "
-                + " and ".join(f"{p} = {sizes[p]}" for p in scop.params)
+                f"[{', '.join(map(isl_name, scop.params))}] -> {{ : "
+                + " and ".join(f"{isl_name(p)} = {sizes[p]}" for p in scop.params)
                 + " }",
             )
             self.deps = deps.all.intersect_params(fixed)
@@ -951,6 +952,8 @@ def _reduction_points(domain: isl.UnionSet, inits: Sequence[str]) -> int:
     the box of the update ``X``'s dimensions after the initialisation's (the reduction ones)."""
     most = 1
     for name in inits:
+        if not _has_statement(domain, name[: -len("_init")]):
+            continue  # the update has no instance (a size is 0): its reduction sums nothing
         init = domain.extract_set(_space_named(domain, name))
         update = domain.extract_set(_space_named(domain, name[: -len("_init")]))
         points = 1
@@ -968,6 +971,11 @@ def _leading_coincident(band: isl.ScheduleNode) -> int:
     while n < band.band_n_member() and band.band_member_get_coincident(n):
         n += 1
     return n
+
+
+def _has_statement(domain: isl.UnionSet, name: str) -> bool:
+    lst = domain.get_set_list()
+    return any(lst.get_at(i).get_tuple_name() == name for i in range(lst.n_set()))
 
 
 def _space_named(domain: isl.UnionSet, name: str) -> isl.Space:

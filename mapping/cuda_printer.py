@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from ..polyhedral.errors import TCInternalError
 from ..polyhedral.lang.checked import CheckedDef
 from ..polyhedral.lang.types import ScalarType
+from ..polyhedral.names import entry_symbol
 from ..polyhedral.scop import ScopStatement
 from . import ir
 from .c_printer import BoundsCheck, CParam, _combine, _float_literal
@@ -330,13 +331,13 @@ def lower_cuda(
     """The CUDA source of ``cdef``'s GPU mapping at ``sizes`` for tensors with element ``strides``.
 
     :arg options: :class:`~tcjit.mapping.option_values.OptionValues` (validated for "cuda").
-    :arg symbol: the kernels' name prefix (default ``tc_<name>``); launch ``i`` is ``<symbol>_k<i>``.
+    :arg symbol: the kernels' name prefix (default ``tc_entry_<name>``); launch ``i`` is ``<symbol>_k<i>``.
     :raises TCInternalError: the mapping put a barrier under control flow that depends on the
         thread ids (not every thread of the block would reach it).
     """
     low = lower_gpu(cdef, sizes, options)
     scop, _, _, sched, checked, zero = low.prepared
-    symbol = symbol or f"tc_{cdef.name}"
+    symbol = symbol or entry_symbol(cdef.name)
     launches = []
     for i, (k, body) in enumerate(low.launches):
         fission(body, k.block)  # checks that every thread of a block reaches each barrier

@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 
 from ..polyhedral.errors import TCInternalError
 from ..polyhedral.lang.checked import CheckedDef
+from ..polyhedral.names import entry_symbol
 from . import ir
 from .c_printer import CParam, _float_literal, _int_literal, print_kernel
 from .gpu import SYNC_MARK, THREAD_IDS
@@ -134,7 +135,7 @@ def lower_emulated(
     scop, _, _, sched, checked, zero = low.prepared
     launches = [ir.Blocks(k.grid, k.block, fission(body, k.block), k.buffers) for k, body in low.launches]
     params = [CParam("tc_order", "scalar", "int64_t"), *kernel_params(cdef)]
-    symbol = symbol or f"tc_{cdef.name}_emulated"
+    symbol = symbol or entry_symbol(cdef.name) + "_emulated"
     # long float32 sums and half-precision sums accumulate wide, as on the CPU (the language's
     # semantics); the CUDA printer keeps such buffers in global memory the runtime allocates
     wide = wide_accumulators(cdef, sizes)

@@ -31,6 +31,7 @@ from typing import Union
 import islpy as isl
 
 from ..polyhedral.errors import TCInternalError
+from ..polyhedral.names import isl_name
 
 __all__ = [
     "Block",
@@ -209,28 +210,31 @@ def _expr(e: isl.AstExpr, params: dict[str, int]) -> Expr:
 
 
 def from_isl_ast(node: isl.AstNode, params: dict[str, int] | None = None) -> Node:
-    """The IR of isl AST ``node``; identifiers named in ``params`` become their integer values."""
-    params = params or {}
+    """The IR of isl AST ``node``; the sizes named in ``params`` (TC names) become their values."""
+    return _from_ast(node, {isl_name(k): v for k, v in (params or {}).items()})
+
+
+def _from_ast(node: isl.AstNode, params: dict[str, int]) -> Node:
     t = node.get_type()
     if t == isl.ast_node_type.block:
         lst = node.block_get_children()
-        return Block(tuple(from_isl_ast(lst.get_at(i), params) for i in range(lst.n_ast_node())))
+        return Block(tuple(_from_ast(lst.get_at(i), params) for i in range(lst.n_ast_node())))
     if t == isl.ast_node_type.for_:
         var = node.for_get_iterator().get_id().get_name()
         inc = _expr(node.for_get_inc(), params)
         if not isinstance(inc, Int) or inc.value <= 0:
             raise TCInternalError(f"loop {var} has a non-constant or non-positive step")
-        body = from_isl_ast(node.for_get_body(), params)
+        body = _from_ast(node.for_get_body(), params)
         init = _expr(node.for_get_init(), params)
         if node.for_is_degenerate():
             return For(var, init, Op("==", (Var(var), init)), inc.value, body, degenerate=True)
         return For(var, init, _expr(node.for_get_cond(), params), inc.value, body)
     if t == isl.ast_node_type.if_:
-        other = from_isl_ast(node.if_get_else_node(), params) if node.if_has_else_node() else None
-        return If(_expr(node.if_get_cond(), params), from_isl_ast(node.if_get_then_node(), params), other)
+        other = _from_ast(node.if_get_else_node(), params) if node.if_has_else_node() else None
+        return If(_expr(node.if_get_cond(), params), _from_ast(node.if_get_then_node(), params), other)
     if t == isl.ast_node_type.mark:
         name = node.mark_get_id().get_name()
-        body = from_isl_ast(node.mark_get_node(), params)
+        body = _from_ast(node.mark_get_node(), params)
         name, _, depth = name.partition("@")
         if name in _LOOP_MARKS:
             body = _apply_mark(body, name, f"c{depth}")

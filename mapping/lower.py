@@ -30,8 +30,9 @@ from ..polyhedral.lang import ast as A
 from ..polyhedral.lang.checked import CheckedDef
 from ..polyhedral.lang.ranges import affine_form
 from ..polyhedral.lang.types import SCALAR_TYPES, ScalarType
+from ..polyhedral.names import entry_symbol, isl_name, tc_names_in
 from ..polyhedral.schedule import bands, check_legality, member_extent, schedule, tile
-from ..polyhedral.scop import Dependences, Scop, build_scop, compute_dependences
+from ..polyhedral.scop import Dependences, Scop, build_scop, compute_dependences, instance_text
 from . import ir
 from .c_printer import BoundsCheck, CParam, c_storage_type, print_kernel
 from .cpu import hoist_initialisations, initialised_in_place, map_cpu
@@ -97,8 +98,8 @@ class CpuKernelSource:
 def _fixed(scop: Scop, sizes: Mapping[str, int]) -> isl.Set:
     if not scop.params:
         return isl.Set.universe(isl.Space.params_alloc(scop.ctx, 0))
-    cons = " and ".join(f"{p} = {sizes[p]}" for p in scop.params)
-    return isl.Set.read_from_str(scop.ctx, f"[{', '.join(scop.params)}] -> {{ : {cons} }}")
+    cons = " and ".join(f"{isl_name(p)} = {sizes[p]}" for p in scop.params)
+    return isl.Set.read_from_str(scop.ctx, f"[{', '.join(map(isl_name, scop.params))}] -> {{ : {cons} }}")
 
 
 def _build_scop(cdef: CheckedDef, sizes: Mapping[str, int], fix: bool) -> Scop:
@@ -114,8 +115,8 @@ def _build_scop(cdef: CheckedDef, sizes: Mapping[str, int], fix: bool) -> Scop:
 def _box(ctx: isl.Context, tensor: str, shape: tuple[int, ...], params: tuple[str, ...]) -> isl.Set:
     names = [f"a{k}" for k in range(len(shape))]
     cons = " and ".join(f"0 <= {a} < {n}" for a, n in zip(names, shape)) or "0 = 0"
-    head = f"[{', '.join(params)}] -> " if params else ""
-    return isl.Set.read_from_str(ctx, f"{head}{{ {tensor}[{', '.join(names)}] : {cons} }}")
+    head = f"[{', '.join(map(isl_name, params))}] -> " if params else ""
+    return isl.Set.read_from_str(ctx, f"{head}{{ {isl_name(tensor)}[{', '.join(names)}] : {cons} }}")
 
 
 def _prove_bounds(
@@ -138,8 +139,7 @@ def _prove_bounds(
                     checked.add(id(arg))
         rel = (scop.writes if acc.write else scop.reads).intersect_params(fixed)
         tag = isl.UnionSet.read_from_str(
-            scop.ctx,
-            f"{{ [{acc.statement}[{', '.join(scop.statement(acc.statement).dims)}] -> {acc.ref}[]] }}",
+            scop.ctx, f"{{ [{instance_text(scop.statement(acc.statement))} -> {acc.ref}[]] }}"
         )
         reached = rel.intersect_domain(tag).range()
         if reached.is_empty():
@@ -455,7 +455,7 @@ def lower_cpu(
         name: spanned_elements([s.evaluate(sizes) for s in cdef.tensor(name).shape], strides[name])
         for name in cdef.temporaries
     }
-    symbol = symbol or f"tc_{cdef.name}"
+    symbol = symbol or entry_symbol(cdef.name)
     wide = wide_accumulators(cdef, sizes)
     header = kernel_header(cdef, f"options: {options!r}")
     text, checks = print_kernel(
@@ -515,8 +515,12 @@ def kernel_header(cdef: CheckedDef, what: str) -> str:
 
 def kernel_stages(sched: isl.Schedule, mapped: isl.Schedule, decisions) -> dict[str, str]:
     """The readable intermediate forms ``tcjit show`` prints: the tiled schedule, the mapped tree
-    and the mapper's decisions."""
-    return {"schedule": str(sched), "tree": str(mapped.get_root()), "decisions": "\n".join(decisions)}
+    and the mapper's decisions; sizes, indices and tensors by their TC names."""
+    return {
+        "schedule": tc_names_in(str(sched)),
+        "tree": tc_names_in(str(mapped.get_root())),
+        "decisions": "\n".join(decisions),
+    }
 
 
 def _comment_safe(text: str) -> str:

@@ -45,8 +45,9 @@ from dataclasses import dataclass
 import islpy as isl
 
 from ..polyhedral.errors import TCInternalError
+from ..polyhedral.names import isl_name
 from ..polyhedral.schedule import node_at, node_path
-from ..polyhedral.scop import Access, Scop
+from ..polyhedral.scop import Access, Scop, instance_text
 from . import ir
 
 __all__ = [
@@ -175,7 +176,7 @@ def _val(v: isl.Val) -> tuple[int, int]:
 
 def aff_expr(aff: isl.Aff, names: Sequence[ir.Expr], params: Mapping[str, int]) -> ir.Expr:
     """Kernel IR for the quasi-affine ``aff``: its input dimensions are ``names``, its parameters
-    take their values in ``params``; integer divisions are floors (``floordiv``)."""
+    take their values in ``params`` (by isl name); integer divisions are floors (``floordiv``)."""
     terms: list[tuple[int, int, ir.Expr]] = []  # (numerator, denominator, what it multiplies)
     for i in range(aff.dim(isl.dim_type.in_)):
         terms.append((*_val(aff.get_coefficient_val(isl.dim_type.in_, i)), names[i]))
@@ -299,7 +300,7 @@ def _tensor_bounds(tensor: str, shape: Sequence[int], ctx: isl.Context) -> isl.S
     """The elements of ``tensor`` (what the copies of a box are clipped to)."""
     names = [f"a{i}" for i in range(len(shape))]
     cons = " and ".join(f"0 <= {a} < {n}" for a, n in zip(names, shape))
-    return isl.Set.read_from_str(ctx, f"{{ {tensor}[{', '.join(names)}] : {cons} }}")
+    return isl.Set.read_from_str(ctx, f"{{ {isl_name(tensor)}[{', '.join(names)}] : {cons} }}")
 
 
 # ------------------------------------------------------------------------------------------ scopes
@@ -462,12 +463,11 @@ class _Promoter:
             for i in range(fixed.dim(isl.dim_type.param))
         }
         self.dims = {s.name: s.dims for s in scop.statements}
+        instances = {s.name: instance_text(s) for s in scop.statements}
         self.refs: list[tuple[Access, isl.UnionMap]] = []
         for acc in scop.accesses:
             rel = (scop.writes if acc.write else scop.reads).intersect_params(fixed)
-            tag = isl.UnionSet.read_from_str(
-                self.ctx, f"{{ [{acc.statement}[{', '.join(self.dims[acc.statement])}] -> {acc.ref}[]] }}"
-            )
+            tag = isl.UnionSet.read_from_str(self.ctx, f"{{ [{instances[acc.statement]} -> {acc.ref}[]] }}")
             self.refs.append((acc, rel.intersect_domain(tag)))
         self.decisions: list[str] = []
         self.named: dict[str, int] = {}

@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 import islpy as isl
 
 from .errors import TCInternalError
+from .names import isl_name, tc_names_in
 from .scop import Dependences, Scop
 
 __all__ = ["FUSION_STRATEGIES", "bands", "check_legality", "node_at", "node_path", "schedule", "tile"]
@@ -90,10 +91,9 @@ def check_legality(sched: isl.Schedule, deps: Dependences, *, sizes: Mapping[str
     smap = sched.get_map()
     dep = deps.all
     if sizes:
-        fixed = isl.Set.read_from_str(
-            sched.get_ctx(),
-            f"[{', '.join(sizes)}] -> {{ : {' and '.join(f'{k} = {v}' for k, v in sizes.items())} }}",
-        )
+        cons = " and ".join(f"{isl_name(k)} = {v}" for k, v in sizes.items())
+        names = ", ".join(map(isl_name, sizes))
+        fixed = isl.Set.read_from_str(sched.get_ctx(), f"[{names}] -> {{ : {cons} }}")
         dep = dep.intersect_params(fixed)
         smap = smap.intersect_params(fixed)
     if dep.is_empty():
@@ -111,7 +111,8 @@ def check_legality(sched: isl.Schedule, deps: Dependences, *, sizes: Mapping[str
         positive = positive.align_params(d.get_space()) if d.dim(isl.dim_type.param) else positive
         bad = d.subtract(positive)
         if not bad.is_empty():
-            raise TCInternalError(f"schedule violates dependences: distance vectors {bad} are not positive")
+            shown = tc_names_in(str(bad))
+            raise TCInternalError(f"schedule violates dependences: distance vectors {shown} are not positive")
 
 
 def node_path(node: isl.ScheduleNode) -> list[int]:

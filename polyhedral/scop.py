@@ -31,8 +31,18 @@ from .lang import ast as A
 from .lang.checked import CheckedDef, CheckedStatement
 from .lang.ranges import affine_form
 from .lang.sizes import SizeExpr
+from .names import isl_name, tc_names_in
 
-__all__ = ["Access", "Dependences", "Reduction", "Scop", "ScopStatement", "build_scop", "compute_dependences"]
+__all__ = [
+    "Access",
+    "Dependences",
+    "Reduction",
+    "Scop",
+    "ScopStatement",
+    "build_scop",
+    "compute_dependences",
+    "instance_text",
+]
 
 
 @dataclass(frozen=True)
@@ -84,6 +94,10 @@ class Scop:
     :ivar domain: all statement instances.
     :ivar reads, writes: tagged access relations ``[S[i] -> R[]] -> T[e]``.
     :ivar program_order: the schedule of the TC text (statements in order, loops as written).
+
+    Names here are TC names; in isl objects and text, sizes, indices and tensors have their isl
+    names (:func:`~tcjit.polyhedral.names.isl_name`), and :func:`instance_text` writes a
+    statement's instances.
     """
 
     cdef: CheckedDef
@@ -115,18 +129,23 @@ class Scop:
         lines = [f"params: {', '.join(self.params) or '(specialised: ' + _fmt(self.sizes) + ')'}"]
         for st in self.statements:
             dom = self.domain.extract_set(_space_of(self, st.name)).gist_params(self.context)
-            lines.append(f"{st.name} ({st.kind}, line {st.source.line}): {dom}")
+            lines.append(f"{st.name} ({st.kind}, line {st.source.line}): {tc_names_in(str(dom))}")
             for acc in self.accesses:
                 if acc.statement == st.name:
                     rel = (self.writes if acc.write else self.reads).intersect_domain(
-                        isl.UnionSet.read_from_str(
-                            self.ctx, f"{{ [{st.name}[{', '.join(st.dims)}] -> {acc.ref}[]] }}"
-                        )
+                        isl.UnionSet.read_from_str(self.ctx, f"{{ [{instance_text(st)} -> {acc.ref}[]] }}")
                     )
                     arrow = "writes" if acc.write else "reads "
                     rel = rel.domain_factor_domain().gist_params(self.context)
-                    lines.append(f"    {acc.ref} {arrow} {rel}{'' if acc.exact else ' (gather)'}")
+                    lines.append(
+                        f"    {acc.ref} {arrow} {tc_names_in(str(rel))}{'' if acc.exact else ' (gather)'}"
+                    )
         return "\n".join(lines)
+
+
+def instance_text(st: ScopStatement) -> str:
+    """``S0[i, j]``: the instances of ``st`` in isl syntax, its dimensions by their isl names."""
+    return f"{st.name}[{', '.join(isl_name(d) for d in st.dims)}]"
 
 
 def _fmt(sizes) -> str:
@@ -158,7 +177,7 @@ class _Builder:
         aff = affine_form(e, dims, lambda n: n in self.cdef.sizes, lambda t, k: self.cdef.tensor(t).shape[k])
         if aff is None:
             return None
-        terms = [f"{c}*{v}" for v, c in aff.coeffs]
+        terms = [f"{c}*{isl_name(v)}" for v, c in aff.coeffs]
         terms.append(self.size(aff.rest))
         return " + ".join(terms)
 
@@ -211,9 +230,9 @@ def build_scop(cdef: CheckedDef, sizes: Mapping[str, int] | None = None) -> Scop
                             f"{cdef.name}: the range {r} is not affine in the sizes; give the sizes"
                         )
     params = () if sizes is not None else cdef.sizes
-    head = f"[{', '.join(params)}] -> " if params else ""
+    head = f"[{', '.join(map(isl_name, params))}] -> " if params else ""
     ctx = b.ctx
-    positive = " and ".join(f"{p} >= 1" for p in params)
+    positive = " and ".join(f"{isl_name(p)} >= 1" for p in params)
     context = isl.Set.read_from_str(ctx, f"{head}{{ : {positive} }}" if params else "{ : }")
 
     domains, reads, writes, order = [], [], [], []
@@ -223,9 +242,9 @@ def build_scop(cdef: CheckedDef, sizes: Mapping[str, int] | None = None) -> Scop
     width = 1 + max((len(st.vars) for st in cdef.statements), default=0)
 
     def add(name: str, st: CheckedStatement, kind: str, dims: tuple[str, ...], constraints: list[str]):
-        tup = f"{name}[{', '.join(dims)}]"
+        tup = f"{name}[{', '.join(map(isl_name, dims))}]"
         domains.append(f"{tup} : {' and '.join(constraints) or '0 = 0'}")
-        pad = [*dims, *(["0"] * (width - 1 - len(dims)))]
+        pad = [*map(isl_name, dims), *(["0"] * (width - 1 - len(dims)))]
         order.append(
             f"{tup} -> [{len(statements)}, {', '.join(pad)}]" if pad else f"{tup} -> [{len(statements)}]"
         )
@@ -235,13 +254,15 @@ def build_scop(cdef: CheckedDef, sizes: Mapping[str, int] | None = None) -> Scop
     def access(stmt: str, tup: str, dims: set[str], tensor: str, args, write: bool, node) -> None:
         names, cons, exact = b.subscripts(args, dims, tensor)
         ref = b.ref()
-        rel = f"[{tup} -> {ref}[]] -> {tensor}[{', '.join(names)}] : {' and '.join(cons) or '0 = 0'}"
+        rel = (
+            f"[{tup} -> {ref}[]] -> {isl_name(tensor)}[{', '.join(names)}] : {' and '.join(cons) or '0 = 0'}"
+        )
         (writes if write else reads).append(rel)
         accesses.append(Access(ref, stmt, tensor, write, exact, node))
 
     for k, st in enumerate(cdef.statements):
         name = f"S{k}"
-        ranges = [f"{b.size(r.lo)} <= {r.var} < {b.size(r.hi)}" for r in st.ranges]
+        ranges = [f"{b.size(r.lo)} <= {isl_name(r.var)} < {b.size(r.hi)}" for r in st.ranges]
         dims = set(st.vars)
         conds = [b.condition(c, dims) for c in st.conditions]
         if st.init and st.is_reduction:
@@ -257,7 +278,7 @@ def build_scop(cdef: CheckedDef, sizes: Mapping[str, int] | None = None) -> Scop
                 box = []
                 if b.gathers(st.lhs, dims):
                     shape = cdef.tensor(st.tensor).shape
-                    box = [f"0 <= {e} < {b.size(n)}" for e, n in zip(edims, shape)]
+                    box = [f"0 <= {isl_name(e)} < {b.size(n)}" for e, n in zip(edims, shape)]
                 tup = add(f"{name}_init", st, "init", edims, box)
                 idents = tuple(A.Ident(e, kind="index") for e in edims)
                 access(f"{name}_init", tup, set(edims), st.tensor, idents, True, st.source)
@@ -372,8 +393,6 @@ def compute_dependences(scop: Scop) -> Dependences:
     everything = flow.union(false).coalesce()
     reduction = isl.UnionMap.empty(everything.get_space())
     for red in scop.reductions:
-        sel = isl.UnionSet.read_from_str(
-            scop.ctx, f"{{ {red.statement}[{', '.join(scop.statement(red.statement).dims)}] }}"
-        )
+        sel = isl.UnionSet.read_from_str(scop.ctx, f"{{ {instance_text(scop.statement(red.statement))} }}")
         reduction = reduction.union(everything.intersect_domain(sel).intersect_range(sel))
     return Dependences(flow.coalesce(), false.coalesce(), everything, reduction.coalesce())

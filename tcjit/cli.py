@@ -186,6 +186,7 @@ def cmd_show(args) -> int:
         for text in (d.forward, d.backward):  # printed canonically, as the compiler reads them
             print(def_to_tc(check_source(text).defs[0].ast))
     elif args.stage in ("scop", "schedule"):
+        from .polyhedral.names import tc_names_in
         from .polyhedral.schedule import schedule, tile
         from .polyhedral.scop import build_scop, compute_dependences
 
@@ -203,7 +204,7 @@ def cmd_show(args) -> int:
             if tiles is None:
                 tiles = base.get("tile") if base else ()
             sched = schedule(scop, compute_dependences(scop), fusion=fusion)
-            print(tile(sched, tiles).get_root())
+            print(tc_names_in(str(tile(sched, tiles).get_root())))
     elif args.stage in _MAPPED_STAGES:
         _need_sizes(cdef, sizes, f"--stage {args.stage}")
         opts = _options(args, cdef, sizes)

@@ -31,6 +31,7 @@ from .mapping.packing import contiguous_strides
 from .memory import BUDGET, LIBRARY_OVERHEAD
 from .polyhedral.errors import TCBoundsError, TCCallError, TCError, TCInternalError, TCWarning
 from .polyhedral.lang.checked import CheckedDef
+from .polyhedral.names import bounded
 
 __all__ = ["Specialization", "cache_key", "kernel_store", "specialize"]
 
@@ -244,7 +245,7 @@ class Specialization(_Compiled):
         self.stages = dict(stages or {})
         self.from_disk = from_disk
         self.layouts = layouts
-        self._kernel = CpuKernel(load(blob, name=cdef.name), meta.symbol, meta.params)
+        self._kernel = CpuKernel(load(blob, name=bounded(cdef.name)), meta.symbol, meta.params)
         self._fn = self._kernel.fn
         self._outputs = buffer_specs(cdef, binding, cdef.outputs, meta.zero_init)
         # the temporaries the kernel takes as parameters (a CPU kernel holds them itself)
@@ -467,7 +468,7 @@ def specialize(kernel, binding: Binding, inputs, outputs, options, target: str) 
             lowered = lower_emulated(cdef, binding.sizes, strides, options.values)
         else:
             lowered = lower_cpu(cdef, binding.sizes, strides, options.values, vector_bytes=vector_bytes())
-        blob = compile_c(lowered.source, name=cdef.name)
+        blob = compile_c(lowered.source, name=bounded(cdef.name))
     meta = _Meta.from_json(lowered.to_json())
     save_stored(
         store,

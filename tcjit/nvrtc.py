@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .polyhedral.errors import TCInternalError
+from .polyhedral.names import bounded
 
 __all__ = ["available", "backend", "compile_ptx", "nvrtc_version"]
 
@@ -225,7 +226,7 @@ def _compile_nvcc(source: str, name: str, arch: str, options: Sequence[str]) -> 
     nvcc = _nvcc()
     if nvcc is None:
         raise TCInternalError("nvcc is not on PATH")
-    stem = re.sub(r"[^\w.-]", "_", Path(name).stem) or "kernel"
+    stem = bounded(re.sub(r"[^\w.-]", "_", Path(name).stem)) or "kernel"
     with tempfile.TemporaryDirectory(prefix="tcjit-nvcc-") as tmp:
         src = Path(tmp) / f"{stem}.cu"
         out = Path(tmp) / f"{stem}.ptx"

@@ -76,7 +76,7 @@ def test_show_schedule_tiled_and_fixed(capsys):
 def test_show_c_is_the_generated_kernel(capsys, fcrelu_file):
     code, out, _ = _run(capsys, "show", fcrelu_file, "--stage", "c", "--sizes", FC_SIZES)
     assert code == 0
-    assert "void tc_fcrelu(" in out and "#pragma omp" in out
+    assert "void tc_entry_fcrelu(" in out and "#pragma omp" in out
     _, other, _ = _run(capsys, "show", fcrelu_file, "--stage", "c", "--sizes", "B=64,M=56,N=40")
     assert other != out  # specialised to the sizes
 

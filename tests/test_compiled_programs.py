@@ -810,7 +810,8 @@ def test_temporaries_live_in_the_cpu_kernels_workspace_and_start_afresh_each_cal
         torch.testing.assert_close(k(A, b), A.sum(1) + A[:, 0] * b + A[:, -1] * b, **F32)
     (spec,) = k._specializations.values()
     assert [name for name, _, _ in spec.meta.params] == ["A", "b", "O"]
-    assert "void tc_held_body(" in spec.source and "tc_take_workspace(&tc_kept_temporaries" in spec.source
+    assert "void tc_entry_held_body(" in spec.source
+    assert "tc_take_workspace(&tc_kept_temporaries" in spec.source
     g = tcjit.define(FC_BACKWARD)
     for seed in range(3):
         gen = torch.Generator().manual_seed(seed)

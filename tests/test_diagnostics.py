@@ -276,11 +276,6 @@ BAD = [
         "    B(i) = A(i)",
         "}",
     ], TCNameError, 1, 29, ["size", "'M'", "output", "input"]),
-    case("redefined_builtin_def", [
-        "def exp(float(N) A) -> (B) {",
-        "    B(i) = A(i)",
-        "}",
-    ], TCNameError, 1, 5, ["'exp'", "builtin"]),
     case("redefined_builtin_argument", [
         "def f(float(N) exp) -> (B) {",
         "    B(i) = exp(i)",
@@ -534,6 +529,21 @@ BAD = [
         "    B(i) = 99999999999999999999 where i in 0:N",
         "}",
     ], TCTypeError, 2, 12, ["99999999999999999999", "int64"]),
+    case("literal_beyond_pythons_digit_limit", [
+        HEAD,
+        "    B(i) = A(i) + " + "9" * 5000,
+        "}",
+    ], TCTypeError, 2, 19, ["99999999...99999999", "5000 digits", "does not fit int64"]),
+    case("dimension_literal_beyond_pythons_digit_limit", [
+        "def f(float(N, " + "7" * 5000 + ") A) -> (B) {",
+        "    B(i, j) = A(i, j)",
+        "}",
+    ], TCTypeError, 1, 16, ["5000 digits", "does not fit int64"]),
+    case("dimension_number_beyond_pythons_digit_limit", [
+        HEAD,
+        "    B(i) = A(i) + A." + "1" * 5000,
+        "}",
+    ], TCTypeError, 2, 21, ["5000 digits", "does not fit int64"]),
     case("negative_literal_does_not_fit_unsigned", [
         "def f(float(N) A) -> (uint8(N) B) {",
         "    B(i) = -1 where i in 0:N",

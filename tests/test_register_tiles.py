@@ -311,7 +311,7 @@ def test_parallel_loops_share_one_team(threads: int) -> None:
     kernel = tcjit.define(MLP2)
     opts = MappingOptions("naive").vectorize(True).tile(8, 16, 8)
     source = tcjit.compile(kernel, *inputs, options=opts).source
-    entry = source[source.index("void tc_mlp2(") :]
+    entry = source[source.index("void tc_entry_mlp2(") :]
     assert entry.count("#pragma omp parallel num_threads(nthreads) if(nthreads > 1)") == 1, entry
     assert entry.count("#pragma omp for") >= 3, entry
     assert "#pragma omp parallel for" not in entry, entry
@@ -335,7 +335,7 @@ MIX = """def mix(float(B,N) I, float(B,B) W) -> (O1, O2) {
 
 
 def _omp_fors(source: str, name: str) -> list[str]:
-    entry = source[source.index(f"void tc_{name}(") :]
+    entry = source[source.index(f"void tc_entry_{name}(") :]
     return [x.strip() for x in entry.splitlines() if "#pragma omp for" in x]
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "Def",
     "Dim",
     "DimSize",
+    "Equivalent",
     "ExistsClause",
     "Expr",
     "FloatLit",
@@ -200,6 +201,17 @@ Clause = RangeClause | ExistsClause | LetClause | ConditionClause
 
 # ---------------------------------------------------------------------------------------- statements
 @dataclass(frozen=True)
+class Equivalent:
+    """``<=> name(args)`` after a right-hand side: TC's annotation naming an equivalent
+    computation (``Z(i) = 1 / (1 + exp(-X(i))) <=> sigmoid(X(i))``). Its arguments are checked
+    like the right-hand side's expressions; it has no effect on what the statement computes."""
+
+    name: str
+    args: tuple[Expr, ...]
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
 class Statement:
     """``T(i, j, ...) op rhs where ...``.
 
@@ -207,6 +219,7 @@ class Statement:
     :ivar indices: the left-hand side subscripts (plain identifiers, or affine for accumulations).
     :ivar op: ``"="``, ``"+="``, ``"*="``, ``"min="`` or ``"max="``.
     :ivar init: whether the operator carries ``!`` (initialise with the operator's identity first).
+    :ivar equivalent: TC's ``<=>`` annotation, if any (checked, then ignored).
     """
 
     tensor: str
@@ -217,6 +230,7 @@ class Statement:
     where: tuple[Clause, ...] = ()
     span: Span = _span()
     lhs_span: Span = _span()
+    equivalent: Equivalent | None = None
 
     @property
     def is_reduction(self) -> bool:

@@ -68,10 +68,8 @@ def _check(program: A.Program) -> CheckedProgram:
                 source=program.source,
                 span=d.name_span,
             )
-        if d.name in BUILTINS:
-            raise TCNameError(
-                f"'{d.name}' redefines a builtin function", source=program.source, span=d.name_span
-            )
+        # A definition's name is never called from TC code, so it may be a builtin's (TC allowed
+        # `def sigmoid`): a call in any body still means the builtin.
         seen[d.name] = d
     return CheckedProgram(program, tuple(_DefChecker(d, program.source).run() for d in program.defs))
 
@@ -345,6 +343,20 @@ class _DefChecker:
             cond_typed.append(te)
         for acc in exists:
             typer.expr(acc)
+        if s.equivalent is not None:  # TC's `<=>`: checked like the right-hand side, then ignored
+            for arg in s.equivalent.args:
+                e = self._substitute(arg, lets)
+                for node in A.walk(e):
+                    unknown = isinstance(node, A.Ident) and self._is_free(node.name, lets)
+                    if unknown and node.name not in index_set:
+                        raise self.err(
+                            TCNameError, f"'{node.name}' after '<=>' is no name of the statement", node.span
+                        )
+                    if isinstance(node, A.Access) and not self._is_bound(node.tensor):
+                        raise self.err(
+                            TCNameError, f"undefined tensor or function '{node.tensor}'", node.span
+                        )
+                typer.expr(e)
 
         if declared_type is not None:
             dtype = declared_type

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..errors import Span, TCSyntaxError
+from ..errors import Span, TCSyntaxError, TCTypeError
 from . import ast as A
 from .builtins import BUILTINS
 from .types import canonical_type, lookup_type
@@ -25,13 +25,14 @@ MAX_DEPTH = 256
 
 _ASSIGN_OPS = {"=", "+=", "+=!", "*=", "*=!", "min=", "min=!", "max=", "max=!"}
 _PUNCT = sorted(
-    ["->", "+=!", "*=!", "+=", "*=", "==", "!=", "<=", ">=", "&&", "||",
+    ["<=>", "->", "+=!", "*=!", "+=", "*=", "==", "!=", "<=", ">=", "&&", "||",
      "(", ")", "{", "}", ",", ":", "?", "+", "-", "*", "/", "%", "<", ">", "!", "=", "."],
     key=len, reverse=True,
 )  # fmt: skip
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NUMBER = re.compile(r"([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][+-]?[0-9]+)?")
 _DIGITS = frozenset("0123456789")
+_INT64_DIGITS = len(str(2**63))  # longer literals (without leading zeros) never fit
 _BINARY_LEVELS = (("||",), ("&&",), ("==", "!=", "<", "<=", ">", ">="), ("+", "-"), ("*", "/", "%"))
 
 
@@ -142,6 +143,21 @@ class _Parser:
     def error(self, message: str, tok: Token | None = None, hint: str | None = None) -> TCSyntaxError:
         tok = tok or self.tok
         return TCSyntaxError(message, source=self.source, span=tok.span, hint=hint)
+
+    def integer(self, tok: Token) -> int:
+        """The value of integer token ``tok``. A literal with more digits than any int64 is refused
+        here, with the checker's message for smaller literals out of range, before Python's limit
+        on converting long digit strings is reached."""
+        digits = tok.text.lstrip("0")
+        if len(digits) > _INT64_DIGITS:
+            shown = digits if len(digits) <= 40 else f"{digits[:8]}...{digits[-8:]} ({len(digits)} digits)"
+            raise TCTypeError(
+                f"integer literal {shown} does not fit int64",
+                source=self.source,
+                span=tok.span,
+                hint="integer literals are int64 at most; a float literal (with '.') may be larger",
+            )
+        return int(tok.text)
 
     def expect(self, text: str, what: str | None = None) -> Token:
         if self.at(text):
@@ -267,6 +283,7 @@ class _Parser:
         init = op_tok.text.endswith("!")
         op = op_tok.text.rstrip("!")
         rhs = self.expr()
+        equivalent = self.equivalent() if self.at("<=>") else None
         clauses: list[A.Clause] = []
         end = self.toks[self.i - 1].span
         if self.at("where"):
@@ -281,8 +298,30 @@ class _Parser:
                 f"expected the end of the statement (a new statement or '}}') but found {self.tok.describe()}"
             )
         return A.Statement(
-            name.text, indices, op, init, rhs, tuple(clauses), name.span.to(end), name.span.to(lhs_end)
+            name.text,
+            indices,
+            op,
+            init,
+            rhs,
+            tuple(clauses),
+            name.span.to(end),
+            name.span.to(lhs_end),
+            equivalent,
         )
+
+    def equivalent(self) -> A.Equivalent:
+        """TC's annotation ``<=> name(arg, ...)`` (after the right-hand side, before ``where``)."""
+        start = self.expect("<=>")
+        name = self.ident("the name of an equivalent computation after '<=>'")
+        self.expect("(", "after the name of the equivalent computation")
+        args: list[A.Expr] = []
+        if not self.at(")"):
+            args.append(self.expr())
+            while self.at(","):
+                self.advance()
+                args.append(self.expr())
+        end = self.expect(")", "to close the equivalent computation's arguments")
+        return A.Equivalent(name.text, tuple(args), start.span.to(end.span))
 
     def clause(self) -> A.Clause:
         t = self.tok
@@ -365,7 +404,7 @@ class _Parser:
         t = self.tok
         if t.kind == "int":
             self.advance()
-            return A.IntLit(int(t.text), t.span)
+            return A.IntLit(self.integer(t), t.span)
         if t.kind == "float":
             self.advance()
             return A.FloatLit(float(t.text), t.span)
@@ -390,7 +429,7 @@ class _Parser:
                         f"expected a dimension number after '{t.text}.' but found {k.describe()}"
                     )
                 self.advance()
-                return A.DimSize(t.text, int(k.text), t.span.to(k.span))
+                return A.DimSize(t.text, self.integer(k), t.span.to(k.span))
             if not self.at("("):
                 return A.Ident(t.text, t.span)
             self.advance()

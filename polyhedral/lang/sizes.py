@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..names import isl_name
+
 __all__ = ["MAX_TERMS", "SizeExpr", "SizeExprTooComplex", "const", "smax", "smin", "sym"]
 
 #: Products of sums are expanded; one with more terms than this is refused rather than computed
@@ -208,7 +210,8 @@ class SizeExpr:
         return _render(self, _atom_tc)
 
     def to_isl(self) -> str:
-        """isl syntax: ``floor(e/d)``, ``min(a, b)``, products written out."""
+        """isl syntax: ``floor(e/d)``, ``min(a, b)``, products written out; symbols by their isl
+        names (:func:`~tcjit.polyhedral.names.isl_name`)."""
         return _render(self, _atom_isl)
 
 
@@ -338,7 +341,7 @@ def _atom_tc(a: _Atom) -> tuple[str, bool]:
 
 def _atom_isl(a: _Atom) -> tuple[str, bool]:
     if isinstance(a, _Sym):
-        return a.name, True
+        return isl_name(a.name), True
     if isinstance(a, _FloorDiv):
         return f"floor(({a.num.to_isl()})/{a.den})", True
     if isinstance(a, _MinMax):
