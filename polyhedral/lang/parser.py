@@ -8,12 +8,16 @@ associative), ``||``, ``&&``, ``== != < <= > >=``, ``+ -``, ``* / %``, unary ``-
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ..errors import Span, TCSyntaxError, TCTypeError
 from . import ast as A
 from .builtins import BUILTINS
 from .types import canonical_type, lookup_type
+
+_T = TypeVar("_T")
 
 __all__ = ["MAX_NESTING", "Token", "parse", "tokenize"]
 
@@ -140,6 +144,17 @@ class _Parser:
     def at(self, text: str) -> bool:
         return self.tok.kind in ("op", "ident") and self.tok.text == text
 
+    def comma_separated(self, item: Callable[[], _T], *, closing: str | None = None) -> list[_T]:
+        """``item()`` once, then again after each comma; nothing at all where ``closing`` (say
+        ``")"``) comes first. The closing token itself is left to the caller."""
+        if closing is not None and self.at(closing):
+            return []
+        items = [item()]
+        while self.at(","):
+            self.advance()
+            items.append(item())
+        return items
+
     def error(self, message: str, tok: Token | None = None, hint: str | None = None) -> TCSyntaxError:
         tok = tok or self.tok
         return TCSyntaxError(message, source=self.source, span=tok.span, hint=hint)
@@ -182,21 +197,11 @@ class _Parser:
         start = self.expect("def")
         name = self.ident("the name of the definition")
         self.expect("(", "after the definition's name")
-        params: list[A.Param] = []
-        if not self.at(")"):
-            params.append(self.param())
-            while self.at(","):
-                self.advance()
-                params.append(self.param())
+        params: list[A.Param] = self.comma_separated(self.param, closing=")")
         self.expect(")", "to close the parameter list")
         self.expect("->", "before the list of outputs")
         self.expect("(", "to open the list of outputs")
-        returns: list[A.Return] = []
-        if not self.at(")"):
-            returns.append(self.ret())
-            while self.at(","):
-                self.advance()
-                returns.append(self.ret())
+        returns: list[A.Return] = self.comma_separated(self.ret, closing=")")
         self.expect(")", "to close the list of outputs")
         self.expect("{", "to open the body")
         body = []
@@ -265,12 +270,7 @@ class _Parser:
         lhs_end = name.span
         if self.at("("):
             self.advance()
-            args = []
-            if not self.at(")"):
-                args.append(self.expr())
-                while self.at(","):
-                    self.advance()
-                    args.append(self.expr())
+            args = self.comma_separated(self.expr, closing=")")
             lhs_end = self.expect(")", "to close the left-hand side").span
             indices = tuple(args)
         op_tok = self.tok
@@ -288,10 +288,7 @@ class _Parser:
         end = self.toks[self.i - 1].span
         if self.at("where"):
             self.advance()
-            clauses.append(self.clause())
-            while self.at(","):
-                self.advance()
-                clauses.append(self.clause())
+            clauses = self.comma_separated(self.clause)
             end = self.toks[self.i - 1].span
         if not (self.tok.kind == "ident" or self.at("}")):
             raise self.error(
@@ -314,12 +311,7 @@ class _Parser:
         start = self.expect("<=>")
         name = self.ident("the name of an equivalent computation after '<=>'")
         self.expect("(", "after the name of the equivalent computation")
-        args: list[A.Expr] = []
-        if not self.at(")"):
-            args.append(self.expr())
-            while self.at(","):
-                self.advance()
-                args.append(self.expr())
+        args: list[A.Expr] = self.comma_separated(self.expr, closing=")")
         end = self.expect(")", "to close the equivalent computation's arguments")
         return A.Equivalent(name.text, tuple(args), start.span.to(end.span))
 
@@ -434,12 +426,7 @@ class _Parser:
                 return A.Ident(t.text, t.span)
             self.advance()
             self.nest()
-            args: list[A.Expr] = []
-            if not self.at(")"):
-                args.append(self.expr())
-                while self.at(","):
-                    self.advance()
-                    args.append(self.expr())
+            args: list[A.Expr] = self.comma_separated(self.expr, closing=")")
             end = self.expect(")", f"to close the arguments of '{t.text}'")
             self.depth -= 1
             span = t.span.to(end.span)
