@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from other_users import NOBODY, as_nobody
 
 import tcjit
 import tcjit.compiler
@@ -31,7 +32,6 @@ def fcrelu(float(B,M) I, float(N,M) W, float(N) bias) -> (O) {
 """
 # Another kernel with the same entry name and signature: its code would run if loaded by mistake.
 FCRELU_DOUBLE_BIAS = FCRELU.replace("+ bias(n)", "+ 2 * bias(n)")
-NOBODY = 65534
 
 
 @pytest.fixture(autouse=True)
@@ -133,23 +133,6 @@ def shared_place():
     shutil.rmtree(place, ignore_errors=True)
 
 
-def _as_nobody(act) -> None:
-    """Run ``act()`` in a forked child that has become uid and gid 65534; fail if it fails."""
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        code = 1
-        try:
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            act()
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, "the other user's planting failed"
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="acting as another user needs root")
 def test_a_kernel_planted_by_another_user_is_not_run(shared_place, monkeypatch):
     """Another user who can write the cache folder plants, under the key of our next call, a
@@ -176,7 +159,7 @@ def test_a_kernel_planted_by_another_user_is_not_run(shared_place, monkeypatch):
         target.parent.mkdir(parents=True)
         staging.rename(target)
 
-    _as_nobody(plant)
+    as_nobody(plant)
     assert os.stat(target / "kernel.so").st_uid == NOBODY
     fresh = tcjit.define(FCRELU)
     with pytest.warns(tcjit.TCWarning, match="not used: group or others can write it"):

@@ -18,6 +18,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from other_users import NOBODY, as_nobody
 
 import tcjit.cache.entry as entry_module
 from tcjit.cache import FORMAT_VERSION, Entry, KernelStore
@@ -180,25 +181,7 @@ def test_clean_up_never_follows_a_linked_tmp(tmp_path):
 
 
 # ------------------------------------------------------------------------- another user, for real
-NOBODY = 65534
 FORGED = {"kernel.so": b"\x7fELF forged by another user", "kernel.c": b"/* not what was compiled */\n"}
-
-
-def _as_nobody(act) -> None:
-    """Run ``act()`` in a forked child that has become uid and gid 65534; fail if it fails."""
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        code = 1
-        try:
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            act()
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, "the other user's planting failed"
 
 
 @pytest.fixture
@@ -236,7 +219,7 @@ def test_an_entry_planted_by_another_user_is_not_loaded(shared_place, opening):
         entry_module.write_entry(staging, KEY, dict(FORGED), {"symbol": "f_kernel"})
         staging.rename(entry.directory)  # a manifest consistent with the forged files
 
-    _as_nobody(plant)
+    as_nobody(plant)
     assert os.stat(entry.directory / "kernel.so").st_uid == NOBODY
     if opening == "root writable by all":
         with pytest.raises(TCError, match="group or others can write it"):
