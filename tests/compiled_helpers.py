@@ -186,18 +186,24 @@ def private_cache(root: os.PathLike | str) -> Iterator[None]:
 
 # ===================================================================================== stack frames
 _FUNCTION = re.compile(r"^[0-9a-f]+ <(tc_[^>]*)>:$")
-_FRAME_POINTER = re.compile(r"\bmov\s+%rsp,%rbp$")
-_REALIGN = re.compile(r"\band\s+\$0x[0-9a-f]+,%rsp$")
-_STACK_ADDRESS = re.compile(r"\blea\s+-?(0x[0-9a-f]+)?\(%r[sb]p\),%\w+$")
+_INSN = re.compile(r"^\s*[0-9a-f]+:\s+(\S+)\s*(.*)$")
+_STACK_ADDRESS = re.compile(r"^(-?0x[0-9a-f]+)?\(%(rsp|rbp)\),%(\w+)$")
+_MEMORY = re.compile(r"(-?0x[0-9a-f]+)?\(%(\w+)[,)]")
+_ALIGNED_MOVES = ("movaps", "movapd", "movdqa", "vmovaps", "vmovapd", "vmovdqa", "vmovdqa32", "vmovdqa64")
 
 
 def dropped_realignments(blob: bytes) -> list[str]:
-    """The kernel functions of a compiled shared object where gcc dropped a stack realignment that
-    a stack slot still relies on: a frame pointer (kept at -O3 only for a planned realignment) with
-    no realignment, and the address of a stack slot taken into a register -- the access gcc 12's
-    check for the realignment does not see. Behind issue 29's crash, which kills the process only
-    where the slot lands misaligned; seen here whatever the layout. Empty without ``objdump`` (or
-    off x86-64)."""
+    """The kernel functions of a compiled shared object that store to (or load from) a stack slot
+    with an aligned vector move the slot's alignment does not guarantee -- the gcc 12 defect behind
+    issue 29's crash. gcc planned a stack realignment for the slot (it kept a frame pointer for
+    it), then dropped it, because its check only sees accesses based on the stack or frame pointer
+    while this slot is reached through a register holding its address. Flagged: a frame pointer
+    with no realignment, and the address of a stack slot taken into a register (``lea``) that is
+    not even 16-byte aligned (the ABI's alignment at the call, which gcc gives every slot it
+    reaches that way), or an aligned move of 32 or 64 bytes through such a register (which only a
+    realignment guarantees). The compiled layout decides, not the run, so this sees what a run
+    hits only where an aligned move to the slot executes. Empty without ``objdump`` (or off
+    x86-64)."""
     objdump = shutil.which("objdump")
     if objdump is None or os.uname().machine != "x86_64":
         return []
@@ -207,22 +213,54 @@ def dropped_realignments(blob: bytes) -> list[str]:
         text = subprocess.run(
             [objdump, "-d", "--no-show-raw-insn", f.name], capture_output=True, text=True, check=True
         ).stdout
-    found: list[str] = []
-    name, seen = None, set()
-    for line in [*text.splitlines(), "0 <tc_end>:"]:
+    return [name for name, body in _functions(text) if _misaligned_slot_move(body)]
+
+
+def _misaligned_slot_move(body: list[str]) -> bool:
+    insns = [(m.group(1), m.group(2)) for m in map(_INSN.match, body) if m]
+    if any(op == "and" and args.endswith(",%rsp") for op, args in insns):
+        return False  # realigned
+    if ("mov", "%rsp,%rbp") not in insns:
+        return False  # no frame pointer: no realignment was planned
+    rsp = 8  # at entry: the call pushed the return address onto a 16-byte aligned stack
+    for op, args in insns:
+        if op == "push":
+            rsp -= 8
+        elif op in ("sub", "add") and args.startswith("$0x") and args.endswith(",%rsp"):
+            rsp += (-1 if op == "sub" else 1) * int(args[1:].split(",")[0], 16)
+        elif op.startswith(("j", "ret")):
+            break  # the prologue ends at the first branch; the stack pointer stays put after it
+    slots: dict[str, int] = {}  # register -> its slot address modulo 16
+    for op, args in insns:
+        m = _STACK_ADDRESS.match(args) if op == "lea" else None
+        if m:
+            base = rsp if m.group(2) == "rsp" else 0  # %rbp = the entry's %rsp - 8
+            slots[m.group(3)] = (int(m.group(1) or "0", 16) + base) % 16
+            if slots[m.group(3)]:
+                return True  # a slot gcc placed for a realignment it then dropped
+            continue
+        if op in _ALIGNED_MOVES:
+            for disp, reg in _MEMORY.findall(args):
+                if reg in slots:
+                    if "%ymm" in args or "%zmm" in args or (slots[reg] + int(disp or "0", 16)) % 16:
+                        return True
+        written = args.rsplit(",", 1)[-1].lstrip("%") if "," in args else ""
+        slots.pop(written, None)  # the register now holds something else
+    return False
+
+
+def _functions(text: str) -> Iterator[tuple[str, list[str]]]:
+    """(name, instruction lines) of each ``tc_`` function in ``objdump -d`` output."""
+    name, body = None, []
+    for line in [*text.splitlines(), ""]:
         m = _FUNCTION.match(line)
-        if m or (name and not line.strip()):
-            if name and seen == {"frame", "address"}:
-                found.append(name)
-            name, seen = (m.group(1) if m else None), set()
+        if m:
+            name, body = m.group(1), []
+        elif name and not line.strip():
+            yield name, body
+            name = None
         elif name:
-            if _FRAME_POINTER.search(line):
-                seen.add("frame")
-            if _STACK_ADDRESS.search(line):
-                seen.add("address")
-            if _REALIGN.search(line):
-                seen.add("realigned")
-    return found
+            body.append(line)
 
 
 @contextlib.contextmanager
