@@ -197,13 +197,13 @@ def dropped_realignments(blob: bytes) -> list[str]:
     with an aligned vector move the slot's alignment does not guarantee -- the gcc 12 defect behind
     issue 29's crash. gcc planned a stack realignment for the slot (it kept a frame pointer for
     it), then dropped it, because its check only sees accesses based on the stack or frame pointer
-    while this slot is reached through a register holding its address. Flagged: a frame pointer
-    with no realignment, and the address of a stack slot taken into a register (``lea``) that is
-    not even 16-byte aligned (the ABI's alignment at the call, which gcc gives every slot it
-    reaches that way), or an aligned move of 32 or 64 bytes through such a register (which only a
-    realignment guarantees). The compiled layout decides, not the run, so this sees what a run
-    hits only where an aligned move to the slot executes. Empty without ``objdump`` (or off
-    x86-64)."""
+    while this slot is reached through a register holding its address (or through an index
+    register). Flagged: a frame pointer with no realignment, and an aligned vector move of 32 or 64
+    bytes to or from the stack (which only a realignment guarantees: the ABI gives 16 bytes at the
+    call), or the address of a stack slot taken into a register (``lea``) that is not even 16-byte
+    aligned, or a 16-byte aligned move to a slot that is not. The compiled layout decides what can
+    fault, the caller's stack only whether it does on one run, so this sees what runs hit now and
+    then. Empty without ``objdump`` (or off x86-64)."""
     objdump = shutil.which("objdump")
     if objdump is None or os.uname().machine != "x86_64":
         return []
@@ -241,9 +241,9 @@ def _misaligned_slot_move(body: list[str]) -> bool:
             continue
         if op in _ALIGNED_MOVES:
             for disp, reg in _MEMORY.findall(args):
-                if reg in slots:
-                    if "%ymm" in args or "%zmm" in args or (slots[reg] + int(disp or "0", 16)) % 16:
-                        return True
+                at = {"rsp": rsp, "rbp": 0}.get(reg, slots.get(reg))
+                if at is not None and ("%ymm" in args or "%zmm" in args or (at + int(disp or "0", 16)) % 16):
+                    return True
         written = args.rsplit(",", 1)[-1].lstrip("%") if "," in args else ""
         slots.pop(written, None)  # the register now holds something else
     return False
