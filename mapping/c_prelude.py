@@ -157,6 +157,17 @@ extern double lgamma_r(double, int *);
 #define TC_FN static inline
 #endif
 
+/* Every array a kernel keeps on its stack (accumulator tiles, partial results, transposed tiles,
+ * emulated block buffers) is declared 64-byte aligned. gcc 12 raises such an array's alignment
+ * itself for its vector accesses, plans a stack realignment for it, and drops the realignment
+ * where it sees the array only through a pointer register: an aligned vector access then faults
+ * (or not, as the caller's stack happens to lie). A declared alignment keeps the realignment. */
+#if defined(__GNUC__)
+#define TC_STACK_ALIGNED __attribute__((aligned(64)))
+#else
+#define TC_STACK_ALIGNED
+#endif
+
 #define TC_PI_HI 0x1.921fb54442d18p+1           /* pi = TC_PI_HI + TC_PI_LO to ~2**-107 */
 #define TC_PI_LO 0x1.1a62633145c07p-53
 #define TC_SQRT1_2_HI 0x1.6a09e667f3bcdp-1      /* sqrt(1/2) = HI + LO */

@@ -93,3 +93,52 @@ def test_masked_convolution_kernels_keep_their_stack_realignment(tmp_path) -> No
             I, Wt = torch.randn(2, 5, H_, W, generator=g), torch.randn(3, 5, 3, 3, generator=g)
             M = (torch.randn(3, 5, generator=g) > 0).to(torch.uint8)
             tcjit.compile(k, I, Wt, M)
+
+
+# Found by the nest fuzzer with TCJIT_VECTOR_BYTES=32 on an AVX-512 host: a register tile of
+# 32-byte lane rows (float tc_r0[3][3][8]), stored with 32-byte aligned moves through an index
+# register, in a kernel whose stack realignment gcc dropped: it faulted whenever the caller's
+# stack was not 32-byte aligned there, about one run in two. Fixed by declaring stack arrays
+# aligned (TC_STACK_ALIGNED in the C prelude).
+NEST = """
+def nest(float(S0) X0) -> (O) {
+    O(a, b) +=! X0(r_i) where a in 0:7, b in 0:13, r_i in 0:2, r_j in 0:3
+}
+"""
+
+_NEST_CHILD = textwrap.dedent(
+    """
+    import sys, torch, tcjit
+    from tcjit import reference
+    X = torch.randn(2)
+    got = tcjit.define(sys.argv[1])(X)
+    torch.testing.assert_close(got, X.sum().expand(7, 13) * 3)
+    torch.testing.assert_close(got, reference.evaluate(sys.argv[1], None, X))
+    print("ok")
+    """
+)
+
+
+@pytest.mark.parametrize("width", [16, 32, 64])
+def test_lane_row_tiles_keep_their_stack_realignment(width, tmp_path) -> None:
+    with H.private_cache(tmp_path), H.checking_stack_frames():
+        os.environ["TCJIT_VECTOR_BYTES"] = str(width)
+        try:
+            tcjit.compile(tcjit.define(NEST), torch.randn(2))
+        finally:
+            del os.environ["TCJIT_VECTOR_BYTES"]
+
+
+def test_lane_row_tiles_run_wherever_the_stack_lies(tmp_path) -> None:
+    """Eight child processes whose stacks start at different offsets (environments of different
+    lengths): before the fix, about half of them died."""
+    for pad in range(8):
+        env = dict(os.environ, TCJIT_CACHE_DIR=str(tmp_path), TCJIT_VECTOR_BYTES="32", TC_PAD="x" * (8 * pad))
+        proc = subprocess.run(
+            [sys.executable, "-c", _NEST_CHILD, NEST], capture_output=True, text=True, env=env, timeout=300
+        )
+        assert proc.returncode == 0 and proc.stdout.strip() == "ok", (
+            pad,
+            proc.returncode,
+            proc.stderr[-3000:],
+        )

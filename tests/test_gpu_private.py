@@ -101,7 +101,7 @@ def test_private_promotion_shows_in_the_decisions_the_emulation_and_the_cuda_sou
         in decisions
     )
     # the emulation: one copy per thread ([t2][t1][t0]), poisoned with NaN like shared buffers
-    assert "float tc_private_C[1][2][4][1][1];" in spec.source
+    assert "float tc_private_C[1][2][4][1][1] TC_STACK_ALIGNED;" in spec.source
     assert (
         "tc_f = (float *)tc_private_C; for (int64_t tc_k = 0; tc_k < 8; tc_k++) tc_f[tc_k] = (0.0f / 0.0f);"
         in (spec.source)
