@@ -62,11 +62,12 @@ __all__ = [
 #: 36 s to compile fcrelu and produced code a thousand times slower. ``-fno-trapping-math`` changes
 #: no value (kernels never read the floating-point exception flags) but lets gcc if-convert the
 #: comparisons of clamps and selects, without which the prelude's ``tc_exp_f32`` does not vectorise.
-#: ``-fno-tree-loop-distribute-patterns`` keeps copy and fill loops as loops: gcc 12 turns a register
-#: tile's row copy into an inline ``memcpy``, whose expansion with AVX-512 raises the alignment of the
-#: stack array beyond 16 bytes; when the array is then reached only through a pointer register, gcc
-#: drops the stack realignment of the leaf function, and the aligned store (``vmovdqa``) to the
-#: misaligned array kills the process (tests/test_crash_regressions.py).
+#: ``-fno-tree-loop-distribute-patterns`` keeps copy and fill loops as loops: gcc 12 turned a register
+#: tile's row copy into an inline ``memcpy`` whose AVX-512 expansion raised the stack array's
+#: alignment, then dropped the stack realignment that needed (the array was reached only through a
+#: pointer register), and an aligned store to the misaligned array killed the process. The C
+#: prelude's ``TC_STACK_ALIGNED`` closes that defect for every stack array; this flag takes away
+#: the way in that was seen (docs/cpu-backend.md, tests/test_crash_regressions.py).
 CFLAGS = (
     "-O3",
     "-march=native",
