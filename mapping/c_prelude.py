@@ -162,10 +162,12 @@ extern double lgamma_r(double, int *);
  * itself for its vector accesses, plans a stack realignment for it, and drops the realignment
  * where it sees the array only through a pointer register: an aligned vector access then faults
  * (or not, as the caller's stack happens to lie). A declared alignment keeps the realignment. */
+#ifndef TC_STACK_ALIGNED /* bench/cflags_ab.py --add=-DTC_STACK_ALIGNED= measures the cost */
 #if defined(__GNUC__)
 #define TC_STACK_ALIGNED __attribute__((aligned(64)))
 #else
 #define TC_STACK_ALIGNED
+#endif
 #endif
 
 #define TC_PI_HI 0x1.921fb54442d18p+1           /* pi = TC_PI_HI + TC_PI_LO to ~2**-107 */
