@@ -108,7 +108,8 @@ def test_promotion_shows_in_the_decisions_the_cuda_source_and_the_emulation() ->
         "shared: C[4][9] at depth 3 over ['S0'] as tc_shared_C, 144 bytes (copy in, write back; reuse)"
         in decisions
     )
-    assert "float tc_shared_A[4][3] TC_STACK_ALIGNED;" in spec.source and "copy 'A' into tc_shared_A" in spec.source
+    assert "float tc_shared_A[4][3] TC_STACK_ALIGNED;" in spec.source
+    assert "copy 'A' into tc_shared_A" in spec.source
     assert "write back 'C' from tc_shared_C" in spec.source
     body = spec.source.split("S0, line 2:")[1]
     assert "tc_shared_A[i_m - (4 * tc_floordiv_i64(i_m, 4))][i_r_k - (2 * tc_floordiv_i64(i_r_k, 2))]" in body
