@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             ap.error(f"not in CFLAGS: {', '.join(missing)}")
         variant = tuple(f for f in base if f not in args.drop) + tuple(args.add)
-        label = " ".join([*(f"-{f}" for f in args.drop), *(f"+{f}" for f in args.add)])
+        label = "; ".join([*(f"B drops `{f}`" for f in args.drop), *(f"B adds `{f}`" for f in args.add)])
         rows, data = [], []
         for sk in H.select_kernels(args.kernels):
             sizes = H.sizes_for(sk, args.sizes)
@@ -72,20 +72,18 @@ def main(argv: list[str] | None = None) -> int:
             a, b = timing["A"].median_s, timing["B"].median_s
             rows.append([sk.name, H.format_seconds(a), H.format_seconds(b), f"{a / b:.3f}x"])
             data.append({"kernel": sk.name, "sizes": sizes, "a_s": a, "b_s": b, "b_speedup": a / b})
-            print(
-                f"{sk.name}: A {H.format_seconds(a)}  B {H.format_seconds(b)}  B/A speed {a / b:.3f}x",
-                flush=True,
-            )
+            print(f"{sk.name}: A {rows[-1][1]}, B {rows[-1][2]}, B's speed-up {rows[-1][3]}", flush=True)
         geo = statistics.geometric_mean([d["b_speedup"] for d in data])
         info = H.machine_info()
         md = (
-            f"# Compiler flags A/B: {label}\n\nA: `{' '.join(base)}`\n\nB: A {label}\n\n"
+            f"# Compiler flags A/B\n\nA: `{' '.join(base)}`\n\nB: as A, but {label}\n\n"
             + H.machine_markdown(info)
-            + "\n"
+            + "\n\n"
             + H.markdown_table(["kernel", "A", "B", "B's speed-up"], rows)
             + f"\n\nGeometric mean of B's speed-up: {geo:.3f}x ({torch.get_num_threads()} threads)\n"
         )
-        H.write_results(args.out, {"flags": label, "a": list(base), "machine": info, "kernels": data}, md)
+        result = {"dropped": args.drop, "added": args.add, "a": list(base), "machine": info, "kernels": data}
+        H.write_results(args.out, result, md)
         print(f"geometric mean of B's speed-up: {geo:.3f}x")
     return 0
 
