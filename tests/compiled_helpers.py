@@ -171,17 +171,22 @@ def check_covers(configs: Sequence[Config]) -> None:
 
 # ====================================================================================== private cache
 @contextlib.contextmanager
-def private_cache(root: os.PathLike | str) -> Iterator[None]:
-    """Point ``TCJIT_CACHE_DIR`` at ``root`` for the duration (restored afterwards)."""
-    before = os.environ.get("TCJIT_CACHE_DIR")
-    os.environ["TCJIT_CACHE_DIR"] = str(root)
+def environment(name: str, value: str) -> Iterator[None]:
+    """Set the environment variable ``name`` to ``value`` for the duration (restored afterwards)."""
+    before = os.environ.get(name)
+    os.environ[name] = value
     try:
         yield
     finally:
         if before is None:
-            os.environ.pop("TCJIT_CACHE_DIR", None)
+            os.environ.pop(name, None)
         else:
-            os.environ["TCJIT_CACHE_DIR"] = before
+            os.environ[name] = before
+
+
+def private_cache(root: os.PathLike | str) -> contextlib.AbstractContextManager[None]:
+    """Point ``TCJIT_CACHE_DIR`` at ``root`` for the duration (restored afterwards)."""
+    return environment("TCJIT_CACHE_DIR", str(root))
 
 
 # ===================================================================================== stack frames

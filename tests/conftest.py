@@ -8,6 +8,9 @@ wide option matrices, more sizes, more hypothesis examples. Run it before resolv
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -41,6 +44,16 @@ def _private_options_db(tmp_path_factory, monkeypatch):
     """No test reads or writes the user's tuned-options database: each gets its own, not yet created
     (outside ``tmp_path``, which some tests expect empty). Child processes inherit it."""
     monkeypatch.setenv("TCJIT_OPTIONS_DB", str(tmp_path_factory.mktemp("options-db") / "options.sqlite3"))
+
+
+@pytest.fixture
+def shared_place():
+    """A folder below /tmp that every user can reach (pytest's tmp_path is private to root), for
+    tests that act as another user (tests/other_users.py)."""
+    place = Path(tempfile.mkdtemp(prefix="tcjit-shared-test-", dir="/tmp"))
+    place.chmod(0o755)
+    yield place
+    shutil.rmtree(place, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

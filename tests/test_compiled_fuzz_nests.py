@@ -23,8 +23,6 @@ of bounds for the drawn sizes), the compiled call must raise the same TCError su
 
 from __future__ import annotations
 
-import contextlib
-import os
 import random
 import warnings
 from dataclasses import dataclass
@@ -235,20 +233,6 @@ def resolve_options(point: tuple[str, object], kernel: tcjit.Kernel, inputs) -> 
     return space.sample(random.Random(value))
 
 
-@contextlib.contextmanager
-def vector_width(width: int):
-    """Plan generated C for ``width``-byte vectors for the duration."""
-    before = os.environ.get("TCJIT_VECTOR_BYTES")
-    os.environ["TCJIT_VECTOR_BYTES"] = str(width)
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("TCJIT_VECTOR_BYTES", None)
-        else:
-            os.environ["TCJIT_VECTOR_BYTES"] = before
-
-
 def check_nest(nest: Nest, point: tuple[str, object], width: int) -> None:
     note(nest.source)
     note(f"sizes: {nest.sizes}; options: {point!r}; vector bytes: {width}")
@@ -260,7 +244,7 @@ def check_nest(nest: Nest, point: tuple[str, object], width: int) -> None:
         event(f"rejected by define: {type(e).__name__}")
         assume(False)
     inputs = nest.make_inputs(seed=sum(nest.sizes.values()))
-    with vector_width(width):
+    with H.environment("TCJIT_VECTOR_BYTES", str(width)):
         try:
             options = resolve_options(point, kernel, inputs)
         except TCError as e:  # sizes the oracle refuses too (checked below)

@@ -121,12 +121,12 @@ _NEST_CHILD = textwrap.dedent(
 
 @pytest.mark.parametrize("width", [16, 32, 64])
 def test_lane_row_tiles_keep_their_stack_realignment(width, tmp_path) -> None:
-    with H.private_cache(tmp_path), H.checking_stack_frames():
-        os.environ["TCJIT_VECTOR_BYTES"] = str(width)
-        try:
-            tcjit.compile(tcjit.define(NEST), torch.randn(2))
-        finally:
-            del os.environ["TCJIT_VECTOR_BYTES"]
+    with (
+        H.private_cache(tmp_path),
+        H.checking_stack_frames(),
+        H.environment("TCJIT_VECTOR_BYTES", str(width)),
+    ):
+        tcjit.compile(tcjit.define(NEST), torch.randn(2))
 
 
 def test_lane_row_tiles_run_wherever_the_stack_lies(tmp_path) -> None:

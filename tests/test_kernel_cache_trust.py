@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 import textwrap
 from pathlib import Path
 
@@ -124,15 +122,6 @@ def test_a_cache_folder_others_can_write_runs_uncached_and_keeps_its_mode(tmp_pa
 
 
 # ------------------------------------------------------------------------- another user, for real
-@pytest.fixture
-def shared_place():
-    """A folder below /tmp that every user can reach (pytest's tmp_path is private to root)."""
-    place = Path(tempfile.mkdtemp(prefix="tcjit-cache-test-", dir="/tmp"))
-    place.chmod(0o755)
-    yield place
-    shutil.rmtree(place, ignore_errors=True)
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="acting as another user needs root")
 def test_a_kernel_planted_by_another_user_is_not_run(shared_place, monkeypatch):
     """Another user who can write the cache folder plants, under the key of our next call, a

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import stat
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -182,15 +180,6 @@ def test_clean_up_never_follows_a_linked_tmp(tmp_path):
 
 # ------------------------------------------------------------------------- another user, for real
 FORGED = {"kernel.so": b"\x7fELF forged by another user", "kernel.c": b"/* not what was compiled */\n"}
-
-
-@pytest.fixture
-def shared_place():
-    """A folder below /tmp that every user can reach (pytest's tmp_path is private to root)."""
-    place = Path(tempfile.mkdtemp(prefix="tcjit-store-test-", dir="/tmp"))
-    place.chmod(0o755)
-    yield place
-    shutil.rmtree(place, ignore_errors=True)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="acting as another user needs root")
