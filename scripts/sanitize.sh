@@ -3,8 +3,9 @@
 # (TCJIT_SANITIZE=all). An ASan-built kernel loads only into a process that started with the ASan
 # runtime, so Python runs with it preloaded; leak detection is off (CPython and torch keep memory to
 # the end by design), and any sanitizer report ends the process with a non-zero status. Arguments go
-# to pytest; without any, every test module that compiles programs runs:
+# to pytest; where none names a test file, every test module that compiles programs runs:
 #   scripts/sanitize.sh                          # the compiled programs, suite and fuzzers
+#   scripts/sanitize.sh -q --tier=full           # the same at the full tier
 #   scripts/sanitize.sh tests/test_packing.py -x  # one module
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,8 +16,13 @@ if [ ! -e "$asan" ]; then
     echo "sanitize: $CC has no AddressSanitizer runtime (libasan.so); install it (Debian: libasan8)" >&2
     exit 2
 fi
-if [ "$#" -eq 0 ]; then
-    set -- tests/test_crash_regressions.py tests/test_compiled_programs.py tests/test_compiled_suite.py \
+# Arguments naming no test file or folder (only options, such as -q or --tier=full) keep the list.
+named=0
+for arg in "$@"; do
+    [ -e "${arg%%::*}" ] && named=1
+done
+if [ "$named" -eq 0 ]; then
+    set -- "$@" tests/test_crash_regressions.py tests/test_compiled_programs.py tests/test_compiled_suite.py \
         tests/test_compiled_fuzz.py tests/test_compiled_fuzz_nests.py tests/test_register_tiles.py \
         tests/test_packing.py tests/test_prefetch.py tests/test_parallel_reduction.py tests/test_scatter.py \
         tests/test_cpu_mapping.py tests/test_split_compile.py tests/test_call_dtypes.py tests/test_emulated.py
