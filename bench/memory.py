@@ -25,6 +25,7 @@ import argparse
 import ctypes
 import gc
 import json
+import os
 
 import torch
 
@@ -109,12 +110,25 @@ def main() -> None:
     parser.add_argument("--shapes", type=int, default=40)
     parser.add_argument("--rows", type=int, default=2048)
     parser.add_argument("--kernels", type=int, default=500)
+    parser.add_argument("--out", default=None, help="write <out>.json and .md, e.g. bench/results/memory")
     args = parser.parse_args()
     torch.set_num_threads(2)
+    figures = []
     if args.figure in ("shapes", "both"):
-        print(json.dumps(shapes_figure(args.shapes, args.rows)))
+        figures.append(shapes_figure(args.shapes, args.rows))
+        print(json.dumps(figures[-1]))
     if args.figure in ("kernels", "both"):
-        print(json.dumps(kernels_figure(args.kernels)))
+        figures.append(kernels_figure(args.kernels))
+        print(json.dumps(figures[-1]))
+    if args.out:
+        import _harness as H
+
+        info = H.machine_info()
+        budget = os.environ.get("TCJIT_MEMORY_BUDGET", "the default")
+        title = "# What the process keeps for compiled kernels"
+        lines = [f"- `{json.dumps(f)}`" for f in figures]
+        md = "\n".join([title, "", f"Budget: {budget}.", "", H.machine_markdown(info), "", *lines, ""])
+        H.write_results(args.out, {"budget": budget, "machine": info, "figures": figures}, md)
 
 
 if __name__ == "__main__":
