@@ -30,7 +30,11 @@ fi
 # Reports go to files: pytest captures the test process's stderr, and a sanitizer that halts the
 # process would take its report with it.
 reports=$(mktemp -d "${TMPDIR:-/tmp}/tcjit-sanitize-XXXXXX")
-export LD_PRELOAD="$asan${LD_PRELOAD:+ $LD_PRELOAD}"
+# libstdc++ right after the runtime: ASan intercepts __cxa_throw and must find the real one when it
+# starts, before torch loads libstdc++ (else the first C++ exception, as torch.compile throws,
+# stops the process in ASan's CHECK).
+cxx=$("$CC" -print-file-name=libstdc++.so.6)
+export LD_PRELOAD="$asan${cxx:+ $cxx}${LD_PRELOAD:+ $LD_PRELOAD}"
 export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:log_path=$reports/asan${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$reports/ubsan${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 export TCJIT_SANITIZE=all

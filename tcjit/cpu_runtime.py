@@ -206,8 +206,9 @@ def _check_sanitizer_runtime() -> None:
     if "address" in sanitizers() and not hasattr(ctypes.CDLL(None), "__asan_init"):
         raise TCOptionsError(
             "TCJIT_SANITIZE=address: this process was not started with the AddressSanitizer runtime",
-            hint="start Python with LD_PRELOAD=$(cc -print-file-name=libasan.so) "
-            "ASAN_OPTIONS=detect_leaks=0 (scripts/sanitize.sh does), or unset TCJIT_SANITIZE",
+            hint='start Python with LD_PRELOAD="$(cc -print-file-name=libasan.so) '
+            '$(cc -print-file-name=libstdc++.so.6)" ASAN_OPTIONS=detect_leaks=0 (scripts/sanitize.sh '
+            "does; docs/cpu-backend.md), or unset TCJIT_SANITIZE",
         )
 
 
