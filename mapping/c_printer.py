@@ -335,6 +335,13 @@ def _fold_lanes(op: str, lanes_of: str, lanes: int, t: ScalarType) -> str:
 
 
 # ------------------------------------------------------------------------------------------ printer
+def stack_array(ctype: str, declarator: str) -> str:
+    """The declaration of an array the generated C keeps on the stack, e.g.
+    ``stack_array("float", "tc_r0[4][5]")``: declared ``TC_STACK_ALIGNED`` (the C prelude says why
+    every such array must be)."""
+    return f"{ctype} {declarator} TC_STACK_ALIGNED;"
+
+
 class _Printer:
     #: C for a float literal of a value of type ``t`` in an expression (the CUDA printer rounds it to
     #: the type first: its compilers warn about digits the type cannot hold).
@@ -809,11 +816,11 @@ class _Printer:
         )
         iota = ", ".join(str(k) for k in range(lanes))
         self.lines.append(f"{indent}  const {it} tc_iota = {{{iota}}}; (void)tc_iota;")
-        self.lines.append(f"{indent}  {wt} {name}{dims} TC_STACK_ALIGNED;")
+        self.lines.append(f"{indent}  {stack_array(wt, name + dims)}")
         self.point_nest(nest, f"{name}{idx} = ({wt}){{0}};", indent + "  ")
         closing, inner = self._chain_open(loops_[:block], indent + "  ")
         if wide:
-            self.lines.append(f"{inner}{vt} {acc}{dims} TC_STACK_ALIGNED;")
+            self.lines.append(f"{inner}{stack_array(vt, acc + dims)}")
             self.point_nest(nest, f"{acc}{idx} = ({vt}){{0}};", inner)
         more, inner_ = self._chain_open(loops_[block:], inner)
         outer, inner = inner, inner_
@@ -876,7 +883,7 @@ class _Printer:
             f"{indent}{{ /* register tile (dot-product form over a chain of reductions, {lanes} lanes):"
             f" '{st.tensor}' kept in {name} across loops {loops} */"
         )
-        self.lines.append(f"{indent}  {ct} {name}{dims} TC_STACK_ALIGNED;")
+        self.lines.append(f"{indent}  {stack_array(ct, name + dims)}")
         zero = _identity(st.op, et)
         self.point_nest(
             points, f"for (int tc_l = 0; tc_l < {lanes}; tc_l++) {name}{idx}[tc_l] = {zero};", indent + "  "
@@ -956,7 +963,7 @@ class _Printer:
         self.lines.append(
             f"{indent}{{ /* register tile ({form}): '{st.tensor}' kept in {name} across loop {loop.var} */"
         )
-        self.lines.append(f"{indent}  {ct} {name}{dims} TC_STACK_ALIGNED;")
+        self.lines.append(f"{indent}  {stack_array(ct, name + dims)}")
         if dot:
             start = f"for (int tc_l = 0; tc_l < {lanes}; tc_l++) {name}{idx}[tc_l] = {_identity(st.op, et)};"
         else:
@@ -1049,7 +1056,7 @@ class _Printer:
             f"{indent}{{ /* register tile (outer-product form, vectors of {lanes}): '{st.tensor}' kept in"
             f" {name} across loop {loop.var}{how} */"
         )
-        self.lines.append(f"{indent}  {vtype} {name}{dims} TC_STACK_ALIGNED;")
+        self.lines.append(f"{indent}  {stack_array(vtype, name + dims)}")
         zero = f"{name}{idx} = ({vtype}){{0}};"
         load = f"{lane0} {lhs_bind} {name}{idx} = *(const {vtype} *)&t_{st.tensor}[{addr}];"
         if start == "":
@@ -1669,7 +1676,7 @@ class _Printer:
             f"{indent}{{ /* parallel reduction: '{st.tensor}' in {count} partial results over loop"
             f" {loop.var}, combined in order */"
         )
-        self.lines.append(f"{indent}  {ct} tc_part[{count}] TC_STACK_ALIGNED;")
+        self.lines.append(f"{indent}  {stack_array(ct, f'tc_part[{count}]')}")
         self.lines.append(
             f"{indent}  for (int64_t tc_k = 0; tc_k < {count}; tc_k++) tc_part[tc_k] = {identity};"
         )
@@ -2414,7 +2421,7 @@ def _block_copy(
     if rows:
         return [f"      tc_transpose8_u{8 * item}(src + {src}, {sb}, dst + {dst}, {dst_stride});"]
     return [
-        f"      {ct} tile[{blk}][{blk}] TC_STACK_ALIGNED;",
+        f"      {stack_array(ct, f'tile[{blk}][{blk}]')}",
         f"      #pragma GCC unroll {blk}",
         f"      for (int64_t x = 0; x < {blk}; x += 1)",
         f"        #pragma GCC unroll {blk}",

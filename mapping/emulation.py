@@ -34,7 +34,7 @@ from ..polyhedral.errors import TCInternalError
 from ..polyhedral.lang.checked import CheckedDef
 from ..polyhedral.names import entry_symbol
 from . import ir
-from .c_printer import CParam, _float_literal, _int_literal, print_kernel
+from .c_printer import CParam, _float_literal, _int_literal, print_kernel, stack_array
 from .gpu import SYNC_MARK, THREAD_IDS
 from .gpu_printer import GpuPrinter
 from .lower import (
@@ -195,7 +195,7 @@ class _EmulatedPrinter(GpuPrinter):
             ct = self.buffer_type(buf)
             shape = [*self.block[::-1], *buf.shape] if buf.space == "private" else list(buf.shape)
             count = math.prod(shape)
-            self.lines.append(f"{indent}{ct} {buf.name}{''.join(f'[{n}]' for n in shape)} TC_STACK_ALIGNED;")
+            self.lines.append(f"{indent}{stack_array(ct, buf.name + ''.join(f'[{n}]' for n in shape))}")
             self.lines.append(
                 f"{indent}{{ {ct} *tc_f = ({ct} *){buf.name};"
                 f" for (int64_t tc_k = 0; tc_k < {count}; tc_k++) tc_f[tc_k] = {self.poison(buf)}; }}"
