@@ -441,6 +441,40 @@ class _Scope:
     promoted: tuple[_Decision, ...]
 
 
+def _live_in(g: _Group, scoped: isl.UnionMap, order: isl.UnionMap) -> isl.Map | None:
+    """What a group that writes must copy in: per scope point, the elements it reads before (or
+    without) writing them in that scope iteration (PPCG's live-in reads), or None.
+
+    Flow analysis with each access tagged by its scope point (``instance -> [s -> T[a]]``): a
+    write in another scope iteration is to another datum and cannot be a read's source, so the
+    reads with no source are exactly those whose value comes from outside the iteration.
+    ``order`` is the schedule of the scope's instances (the scope points, then the subtree)."""
+
+    def tagged(refs: Sequence[_Ref]) -> isl.UnionMap:
+        out = refs[0].tagged.domain_factor_domain()
+        for r in refs[1:]:
+            out = out.union(r.tagged.domain_factor_domain())
+        return scoped.range_product(out)
+
+    reads = [r for r in g.refs if not r.access.write]
+    writes = [r for r in g.refs if r.access.write]
+    unsourced = (
+        isl.UnionAccessInfo.from_sink(tagged(reads))
+        .set_must_source(tagged(writes))
+        .set_schedule_map(order)
+        .compute_flow()
+        .get_may_no_source()
+    )
+    if unsourced.is_empty():
+        return None
+    return isl.Map.from_union_map(unsourced.range().unwrap())
+
+
+def _scope_schedule(node: isl.ScheduleNode, scoped: isl.UnionMap) -> isl.UnionMap:
+    """The order of the instances in the scope at ``node``: its point, then its subtree."""
+    return scoped.flat_range_product(node.get_subtree_schedule_union_map().project_out_all_params())
+
+
 def _next_along(space: isl.Space, dim: int) -> isl.Map:
     """``{ [..., v_dim, ...] -> [..., v_dim + 1, ...] }`` on the set space ``space``."""
     ident = isl.MultiAff.identity(space.map_from_set())
@@ -478,6 +512,7 @@ class _Promoter:
         self, node: isl.ScheduleNode, kernel: int, depth: int, block, budget: list[int], keep=frozenset()
     ) -> _Scope:
         outer, scoped, order = self._scope_groups(node)  # scoped: instance -> scope point, every block
+        schedule = _scope_schedule(node, scoped)
         before, after = _earlier(node, 2)
         again = after or not _once_per_block(outer, self.block_ids)
         bands = self._thread_bands(node)
@@ -486,7 +521,7 @@ class _Promoter:
             if g.tensor in keep:
                 self.decisions.append(f"shared: {g.tensor} left alone (a block reduction's output)")
                 continue
-            d = self._decide(g, scoped, outer, bands, depth, block, budget)
+            d = self._decide(g, scoped, schedule, outer, bands, depth, block, budget)
             if d is not None:
                 promoted.append(d)
         return _Scope(tuple(node_path(node)), kernel, outer, before, again, tuple(promoted))
@@ -506,7 +541,7 @@ class _Promoter:
         order = sorted(_groups(refs), key=lambda g: (-len(g.refs), g.tensor, g.refs[0].access.ref))
         return prefix.range(), scoped, order
 
-    def _decide(self, g: _Group, scoped, outer, bands, depth, block, budget) -> _Decision | None:
+    def _decide(self, g: _Group, scoped, schedule, outer, bands, depth, block, budget) -> _Decision | None:
         stmts = sorted({r.access.statement for r in g.refs})
         where = f"{g.tensor} at depth {depth} over {stmts}"
 
@@ -543,8 +578,8 @@ class _Promoter:
         copy_in = None
         if reads and not writes:  # the whole box, clipped to the tensor: regular copy loops
             copy_in = _in_box(footprint.get_space(), box).intersect_range(bounds)
-        elif reads:  # only what the group reads: another block may write the rest
-            copy_in = isl.Map.from_union_map(g.footprint(reads))
+        elif reads:  # only what it reads before writing: another block may write the rest
+            copy_in = _live_in(g, scoped, schedule)
         copy_out = isl.Map.from_union_map(g.footprint(writes)) if writes else None
         outer_set = isl.Set.from_union_set(outer)
         if copy_in is not None:
@@ -843,15 +878,18 @@ class _PrivatePromoter(_Promoter):
         """The private decisions of the scope at ``node``; ``threads`` maps an instance to (the
         block's schedule above the thread-mapped band, the band's point: its thread)."""
         outer, scoped, order = self._scope_groups(node)  # scoped: instance -> one thread's iteration
+        schedule = _scope_schedule(node, scoped)
         unrolled = _unrolled_members(node)
         promoted = []
         for g in order:
-            d = self._decide_private(g, scoped, outer, threads, unrolled, depth, shared)
+            d = self._decide_private(g, scoped, schedule, outer, threads, unrolled, depth, shared)
             if d is not None:
                 promoted.append(d)
         return _Scope(tuple(node_path(node)), kernel, outer, False, False, tuple(promoted))
 
-    def _decide_private(self, g: _Group, scoped, outer, threads, unrolled, depth, shared) -> _Decision | None:
+    def _decide_private(
+        self, g: _Group, scoped, schedule, outer, threads, unrolled, depth, shared
+    ) -> _Decision | None:
         stmts = sorted({r.access.statement for r in g.refs})
         where = f"{g.tensor} at depth {depth} over {stmts}"
 
@@ -902,9 +940,14 @@ class _PrivatePromoter(_Promoter):
         name, offsets, accesses = named
         reads = [r for r in g.refs if not r.access.write]
         writes = [r for r in g.refs if r.access.write]
-        # exactly the elements read (in) and written (out): the accesses stay inside the tensor
+        # exactly the elements read before being written (in) and written (out): the accesses
+        # stay inside the tensor
         outer_set = isl.Set.from_union_set(outer)
-        copy_in = isl.Map.from_union_map(g.footprint(reads)).intersect_domain(outer_set) if reads else None
+        copy_in = None
+        if reads:
+            copy_in = _live_in(g, scoped, schedule) if writes else isl.Map.from_union_map(g.footprint(reads))
+        if copy_in is not None:
+            copy_in = copy_in.intersect_domain(outer_set)
         copy_out = isl.Map.from_union_map(g.footprint(writes)).intersect_domain(outer_set) if writes else None
         copies = [w for w, c in (("copy in", copy_in), ("write back", copy_out)) if c is not None]
         dims = "".join(f"[{n}]" for n in box.sizes)

@@ -275,6 +275,41 @@ def test_a_reversed_output_is_written_back_after_a_barrier() -> None:
         torch.testing.assert_close(_run(kernel, (a,), REV_OPTIONS, order)[0], a.sum(1).flip(0))
 
 
+#: ``Above`` is written by S1 and read by S2 in one block's tile: both promote it (shared memory
+#: over the block, a register per thread), and neither may copy it in, since every element read
+#: was written first. Copying in read the uninitialised output (a bool of value 190: undefined
+#: behaviour, reported by the sanitized run; on a GPU, wasted global reads).
+MASKS = """
+def masks(bool(N) M, float(N) A, float t) -> (O, Above, Both) {
+    O(i) = M(i) ? A(i) : 0.0
+    Above(i) = A(i) > t
+    Both(i) = M(i) && !Above(i)
+}"""
+MASK_OPTIONS = (
+    MappingOptions().tile(8, 8, 4).map_to_blocks(4, 4).map_to_threads(8, 4).use_readonly_cache(True)
+)
+
+
+@pytest.mark.parametrize("memory", ["shared", "private"])
+def test_a_group_copies_in_only_what_it_reads_before_writing(memory: str) -> None:
+    """PPCG's live-in reads: elements the scope iteration writes before reading are not copied in
+    (the sanitizer sample runs this test too). What is read before being written still is: the
+    matmul inside its reduction loop copies C in (the test above)."""
+    opts = MASK_OPTIONS.use_shared_memory(memory == "shared").use_private_memory(memory == "private")
+    m, a = torch.randn(29) > 0, torch.randn(29)
+    kernel = tcjit.define(MASKS.replace("def masks(", f"def masks_{memory}("))
+    spec = tcjit.compile(kernel, m, a, 0.25, options=opts, target="cuda-emulated")
+    decisions = spec.stages["decisions"]
+    assert f"{memory}: Above[" in decisions and "as tc_" + memory + "_Above" in decisions, decisions
+    assert "(write back; reuse)" in decisions.split(f"tc_{memory}_Above")[1].splitlines()[0], decisions
+    assert f"into tc_{memory}_Above" not in spec.source
+    assert f"write back 'Above' from tc_{memory}_Above" in spec.source
+    for order in ORDERS:
+        out, above, both = _run(kernel, (m, a, 0.25), opts, order)
+        assert torch.equal(above, a > 0.25) and torch.equal(both, m & ~(a > 0.25))
+        assert torch.equal(out, torch.where(m, a, torch.tensor(0.0)))
+
+
 def test_the_barrier_before_the_write_back_is_needed(monkeypatch) -> None:
     """Without it, threads write back elements other threads have not computed yet: the race
     check reports it; without the race check, the orders disagree or the result is wrong."""
