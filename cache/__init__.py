@@ -10,10 +10,12 @@ May import tcjit.polyhedral (errors), tcjit.mapping (the options type) and the s
 
 from .options_db import SCHEMA_VERSION, Measured, OptionsDatabase, TunedOptions, TuningKey
 from .store import FORMAT_VERSION, Entry, KernelStore
+from .tuning_records import USE_DEFAULTS
 
 __all__ = [
     "FORMAT_VERSION",
     "SCHEMA_VERSION",
+    "USE_DEFAULTS",
     "Entry",
     "KernelStore",
     "Measured",

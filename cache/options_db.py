@@ -3,15 +3,17 @@
 One SQLite file (``TCJIT_OPTIONS_DB``; :func:`tcjit.tuned.options_database` picks it). Schema
 version :data:`SCHEMA_VERSION`, kept in ``PRAGMA user_version``::
 
-    tuned      one row per tuning key: the best options found so far
+    tuned      one row per tuning key: what tuning found (TunedOptions)
         digest       TEXT PRIMARY KEY   sha256 of the key's canonical JSON (TuningKey.digest)
         family       TEXT NOT NULL      sha256 of (source, entry, target, arch) (TuningKey.family)
         source, entry, layout, target, arch, version   TEXT NOT NULL: the key's fields
-        options      TEXT NOT NULL      MappingOptions JSON, as given
-        time         REAL NOT NULL      seconds per call (median) of those options
-        baseline     REAL               seconds per call of the options the first run started from
+        options      TEXT NOT NULL      MappingOptions JSON, or "defaults" (USE_DEFAULTS)
+        time         REAL NOT NULL      seconds per call of the best candidate  } one run's final
+        baseline     REAL               seconds per call of the defaults        } interleaved rounds
         evaluations  INTEGER NOT NULL   candidates measured for this key, over all runs
-        date         TEXT NOT NULL      ISO 8601 UTC of the last improvement
+        date         TEXT NOT NULL      ISO 8601 UTC of the measurement
+        low, high    REAL               the least and greatest speed-up of one round
+        rounds       INTEGER NOT NULL   rounds measured (0: a record of schema 1)
     measured   every candidate a tuning run measured, for resuming it
         id           INTEGER PRIMARY KEY (insertion order)
         digest       TEXT NOT NULL      the key's digest (a run may record before any row in tuned)
@@ -35,6 +37,8 @@ empty database takes its place. That happens under an exclusive ``flock`` on ``<
 the damage is checked again, so that two processes finding it at once move it once; a process whose
 open file was moved away notices (the path names another inode) and reopens. A file written by a
 newer tcjit (a larger ``user_version``), or an SQLite file of something else, is left untouched:
+an older schema is brought up to date (:func:`~tcjit.cache.options_rows.bring_up_to_date`) by the first
+process that opens it;
 one warning, reads find nothing, writes are skipped. A missing file reads as empty and is created
 (parent directories mode 0700) by the first write. A write that fails (read-only directory, full
 disk) warns and returns what it would have stored; reads that fail warn once and find nothing. On a
@@ -59,12 +63,19 @@ from pathlib import Path
 
 from tcjit.polyhedral.errors import TCCacheError, TCWarning
 
-from .options_rows import SCHEMA, SELECT_TUNED, import_record, merge_record, record_from_row
+from .options_rows import (
+    SELECT_TUNED,
+    bring_up_to_date,
+    exported,
+    import_record,
+    merge_record,
+    record_from_row,
+)
 from .tuning_records import (
-    KEY_FIELDS,
     Measured,
     TunedOptions,
     TuningKey,
+    checked_rounds,
     checked_values,
     layout_distance,
     parse_layout,
@@ -73,7 +84,7 @@ from .tuning_records import (
 
 __all__ = ["SCHEMA_VERSION", "Measured", "OptionsDatabase", "TunedOptions", "TuningKey"]
 
-SCHEMA_VERSION: int = 1
+SCHEMA_VERSION: int = 2
 """Version of the tables above (``PRAGMA user_version``). A file of a newer version is left alone."""
 
 BUSY_TIMEOUT_S = 30.0
@@ -116,7 +127,7 @@ class OptionsDatabase:
     what happens to damaged files.
 
     >>> db = OptionsDatabase("/tmp/options.sqlite3")
-    >>> db.put(key, options_json, 1.5e-4, baseline=4.0e-4, evaluations=120).speedup
+    >>> db.put(key, options_json, 1.5e-4, baseline=4.0e-4, evaluations=120, rounds=5).speedup
     2.6666666666666665
 
     :ivar path: the database file (absolute).
@@ -187,32 +198,14 @@ class OptionsDatabase:
 
         One item per record::
 
-            {"schema": 1, "digest": "ab12…", "key": {"source": …, "entry": …, "layout": …,
+            {"schema": 2, "digest": "ab12…", "key": {"source": …, "entry": …, "layout": …,
              "target": …, "arch": …, "version": …}, "options": "{…}", "time": 1.5e-4,
-             "baseline": 4e-4, "evaluations": 120, "date": "2026-…",
-             "measured": [{"options": "{…}", "time": 2e-4, "status": "ok"}, …]}
+             "baseline": 4e-4, "evaluations": 120, "date": "2026-…", "low": 2.5, "high": 2.8,
+             "rounds": 5, "measured": [{"options": "{…}", "time": 2e-4, "status": "ok"}, …]}
 
         Candidates recorded for a key that has no record yet are not exported.
         """
-        out = []
-        for rec in self.records():
-            out.append(
-                {
-                    "schema": SCHEMA_VERSION,
-                    "digest": rec.key.digest,
-                    "key": {name: getattr(rec.key, name) for name in KEY_FIELDS},
-                    "options": rec.options,
-                    "time": rec.time,
-                    "baseline": rec.baseline,
-                    "evaluations": rec.evaluations,
-                    "date": rec.date,
-                    "measured": [
-                        {"options": m.options, "time": m.time, "status": m.status}
-                        for m in self.measured(rec.key)
-                    ],
-                }
-            )
-        return out
+        return [exported(rec, self.measured(rec.key), SCHEMA_VERSION) for rec in self.records()]
 
     # ------------------------------------------------------------------------------------ writing
     def put(
@@ -223,20 +216,29 @@ class OptionsDatabase:
         *,
         baseline: float | None = None,
         evaluations: int = 0,
+        low: float | None = None,
+        high: float | None = None,
+        rounds: int = 0,
     ) -> TunedOptions:
-        """Offer ``options`` measured at ``time`` seconds per call for ``key``; return what is stored now.
+        """Offer what one tuning run found for ``key``; return what is stored now.
 
-        Atomic: the faster of the stored and the given options is kept (a tie keeps the stored ones),
-        ``evaluations`` adds to the stored count, and the stored ``baseline`` (the first run's) is kept
-        unless it is missing. A write that fails (read-only directory, full disk, a newer schema)
-        warns with :class:`TCWarning` and returns the record as it would have been stored.
+        Atomic: the record with the greater :attr:`~TunedOptions.gain` (the speed-up over the
+        defaults measured within its own run; 1.0 for :data:`~tcjit.cache.USE_DEFAULTS`) is kept,
+        the offer at a tie, and any offer measured in rounds replaces a record of schema 1;
+        ``evaluations`` adds to the stored count. A write that fails (read-only directory, full
+        disk, a newer schema) warns with :class:`TCWarning` and returns the record as it would have
+        been stored.
 
-        :arg time: seconds per call (median), finite and >= 0.
-        :arg baseline: seconds per call of the options this run started from.
+        :arg options: MappingOptions JSON, or :data:`~tcjit.cache.USE_DEFAULTS`.
+        :arg time: seconds per call of the best candidate (median over the rounds), finite, >= 0.
+        :arg baseline: seconds per call of the default options in the same rounds.
         :arg evaluations: candidates this run measured.
-        :raises ValueError: a negative or non-finite time or baseline, negative evaluations.
+        :arg low: the least speed-up of one round; ``high``: the greatest; ``rounds``: how many.
+        :raises ValueError: a negative or non-finite time or baseline, negative evaluations, a
+            speed-up <= 0 or ``low > high``, negative rounds.
         """
-        rec = TunedOptions(key, *checked_values(options, time, baseline, evaluations), _now())
+        values = checked_values(options, time, baseline, evaluations)
+        rec = TunedOptions(key, *values, _now(), *checked_rounds(low, high, rounds))
         stored = self._write(
             lambda conn: merge_record(conn, rec, add_evaluations=True), "store tuned options"
         )
@@ -262,7 +264,8 @@ class OptionsDatabase:
     def import_records(self, data: object) -> int:
         """Merge records as :meth:`export` writes them; return how many were new or faster.
 
-        Everything is validated before anything is written. Per key the faster options win;
+        Everything is validated before anything is written. Per key the record with the greater
+        speed-up over the defaults, each measured within its own run, wins (as in :meth:`put`);
         ``evaluations`` become the larger of the two counts (importing the same file twice changes
         nothing); measured candidates not already stored are appended.
 
@@ -476,12 +479,9 @@ class OptionsDatabase:
             if conn.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
                 raise sqlite3.OperationalError("cannot switch to WAL mode")
             conn.execute("PRAGMA synchronous = FULL")  # tuning hours are worth an fsync per write
-            if version == 0:
-                conn.execute("BEGIN IMMEDIATE")
-                if conn.execute("PRAGMA user_version").fetchone()[0] == 0:
-                    for statement in filter(str.strip, SCHEMA.split(";")):
-                        conn.execute(statement)
-                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            if version < SCHEMA_VERSION:
+                conn.execute("BEGIN IMMEDIATE")  # then read again: another process may have done it
+                bring_up_to_date(conn, conn.execute("PRAGMA user_version").fetchone()[0], SCHEMA_VERSION)
                 conn.execute("COMMIT")
             self._inode = _inode(self.path)
             return conn

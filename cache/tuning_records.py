@@ -17,9 +17,11 @@ from tcjit.polyhedral.errors import TCCacheError
 
 __all__ = [
     "KEY_FIELDS",
+    "USE_DEFAULTS",
     "Measured",
     "TunedOptions",
     "TuningKey",
+    "checked_rounds",
     "checked_values",
     "layout_distance",
     "parse_layout",
@@ -28,6 +30,11 @@ __all__ = [
 
 KEY_FIELDS = ("source", "entry", "layout", "target", "arch", "version")
 """The fields of a :class:`TuningKey`, in order."""
+
+USE_DEFAULTS = "defaults"
+"""The ``options`` of a record whose tuning found nothing faster than the default options beyond the
+noise: calls use the defaults of the tcjit that runs them (a marker, not a copy of today's defaults,
+so that better defaults in a later version are not overridden by a stale record)."""
 
 
 def _canonical(value: object) -> str:
@@ -72,14 +79,26 @@ class TuningKey:
 
 @dataclass(frozen=True)
 class TunedOptions:
-    """The best options stored for one key.
+    """What tuning found for one key: the options to use, and the speed-up that decided it.
+
+    ``time`` and ``baseline`` are one pair, measured by one tuning run at its end: the best
+    candidate and the default options timed in ``rounds`` interleaved rounds in one process, each
+    the median over the rounds; ``low`` and ``high`` are the least and the greatest speed-up of a
+    single round. Records are compared by that speed-up (:attr:`gain`), never by absolute times
+    from different runs or machines.
 
     :ivar key: the :class:`TuningKey`.
-    :ivar options: MappingOptions JSON, as given to :meth:`OptionsDatabase.put`.
-    :ivar time: seconds per call (median) of those options.
-    :ivar baseline: seconds per call of the options the first tuning run started from (or ``None``).
+    :ivar options: MappingOptions JSON, or :data:`USE_DEFAULTS` when the best candidate was not
+        faster than the defaults beyond the noise.
+    :ivar time: seconds per call (median over the rounds) of the best candidate (for a
+        :data:`USE_DEFAULTS` record too: what tuning found, and rejected).
+    :ivar baseline: seconds per call of the default options in the same rounds (``None``: unknown).
     :ivar evaluations: candidates measured for this key, over all runs.
-    :ivar date: ISO 8601 UTC time of the last improvement, e.g. ``"2026-11-23T07:41:18+00:00"``.
+    :ivar date: ISO 8601 UTC time the record was stored, e.g. ``"2026-11-23T07:41:18+00:00"``.
+    :ivar low: the lowest speed-up of one round (``None``: unknown).
+    :ivar high: the highest speed-up of one round (``None``: unknown).
+    :ivar rounds: interleaved rounds measured; 0 for a record of schema 1, whose time and baseline
+        came from different runs (any record measured in rounds replaces it).
     """
 
     key: TuningKey
@@ -88,13 +107,29 @@ class TunedOptions:
     baseline: float | None
     evaluations: int
     date: str
+    low: float | None = None
+    high: float | None = None
+    rounds: int = 0
 
     @property
     def speedup(self) -> float | None:
-        """``baseline / time`` (2.0: twice as fast as where tuning started); ``None`` without baseline."""
+        """``baseline / time``: the best candidate's speed-up over the defaults (``None``: no baseline)."""
         if self.baseline is None or self.time <= 0:
             return None
         return self.baseline / self.time
+
+    @property
+    def uses_defaults(self) -> bool:
+        """Whether calls use the default options (tuning found nothing faster beyond the noise)."""
+        return self.options == USE_DEFAULTS
+
+    @property
+    def gain(self) -> float:
+        """What calls gain from this record: 1.0 for :data:`USE_DEFAULTS`, else the speed-up (1.0
+        when unknown). Records of one key are merged by it."""
+        if self.uses_defaults or self.speedup is None:
+            return 1.0
+        return self.speedup
 
 
 @dataclass(frozen=True)
@@ -117,7 +152,10 @@ def checked_values(
 ) -> tuple[str, float, float | None, int]:
     """``(options, time, baseline, evaluations)`` checked for storing."""
     if not isinstance(options, str):
-        raise TypeError(f"options are stored as MappingOptions JSON text, got {type(options).__name__}")
+        raise TypeError(
+            f"options are stored as MappingOptions JSON text or {USE_DEFAULTS!r}, "
+            f"got {type(options).__name__}"
+        )
     for name, value in (("time", time), ("baseline", baseline)):
         if value is None and name == "baseline":
             continue
@@ -133,9 +171,28 @@ def checked_values(
     return options, float(time), None if baseline is None else float(baseline), evaluations  # type: ignore[arg-type]
 
 
+def checked_rounds(low: object, high: object, rounds: object) -> tuple[float | None, float | None, int]:
+    """``(low, high, rounds)`` of a record checked for storing: speed-ups > 0 (or ``None``), ``low
+    <= high``, and a count of rounds >= 0."""
+    for name, value in (("low", low), ("high", high)):
+        if value is not None and (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value <= 0
+        ):
+            raise ValueError(f"{name} must be a finite speed-up > 0 or None, got {value!r}")
+    if low is not None and high is not None and low > high:
+        raise ValueError(f"low ({low!r}) must not exceed high ({high!r})")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
+        raise ValueError(f"rounds must be an integer >= 0, got {rounds!r}")
+    return (None if low is None else float(low)), (None if high is None else float(high)), rounds
+
+
 def validate_import(data: object, schema: int) -> list[tuple[TunedOptions, list[tuple]]]:
-    """The records of an export of ``schema``, checked, with their candidates as
-    ``(options, time, status)``; :class:`TCCacheError` naming the first problem."""
+    """The records of an export of ``schema`` (or of schema 1, whose records have no rounds),
+    checked, with their candidates as ``(options, time, status)``; :class:`TCCacheError` naming the
+    first problem."""
     if not isinstance(data, list):
         raise TCCacheError(
             f"tuned options to import must be a JSON list of records, got {type(data).__name__}"
@@ -149,8 +206,8 @@ def validate_import(data: object, schema: int) -> list[tuple[TunedOptions, list[
 
         if not isinstance(item, dict):
             raise bad(f"expected an object, got {type(item).__name__}")
-        if item.get("schema") != schema:
-            raise bad(f"schema {item.get('schema')!r}, this tcjit reads schema {schema}")
+        if item.get("schema") not in (1, schema):
+            raise bad(f"schema {item.get('schema')!r}, this tcjit reads schemas 1 to {schema}")
         key = item.get("key")
         if not isinstance(key, dict):
             raise bad("'key' must be an object")
@@ -166,6 +223,9 @@ def validate_import(data: object, schema: int) -> list[tuple[TunedOptions, list[
             values = checked_values(
                 item.get("options"), item.get("time"), item.get("baseline"), item.get("evaluations", 0)
             )
+            spread = (None, None, 0)
+            if item["schema"] != 1:
+                spread = checked_rounds(item.get("low"), item.get("high"), item.get("rounds", 0))
         except (TypeError, ValueError) as err:
             raise bad(str(err)) from None
         if "digest" in item and item["digest"] != tkey.digest:
@@ -191,7 +251,7 @@ def validate_import(data: object, schema: int) -> list[tuple[TunedOptions, list[
             ):
                 raise bad(f"'time' must be null or a finite number of seconds >= 0, got {t!r}", at)
             candidates.append((m["options"], None if t is None else float(t), m["status"]))
-        out.append((TunedOptions(tkey, *values, date), candidates))
+        out.append((TunedOptions(tkey, *values, date, *spread), candidates))
     return out
 
 

@@ -106,7 +106,10 @@ def tuning_key(kernel, inputs: Sequence[object], target: str) -> TuningKey:
 
 
 def stored_options(kernel, inputs: Sequence[object], target: str):
-    """The :class:`~tcjit.MappingOptions` tuned for exactly this call, or ``None``.
+    """The :class:`~tcjit.MappingOptions` tuned for exactly this call, or ``None`` (the defaults).
+
+    ``None`` for a record that says "use the defaults" (tuning found nothing faster beyond the
+    noise: the defaults of the running version are used, :data:`~tcjit.cache.USE_DEFAULTS`).
 
     ``None`` also when the database is disabled or cannot be read, and when the stored options no
     longer parse or validate for ``target`` (a :class:`~tcjit.TCWarning`, once per record and
@@ -124,8 +127,8 @@ def stored_options(kernel, inputs: Sequence[object], target: str):
     except (TCError, OSError, sqlite3.Error) as err:  # get() should not raise; a call must not fail
         _warn_once(db, key, f"tcjit: tuned options not read from {db.path}: {err}")
         return None
-    if record is None:
-        return None
+    if record is None or record.uses_defaults:
+        return None  # nothing tuned, or tuning found nothing faster: the defaults
     from .mapping.options import MappingOptions
 
     try:

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tcjit import TCCacheError, TCWarning
-from tcjit.cache import SCHEMA_VERSION, Measured, OptionsDatabase, TunedOptions, TuningKey
+from tcjit.cache import SCHEMA_VERSION, USE_DEFAULTS, Measured, OptionsDatabase, TunedOptions, TuningKey
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,20 +61,77 @@ def test_round_trip_and_lazy_creation(tmp_path):
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
-def test_put_keeps_the_faster_and_sums_evaluations(db):
+def test_put_keeps_the_greater_speed_up_measured_within_one_run_and_sums_evaluations(db):
+    """Records compare by baseline / time of one run, never by absolute times: B's 1.0 s is the
+    fastest time ever stored, but its run (another machine, a busier hour) gained only 1.1x."""
     key = _key()
-    db.put(key, "A", 3.0, baseline=4.0, evaluations=5)
-    faster = db.put(key, "B", 1.0, baseline=9.0, evaluations=7)
-    assert (faster.options, faster.time, faster.baseline, faster.evaluations) == ("B", 1.0, 4.0, 12)
-    slower = db.put(key, "C", 2.0, evaluations=1)
-    assert (slower.options, slower.time, slower.evaluations, slower.date) == ("B", 1.0, 13, faster.date)
-    assert db.get(key) == slower
+    db.put(key, "A", 3.0, baseline=4.0, evaluations=5, low=1.2, high=1.4, rounds=5)
+    kept = db.put(key, "B", 1.0, baseline=1.1, evaluations=7, low=1.05, high=1.15, rounds=5)
+    assert (kept.options, kept.time, kept.baseline, kept.evaluations) == ("A", 3.0, 4.0, 12)
+    assert (kept.low, kept.high, kept.rounds) == (1.2, 1.4, 5)
+    better = db.put(key, "C", 2.0, baseline=6.0, evaluations=1, low=2.9, high=3.1, rounds=3)
+    assert (better.options, better.time, better.baseline, better.evaluations) == ("C", 2.0, 6.0, 13)
+    assert (better.low, better.high, better.rounds) == (2.9, 3.1, 3)
+    nothing = db.put(key, USE_DEFAULTS, 2.0, baseline=2.0, low=0.95, high=1.05, rounds=5)
+    assert nothing.options == "C" and nothing.time == 2.0 and nothing.evaluations == 13
+    assert db.get(key) == nothing
 
 
-def test_baseline_is_filled_in_when_missing(db):
+def test_use_the_defaults_is_a_marker_that_options_faster_beyond_the_noise_replace(db):
     key = _key()
-    assert db.put(key, "A", 3.0).speedup is None
-    assert db.put(key, "A", 3.0, baseline=6.0).baseline == 6.0
+    first = db.put(key, USE_DEFAULTS, 1.9, baseline=2.0, low=0.97, high=1.1, rounds=5)
+    assert first.uses_defaults and first.gain == 1.0 and first.speedup == pytest.approx(2.0 / 1.9)
+    again = db.put(key, USE_DEFAULTS, 2.1, baseline=2.0, low=0.9, high=1.0, rounds=5)
+    assert again.uses_defaults and again.time == 2.1  # the newer of two equal gains
+    found = db.put(key, '{"tile":[8]}', 1.0, baseline=2.0, low=1.9, high=2.1, rounds=5)
+    assert not found.uses_defaults and found.gain == pytest.approx(2.0)
+
+
+def test_a_record_of_schema_1_gives_way_to_one_measured_in_rounds(db):
+    key = _key()
+    db.put(key, "old", 1.0, baseline=9.0)  # rounds 0: time and baseline from different runs
+    assert db.put(key, "new", 1.0, baseline=1.2, rounds=3).options == "new"
+    assert db.put(key, "older", 1.0, baseline=50.0).options == "new"
+
+
+def test_a_database_of_schema_1_is_migrated_in_place(tmp_path):
+    path = tmp_path / "options.sqlite3"
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        """
+        CREATE TABLE tuned (digest TEXT PRIMARY KEY, family TEXT NOT NULL, source TEXT NOT NULL,
+            entry TEXT NOT NULL, layout TEXT NOT NULL, target TEXT NOT NULL, arch TEXT NOT NULL,
+            version TEXT NOT NULL, options TEXT NOT NULL, time REAL NOT NULL, baseline REAL,
+            evaluations INTEGER NOT NULL, date TEXT NOT NULL);
+        CREATE INDEX tuned_family ON tuned(family);
+        CREATE TABLE measured (id INTEGER PRIMARY KEY, digest TEXT NOT NULL, options TEXT NOT NULL,
+            time REAL, status TEXT NOT NULL, date TEXT NOT NULL);
+        CREATE INDEX measured_digest ON measured(digest, id);
+        PRAGMA user_version = 1;
+        """
+    )
+    key = _key()
+    conn.execute(
+        "INSERT INTO tuned VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            *(key.digest, key.family, key.source, key.entry, key.layout, key.target, key.arch),
+            *(key.version, '{"tile":[4]}', 1e-3, 2e-3, 40, "2026-01-01T00:00:00+00:00"),
+        ),
+    )
+    conn.commit()
+    conn.close()
+    db = OptionsDatabase(path)
+    old = db.get(key)
+    assert (old.options, old.time, old.baseline, old.evaluations, old.rounds) == (
+        '{"tile":[4]}',
+        1e-3,
+        2e-3,
+        40,
+        0,
+    )
+    assert (old.low, old.high) == (None, None)
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert db.put(key, USE_DEFAULTS, 1e-3, baseline=1e-3, rounds=5).uses_defaults
 
 
 @pytest.mark.parametrize(
@@ -135,7 +192,7 @@ def test_threads_share_one_object(db):
 
     def work(t):
         for i in range(40):
-            db.put(key, f"{t}-{i}", 1.0 + t + i / 100, evaluations=1)
+            db.put(key, f"{t}-{i}", 1.0, baseline=1.0 + t + i / 100, evaluations=1, rounds=1)
             db.put(_key((t + 1, i + 1)), "x", 1.0)
 
     threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
@@ -143,7 +200,7 @@ def test_threads_share_one_object(db):
         t.start()
     for t in threads:
         t.join()
-    assert db.get(key).evaluations == 160 and db.get(key).options == "0-0"
+    assert db.get(key).evaluations == 160 and db.get(key).options == "3-39"
     assert len(db.records()) == 161
 
 
@@ -161,12 +218,13 @@ while not os.path.exists(go):
     time.sleep(0.001)
 for i in range(n):
     db.put(key(f"w{worker}-{i}"), f"w{worker}-{i}", 1.0, evaluations=1)
-    db.put(key("shared"), f"w{worker}-{i}", 10.0 + ((worker * 7919 + i * 104729) % 997) / 997, evaluations=1)
+    gain = 10.0 + ((worker * 7919 + i * 104729) % 997) / 997
+    db.put(key("shared"), f"w{worker}-{i}", 1.0, baseline=gain, evaluations=1, rounds=1)
     db.record(key("shared"), [Measured(f"w{worker}-{i}", 1.0, "ok")])
 """
 
 
-def _shared_time(worker: int, i: int) -> float:
+def _shared_gain(worker: int, i: int) -> float:
     return 10.0 + ((worker * 7919 + i * 104729) % 997) / 997
 
 
@@ -192,9 +250,9 @@ def test_concurrent_processes_lose_nothing(tmp_path, full_tier):
     assert [p.returncode for p in procs] == [0] * workers, outputs
     db = OptionsDatabase(path)
     shared = db.get(TuningKey("src", "f", "shared", "cpu", "arch", "0"))
-    best = min(_shared_time(w, i) for w in range(workers) for i in range(n))
-    fastest = {f"w{w}-{i}" for w in range(workers) for i in range(n) if _shared_time(w, i) == best}
-    assert shared.time == best and shared.options in fastest
+    best = max(_shared_gain(w, i) for w in range(workers) for i in range(n))
+    fastest = {f"w{w}-{i}" for w in range(workers) for i in range(n) if _shared_gain(w, i) == best}
+    assert shared.baseline == best and shared.options in fastest
     assert shared.evaluations == workers * n
     assert len(db.measured(shared.key)) == workers * n
     own = {r.options for r in db.records() if r.key.layout != "shared"}
@@ -407,22 +465,29 @@ def test_unwritable_place_warns_and_reads_nothing(tmp_path):
 # ----------------------------------------------------------------------------------- import/export
 def test_export_import_round_trip_and_merge(tmp_path):
     one = OptionsDatabase(tmp_path / "one.sqlite3")
-    one.put(_key((1, 1)), "A", 2.0, baseline=3.0, evaluations=4)
+    one.put(_key((1, 1)), "A", 2.0, baseline=3.0, evaluations=4, low=1.4, high=1.6, rounds=5)
     one.record(_key((1, 1)), [Measured("A", 2.0, "ok"), Measured("Z", None, "wrong")])
-    one.put(_key((2, 2)), "B", 1.0)
+    one.put(_key((2, 2)), "B", 1.0, baseline=1.5, rounds=5)
     data = json.loads(json.dumps(one.export()))
     assert all(item["schema"] == SCHEMA_VERSION for item in data)
     two = OptionsDatabase(tmp_path / "two.sqlite3")
-    two.put(_key((2, 2)), "faster B", 0.5, evaluations=9)
-    assert two.import_records(data) == 1  # (1,1) is new; two's (2,2) is faster
+    # slower in absolute time (another machine), but a greater speed-up within its run
+    two.put(_key((2, 2)), "better B", 5.0, baseline=10.0, evaluations=9, rounds=5)
+    assert two.import_records(data) == 1  # (1,1) is new; two's (2,2) gained more
     assert two.get(_key((1, 1))) == one.get(_key((1, 1)))
     assert two.measured(_key((1, 1))) == one.measured(_key((1, 1)))
-    assert two.get(_key((2, 2))).options == "faster B" and two.get(_key((2, 2))).evaluations == 9
+    assert two.get(_key((2, 2))).options == "better B" and two.get(_key((2, 2))).evaluations == 9
     assert two.import_records(data) == 0  # idempotent: no new candidates, evaluations not doubled
     assert two.get(_key((1, 1))).evaluations == 4 and len(two.measured(_key((1, 1)))) == 2
     three = OptionsDatabase(tmp_path / "three.sqlite3")
     three.import_records(data)
     assert three.export() == data
+    # an export of schema 1 (no rounds) imports as records measured across runs
+    legacy = [{k: v for k, v in item.items() if k not in ("low", "high", "rounds")} for item in data]
+    four = OptionsDatabase(tmp_path / "four.sqlite3")
+    assert four.import_records([{**item, "schema": 1} for item in legacy]) == 2
+    assert [r.rounds for r in four.records()] == [0, 0]
+    assert four.import_records(data) == 2  # measured in rounds: replaces both
 
 
 def test_cache_error_is_a_tcerror_that_pickles():
