@@ -33,7 +33,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .cache import USE_DEFAULTS
 from .polyhedral.errors import TCCallError, TCError, TCOptionsError
+from .tuning_confirm import MIN_SAMPLE_SECONDS, confirmation_reserve, finalists, verdict
 from .tuning_progress import format_duration, progress_printer
 from .tuning_scratch import scratch_folder
 
@@ -46,23 +48,33 @@ ABANDON_FACTOR = 3.0
 #: the best so far, abandons the candidate at once: for kernels that run for a good fraction of a
 #: second, timing a hopeless candidate seven more times is most of a tuning run's time.
 ABANDON_SECONDS = 0.05
-#: Timing samples per candidate (the median is its time), and the least time one sample takes:
-#: short kernels are called several times per sample.
+#: Timing samples per candidate (the median is its time); a sample takes at least
+#: MIN_SAMPLE_SECONDS (short kernels are called several times per sample).
 REPEATS = 7
-MIN_SAMPLE_SECONDS = 2e-3
 
 
 @dataclass(frozen=True)
 class TuningReport:
-    """What a tuning run found (:func:`tune_kernel`).
+    """What a tuning run found (:func:`tune_kernel`), from the interleaved rounds at its end
+    (:mod:`tcjit.tuning_confirm`): one measurement protocol for the summary and the database.
 
-    :ivar best_options: the fastest options measured (the default options when nothing beat them).
-    :ivar best_time: their time per call, seconds (median of :data:`REPEATS` samples).
+    :ivar best_options: the options calls use after this run: the winner when it was faster than
+        the defaults beyond the noise, otherwise the defaults (and when the database keeps an
+        earlier run's record with a greater speed-up, that record's options).
+    :ivar best_time: the winner's time per call in the final rounds (the defaults' when no
+        candidate was confirmed faster), seconds.
     :ivar default_options: the options a call would have used without tuning.
-    :ivar default_time: their time per call, seconds; ``None`` if they failed (a bug: reported).
+    :ivar default_time: the defaults' time per call in the same rounds; before the rounds (or
+        without them: interrupted, out of time) the defaults' time at the start of the search.
     :ivar result: the search's :class:`~tcjit.genetic.TuningResult` (history per generation,
         every candidate measured, why it stopped).
     :ivar database: the options database's path, ``None`` when disabled (``TCJIT_OPTIONS_DB=""``).
+    :ivar verdict: the :class:`~tcjit.tuning_confirm.Verdict` of the final rounds (the winner, its
+        spread, whether it is faster); ``None`` when they did not run (Ctrl-C, out of time).
+    :ivar stored: the :class:`~tcjit.cache.TunedOptions` the database holds for this key after the
+        run (``None``: nothing, or no database).
+    :ivar start_default_time: the defaults' time at the start of the search (the progress lines'
+        reference), seconds.
     """
 
     best_options: object
@@ -71,10 +83,13 @@ class TuningReport:
     default_time: float | None
     result: object
     database: str | None
+    verdict: object = None
+    stored: object = None
+    start_default_time: float | None = None
 
     @property
     def speedup(self) -> float | None:
-        """``default_time / best_time``: what tuning bought (1.0: nothing)."""
+        """``default_time / best_time`` as measured in the final rounds (1.0: nothing gained)."""
         if self.best_time is None or self.default_time is None or self.best_time <= 0:
             return None
         return self.default_time / self.best_time
@@ -175,6 +190,48 @@ def _ray_task(blob: bytes, arg):
     except TCError as e:
         return Measurement(None, "compile-error", _one_line(e))
     return _check_and_time(spec, state, best, Measurement)
+
+
+def _confirm_candidates(arg):
+    """The timing worker's last job: load, check and time the finalists in interleaved rounds."""
+    finalists, budget = arg
+    return _confirm_in(_worker_state(), finalists, budget)
+
+
+def _ray_confirm(blob: bytes, finalists, budget):
+    """:func:`_confirm_candidates` as one Ray task: every finalist on that one worker."""
+    return _confirm_in(_load_context(blob), finalists, budget)
+
+
+def _confirm_in(state: _State, finalists, budget: float | None) -> list:
+    """Per finalist, its times per call in each round, or ``None`` when it failed to compile or
+    computed a wrong answer (:func:`~tcjit.tuning_confirm.interleaved_rounds`)."""
+    import torch
+
+    import tcjit
+
+    from .testing import compare_outputs
+    from .tuning_confirm import interleaved_rounds
+
+    start = time.perf_counter()
+    runners, where = [], []
+    for i, options in enumerate(finalists):
+        try:
+            spec = tcjit.compile(state.kernel, *state.inputs, options=options, target=state.target)
+        except TCError:
+            continue
+        got = spec.run(state.inputs, None)
+        if compare_outputs([g.cpu() for g in got], state.expected, state.reduction_length)[1]:
+            runners.append(functools.partial(spec.run, state.inputs, None))
+            where.append(i)
+    out: list = [None] * len(finalists)
+    if not runners:
+        return out
+    sync = torch.cuda.synchronize if state.target == "cuda" else (lambda: None)
+    left = None if budget is None else budget - (time.perf_counter() - start)
+    for i, times in zip(where, interleaved_rounds(runners, sync, left)):
+        out[i] = times
+    return out
 
 
 def _check_and_time(spec, state: _State, best: float | None, Measurement):
@@ -313,7 +370,7 @@ def tune_kernel(
     compile_timeout: float = 120.0,
     run_timeout: float = 30.0,
     resume: bool = True,
-    progress: bool | Callable | None = False,
+    progress: bool | Callable | None = None,
     on_candidate: Callable | None = None,
 ) -> TuningReport:
     """:func:`autotune`, returning the whole :class:`TuningReport` instead of the best options.
@@ -329,6 +386,7 @@ def tune_kernel(
     from .mapping.search_space import search_space
     from .tuned import options_database, tuning_key
 
+    started = time.monotonic()  # the timeout counts from here: set-up and final rounds included
     if not isinstance(kernel, Kernel):
         raise TCCallError(f"autotune takes a Kernel (from tcjit.define), got {type(kernel).__name__}")
     # Other float dtypes than declared tune the retyped variant those calls run (stored under its text).
@@ -358,6 +416,7 @@ def tune_kernel(
     seeds = _seeds(db, key, defaults, target)
     blob = _context_blob(kernel, binding, inputs, target)
     report = progress_printer(progress, settings)
+    deadline = None if settings.timeout is None else started + settings.timeout
 
     with contextlib.ExitStack() as stack:
         scratch = stack.enter_context(scratch_folder())
@@ -390,27 +449,28 @@ def tune_kernel(
             stack.callback(measure.close)
         # Measured twice: the first measurement in a fresh timing worker ran up to 1.7x slow
         # (gconv: 696 ms, then 405 ms when confirmed), and every comparison starts from this one.
-        baseline = measure([defaults, defaults], None, None)[-1]
+        baseline = measure([defaults, defaults], None, deadline)[-1]
         chunk = workers if ray is None else max(1, population)
 
-        def evaluate(candidates, best, deadline):
+        def evaluate(candidates, best, search_deadline):
             # The defaults' time is the best so far from the start: slow candidates of the first
             # generation are abandoned too. A batch goes to the workers a chunk (one candidate
             # per compiling worker) at a time, so that on_candidate sees each candidate when it
             # is measured, not when its whole generation is.
+            if report:
+                report.expect(len(candidates))
             out = []
             for start in range(0, len(candidates), chunk):
                 if baseline.valid and (best is None or baseline.time < best):
                     best = baseline.time
-                part = measure(candidates[start : start + chunk], best, deadline)
+                part = measure(candidates[start : start + chunk], best, search_deadline)
                 for options, m in zip(candidates[start : start + chunk], part):
                     if m.valid and (best is None or m.time < best):
                         best = m.time
-                    if m.status != "skipped":
-                        if on_candidate is not None:
-                            on_candidate(options, m)
-                        if report:
-                            report.candidate(options, m)
+                    if m.status != "skipped" and on_candidate is not None:
+                        on_candidate(options, m)
+                    if report:
+                        report.candidate(options, m)
                 out += part
             return out
 
@@ -434,90 +494,113 @@ def tune_kernel(
             if report:
                 report.generation(g)
 
+        reserve = confirmation_reserve(baseline.time if baseline.valid else None, timeout)
+        left = None if deadline is None else max(0.1, deadline - time.monotonic() - reserve)
         result = tune(
             space,
             evaluate,
-            settings,
+            dataclasses.replace(settings, timeout=left),
             seeds=seeds,
             known=known,
             on_generation=generation,
             on_measured=measured,
         )
-        generation_tail = list(pending)
-        if db is not None and generation_tail:
-            db.record(key, generation_tail)
-        default_time = baseline.time if baseline.valid else None
-        best_options, best_time = defaults, default_time
-        if result.best_time is not None and (best_time is None or result.best_time < best_time):
-            best_options, best_time = result.best_options, result.best_time
-        if result.stopped != "interrupted" and best_time is not None:
-            if report:
-                report.note("confirming the best candidates against the defaults")
-            confirmed = _confirm(measure, _finalists(defaults, result))
-            if confirmed is not None:
-                (best_options, best_time), default_time = (
-                    confirmed[0],
-                    dict(confirmed).get(defaults, default_time),
-                )
-    if best_time is None:
-        raise TCCallError(
-            f"autotune {kernel.name}: no candidate compiled and computed the right answer, not even "
-            f"the default options ({baseline.status}: {baseline.detail})",
-            hint="this is a bug in tcjit; please report it with the TC source and sizes",
-        )
-    if db is not None:
-        db.put(
+        if db is not None and pending:
+            db.record(key, list(pending))
+        if not baseline.valid:
+            raise TCCallError(
+                f"autotune {kernel.name}: the default options did not compile or compute the right "
+                f"answer ({baseline.status}: {baseline.detail})",
+                hint="this is a bug in tcjit; please report it with the TC source and sizes",
+            )
+        if ray is None:
+            pools[0].close()  # nothing compiles while the finalists are timed
+        budget = None if deadline is None else deadline - time.monotonic() - CLOSE_SECONDS
+        if result.stopped == "interrupted":  # Ctrl-C: confirm the best so far, briefly
+            budget = min(budget if budget is not None else math.inf, INTERRUPTED_SECONDS)
+        if report:
+            again = " (Ctrl-C again to skip them)" if result.stopped == "interrupted" else ""
+            report.note(f"timing the best candidates and the defaults in interleaved rounds{again}")
+        chosen = finalists(defaults, result.measured, result.best_options)
+        found = _run_confirmation(chosen, budget, pools[1] if ray is None else None, blob, run_timeout)
+    stored = None
+    if db is not None and found is not None:
+        stored = db.put(
             key,
-            best_options.to_json(),
-            best_time,
-            baseline=default_time,
+            found.options.to_json() if found.faster else USE_DEFAULTS,
+            found.time,
+            baseline=found.default_time,
             evaluations=len(result.measured) + 1,
+            low=found.low,
+            high=found.high,
+            rounds=found.rounds,
         )
     kernel._forget_default_specializations()
-    out = TuningReport(best_options, best_time, defaults, default_time, result, str(db.path) if db else None)
+    out = _report(defaults, baseline.time, result, db, found, stored, target)
     if report:
         report.finish(out)
     return out
 
 
-#: After the search, the best few candidates are measured again with the defaults, in
-#: CONFIRM_ROUNDS interleaved rounds; the winner is the one with the lowest median there. One
-#: candidate's time in the search is a single measurement on a shared machine: among hundreds,
-#: the fastest is partly the luckiest.
-FINALISTS = 3
-CONFIRM_ROUNDS = 3
+#: Seconds kept after the final rounds for closing the workers and writing the database, and the
+#: most the final rounds take after a Ctrl-C.
+CLOSE_SECONDS = 1.0
+INTERRUPTED_SECONDS = 20.0
 
 
-def _finalists(defaults, result) -> list:
-    """The defaults and the best distinct valid candidates of the search (best first)."""
-    ranked = sorted(
-        ((m.time, i, o) for i, (o, m) in enumerate(result.measured) if m.valid), key=lambda t: t[:2]
-    )
-    out = [defaults]
-    if result.best_options is not None:
-        out.append(result.best_options)
-    for _, _, options in ranked:
-        if len(out) > FINALISTS:
-            break
-        if options not in out:
-            out.append(options)
-    return out
-
-
-def _confirm(measure, finalists: list) -> list | None:
-    """``[(options, median time)]`` of the finalists over CONFIRM_ROUNDS interleaved rounds,
-    fastest first (only those valid in every round); ``None`` if interrupted (Ctrl-C)."""
-    times: dict[int, list[float]] = {i: [] for i in range(len(finalists))}
+def _run_confirmation(chosen: list, budget: float | None, pool, blob: bytes, run_timeout: float):
+    """The :class:`~tcjit.tuning_confirm.Verdict` of ``chosen`` timed in interleaved rounds in one
+    process: the timing worker of ``pool``, or one Ray task (``pool`` None); ``None`` when out of
+    time, interrupted or failed."""
+    if budget is not None and budget <= 0:
+        return None
+    limit = (budget if budget is not None else run_timeout * len(chosen) * 2) + CLOSE_SECONDS
     try:
-        for r in range(CONFIRM_ROUNDS):
-            order = [(i + r) % len(finalists) for i in range(len(finalists))]
-            for i, m in zip(order, measure([finalists[i] for i in order], None, None)):
-                if m.valid:
-                    times[i].append(m.time)
+        if pool is not None:
+            outcome = pool.map(_confirm_candidates, [(chosen, budget)], timeout=limit)[0]
+            times = outcome.value if outcome.status == "ok" else None
+        else:
+            import ray
+
+            task = ray.remote(max_retries=0)(_ray_confirm).remote(blob, chosen, budget)
+            times = ray.get(task, timeout=limit)
     except KeyboardInterrupt:
         return None
-    medians = [(statistics.median(t), i) for i, t in times.items() if len(t) == CONFIRM_ROUNDS]
-    return [(finalists[i], t) for t, i in sorted(medians)] or None
+    except Exception:  # a lost Ray worker, a timeout: the search's figures are not confirmed
+        return None
+    return None if times is None else verdict(chosen, times)
+
+
+def _report(defaults, start_time, result, db, found, stored, target) -> TuningReport:
+    """The :class:`TuningReport`: the options calls use now, and this run's final figures."""
+    from .mapping.options import MappingOptions
+
+    best_options = defaults
+    if found is not None and found.faster:
+        best_options = found.options
+    if stored is not None and not stored.uses_defaults:
+        try:
+            best_options = MappingOptions.from_json(stored.options).validate(target)
+        except TCError:
+            pass  # not usable by this version: calls use the defaults
+    elif stored is not None:
+        best_options = defaults
+    if found is None:
+        best_time = default_time = start_time
+    else:
+        best_time = found.time if found.faster else found.default_time
+        default_time = found.default_time
+    return TuningReport(
+        best_options,
+        best_time,
+        defaults,
+        default_time,
+        result,
+        str(db.path) if db is not None else None,
+        verdict=found,
+        stored=stored,
+        start_default_time=start_time,
+    )
 
 
 _SETTINGS = (
