@@ -24,33 +24,28 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import hashlib
-import io
 import math
 import os
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from .cache import USE_DEFAULTS
 from .polyhedral.errors import TCCallError, TCError, TCOptionsError
-from .tuning_confirm import MIN_SAMPLE_SECONDS, confirmation_reserve, finalists, verdict
+from .tuning_confirm import confirmation_reserve, finalists, verdict
 from .tuning_progress import format_duration, progress_printer
 from .tuning_scratch import scratch_folder
+from .tuning_worker import (
+    _compile_candidate,
+    _confirm_candidates,
+    _init_worker,
+    _measure_candidate,
+    _ray_confirm,
+    _ray_task,
+    context_blob,
+)
 
 __all__ = ["TuningReport", "autotune", "format_duration", "tune_kernel"]
-
-#: A candidate whose first timing sample is this many times slower than the best so far is not
-#: timed further (scored "abandoned": valid but never the best).
-ABANDON_FACTOR = 3.0
-#: A first call (the one checked against the oracle) longer than this, and ABANDON_FACTOR times
-#: the best so far, abandons the candidate at once: for kernels that run for a good fraction of a
-#: second, timing a hopeless candidate seven more times is most of a tuning run's time.
-ABANDON_SECONDS = 0.05
-#: Timing samples per candidate (the median is its time); a sample takes at least
-#: MIN_SAMPLE_SECONDS (short kernels are called several times per sample).
-REPEATS = 7
 
 
 @dataclass(frozen=True)
@@ -100,188 +95,6 @@ class TuningReport:
         return sum(not m.valid and m.status not in ("abandoned", "skipped") for _, m in self.result.measured)
 
 
-# ------------------------------------------------------------------------------ the worker side
-@dataclass(frozen=True)
-class _Context:
-    """Everything a worker process needs, written once per tuning run (``torch.save``)."""
-
-    source: str
-    entry: str
-    target: str
-    inputs: tuple  # CPU copies of the inputs (numbers stay numbers)
-    expected: tuple  # the oracle's outputs (CPU)
-    reduction_length: int
-    threads: int
-
-
-@dataclass
-class _State:
-    kernel: object
-    inputs: tuple
-    expected: tuple
-    target: str
-    reduction_length: int
-
-
-_STATE: dict[str, _State] = {}  # per context digest: a Ray worker may serve several runs
-
-
-def _load_context(blob: bytes) -> _State:
-    digest = hashlib.sha256(blob).hexdigest()
-    state = _STATE.get(digest)
-    if state is not None:
-        return state
-    import torch
-
-    import tcjit
-
-    ctx: _Context = torch.load(io.BytesIO(blob), weights_only=False)
-    torch.set_num_threads(max(1, ctx.threads))
-    device = "cuda" if ctx.target == "cuda" else "cpu"
-    inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in ctx.inputs)
-    kernel = tcjit.define(ctx.source, name=ctx.entry)
-    state = _State(kernel, inputs, ctx.expected, ctx.target, ctx.reduction_length)
-    _STATE.clear()
-    _STATE[digest] = state
-    return state
-
-
-def _init_worker(context_path: str) -> None:
-    """Worker initializer: load the run's context (the kernel, inputs and expected outputs)."""
-    with open(context_path, "rb") as f:
-        _load_context(f.read())
-
-
-def _worker_state() -> _State:
-    return next(iter(_STATE.values()))  # a worker process serves one run
-
-
-def _compile_candidate(options):
-    """Compile ``options`` into the run's kernel store (a worker's compile phase); returns them."""
-    state = _worker_state()
-    import tcjit
-
-    tcjit.compile(state.kernel, *state.inputs, options=options, target=state.target)
-    return options
-
-
-def _measure_candidate(arg):
-    """Check a compiled candidate against the oracle, then time it (a worker's run phase)."""
-    from .genetic import Measurement
-
-    options, best = arg
-    state = _worker_state()
-    import tcjit
-
-    spec = tcjit.compile(state.kernel, *state.inputs, options=options, target=state.target)
-    return _check_and_time(spec, state, best, Measurement)
-
-
-def _ray_task(blob: bytes, arg):
-    """One candidate on a Ray worker: compile and measure it there, on that worker's device."""
-    from .genetic import Measurement
-
-    options, best = arg
-    state = _load_context(blob)
-    import tcjit
-
-    try:
-        spec = tcjit.compile(state.kernel, *state.inputs, options=options, target=state.target)
-    except TCError as e:
-        return Measurement(None, "compile-error", _one_line(e))
-    return _check_and_time(spec, state, best, Measurement)
-
-
-def _confirm_candidates(arg):
-    """The timing worker's last job: load, check and time the finalists in interleaved rounds."""
-    finalists, budget = arg
-    return _confirm_in(_worker_state(), finalists, budget)
-
-
-def _ray_confirm(blob: bytes, finalists, budget):
-    """:func:`_confirm_candidates` as one Ray task: every finalist on that one worker."""
-    return _confirm_in(_load_context(blob), finalists, budget)
-
-
-def _confirm_in(state: _State, finalists, budget: float | None) -> list:
-    """Per finalist, its times per call in each round, or ``None`` when it failed to compile or
-    computed a wrong answer (:func:`~tcjit.tuning_confirm.interleaved_rounds`)."""
-    import torch
-
-    import tcjit
-
-    from .testing import compare_outputs
-    from .tuning_confirm import interleaved_rounds
-
-    start = time.perf_counter()
-    runners, where = [], []
-    for i, options in enumerate(finalists):
-        try:
-            spec = tcjit.compile(state.kernel, *state.inputs, options=options, target=state.target)
-        except TCError:
-            continue
-        got = spec.run(state.inputs, None)
-        if compare_outputs([g.cpu() for g in got], state.expected, state.reduction_length)[1]:
-            runners.append(functools.partial(spec.run, state.inputs, None))
-            where.append(i)
-    out: list = [None] * len(finalists)
-    if not runners:
-        return out
-    sync = torch.cuda.synchronize if state.target == "cuda" else (lambda: None)
-    left = None if budget is None else budget - (time.perf_counter() - start)
-    for i, times in zip(where, interleaved_rounds(runners, sync, left)):
-        out[i] = times
-    return out
-
-
-def _check_and_time(spec, state: _State, best: float | None, Measurement):
-    import torch
-
-    from .testing import compare_outputs
-
-    cuda = state.target == "cuda"
-
-    def run():
-        return spec.run(state.inputs, None)
-
-    def sync():
-        if cuda:
-            torch.cuda.synchronize()
-
-    start = time.perf_counter()
-    got = run()
-    sync()
-    first = time.perf_counter() - start
-    worst, ok = compare_outputs([g.cpu() for g in got], state.expected, state.reduction_length)
-    if not ok:
-        return Measurement(None, "wrong", f"outputs differ from the oracle (max |error| {worst:.3g})")
-    if best is not None and first > ABANDON_SECONDS and first > ABANDON_FACTOR * best:
-        # A slow kernel is hopeless after its first (checked) call: time nothing more.
-        return Measurement(first, "abandoned", f"first call {first / best:.1f}x slower than the best")
-    run()  # warm-up
-    sync()
-    start = time.perf_counter()
-    run()
-    sync()
-    once = time.perf_counter() - start
-    calls = max(1, math.ceil(MIN_SAMPLE_SECONDS / max(once, 1e-7)))
-    samples: list[float] = []
-    for _ in range(REPEATS):
-        start = time.perf_counter()
-        for _ in range(calls):
-            run()
-        sync()
-        samples.append((time.perf_counter() - start) / calls)
-        if best is not None and len(samples) == 1 and samples[0] > ABANDON_FACTOR * best:
-            return Measurement(samples[0], "abandoned", f"{samples[0] / best:.1f}x slower than the best")
-    return Measurement(statistics.median(samples), "ok")
-
-
-def _one_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"
-
-
 # ------------------------------------------------------------------------------ the parent side
 def _check_settings(workers, compile_timeout, run_timeout) -> int:
     if workers is None:
@@ -292,30 +105,6 @@ def _check_settings(workers, compile_timeout, run_timeout) -> int:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise TCOptionsError(f"autotune: {name} must be a number of seconds > 0, got {value!r}")
     return workers
-
-
-def _context_blob(kernel, binding, inputs, target: str) -> bytes:
-    import torch
-
-    from .reference import evaluate_def
-    from .testing import reduction_length
-
-    cdef = kernel.definition
-    cpu_inputs = tuple(x.detach().cpu() if isinstance(x, torch.Tensor) else x for x in inputs)
-    with torch.no_grad():
-        expected = tuple(t.cpu() for t in evaluate_def(cdef, *cpu_inputs))
-    ctx = _Context(
-        source=kernel.source,
-        entry=kernel.name,
-        target=target,
-        inputs=cpu_inputs,
-        expected=expected,
-        reduction_length=reduction_length(cdef, binding.sizes),
-        threads=torch.get_num_threads(),
-    )
-    buf = io.BytesIO()
-    torch.save(ctx, buf)
-    return buf.getvalue()
 
 
 def _decode_known(db, key, space):
@@ -414,7 +203,7 @@ def tune_kernel(
     key = tuning_key(kernel, inputs, target)
     known = _decode_known(db, key, space) if (db is not None and resume) else []
     seeds = _seeds(db, key, defaults, target)
-    blob = _context_blob(kernel, binding, inputs, target)
+    blob = context_blob(kernel, binding, inputs, target)
     report = progress_printer(progress, settings)
     deadline = None if settings.timeout is None else started + settings.timeout
 

@@ -1,7 +1,7 @@
 """The end of a tuning run: the defaults and the best candidates timed in interleaved rounds.
 
 One measurement protocol decides what a tuning run reports and stores. During the search each
-candidate is timed once (:data:`~tcjit.tuning.REPEATS` samples, in the timing worker); among
+candidate is timed once (:data:`~tcjit.tuning_worker.REPEATS` samples, in the timing worker); among
 hundreds of such single measurements on a shared machine the fastest is partly the luckiest, and
 the defaults' time from the start of a run says little about the machine at its end. So at the end:
 
