@@ -238,7 +238,10 @@ def tune_kernel(
             stack.callback(measure.close)
         # Measured twice: the first measurement in a fresh timing worker ran up to 1.7x slow
         # (gconv: 696 ms, then 405 ms when confirmed), and every comparison starts from this one.
-        baseline = measure([defaults, defaults], None, deadline)[-1]
+        before = time.monotonic()
+        measure([defaults], None, deadline)  # apart: never abandoned against its own first time
+        baseline = measure([defaults], None, deadline)[0]
+        setup = time.monotonic() - before  # workers started, the defaults compiled, checked, timed
         chunk = workers if ray is None else max(1, population)
 
         def evaluate(candidates, best, search_deadline):
@@ -283,7 +286,7 @@ def tune_kernel(
             if report:
                 report.generation(g)
 
-        reserve = confirmation_reserve(baseline.time if baseline.valid else None, timeout)
+        reserve = confirmation_reserve(baseline.time if baseline.valid else None, timeout, setup)
         left = None if deadline is None else max(0.1, deadline - time.monotonic() - reserve)
         result = tune(
             space,

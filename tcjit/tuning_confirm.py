@@ -76,14 +76,17 @@ def finalists(defaults, measured: Sequence, best_options=None) -> list:
     return out
 
 
-def confirmation_reserve(default_time: float | None, timeout: float | None) -> float:
-    """Seconds of ``timeout`` kept for the confirmation: loading, then :data:`ROUNDS` rounds of
-    ``1 + FINALISTS`` kernels as slow as the defaults, capped at :data:`MAX_RESERVE_SHARE` of the
-    timeout (fewer rounds are run where that is not enough); 0 without a timeout."""
+def confirmation_reserve(default_time: float | None, timeout: float | None, setup: float = 0.0) -> float:
+    """Seconds of ``timeout`` kept for the confirmation: loading the finalists (at least
+    :data:`LOAD_SECONDS`, or ``setup``, what starting the workers and measuring the defaults took:
+    the timing worker may have to start again, if the search's end stopped it), then
+    :data:`ROUNDS` rounds of ``1 + FINALISTS`` kernels as slow as the defaults; capped at
+    :data:`MAX_RESERVE_SHARE` of the timeout (fewer rounds run where that is not enough); 0
+    without a timeout."""
     if timeout is None:
         return 0.0
     per_kernel = SAMPLES_PER_ROUND * max(default_time or 0.0, MIN_SAMPLE_SECONDS) + 2 * (default_time or 0.0)
-    wanted = LOAD_SECONDS + ROUNDS * (1 + FINALISTS) * per_kernel
+    wanted = max(LOAD_SECONDS, setup) + ROUNDS * (1 + FINALISTS) * per_kernel
     return min(wanted, MAX_RESERVE_SHARE * timeout)
 
 

@@ -100,6 +100,8 @@ def test_the_reserve_grows_with_the_kernel_and_stays_a_share_of_the_timeout():
     assert confirmation_reserve(1e-5, None) == 0
     assert confirmation_reserve(1e-5, 600) < confirmation_reserve(0.05, 600) <= 0.3 * 600
     assert confirmation_reserve(10.0, 60) == pytest.approx(18.0)
+    # a timing worker stopped at the search's end starts again: as long as the set-up took
+    assert confirmation_reserve(1e-5, 600, setup=9.0) > 9.0 > confirmation_reserve(1e-5, 600)
 
 
 def _generation(index, best):
