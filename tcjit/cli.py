@@ -26,6 +26,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 
+from .cli_args import load_entry, parse_ints, parse_names, parse_sizes
 from .polyhedral.errors import TCError
 
 __all__ = ["lower_for_show", "main"]
@@ -33,34 +34,6 @@ __all__ = ["lower_for_show", "main"]
 _FRONT_STAGES = ("ast", "checked", "canonical", "backward", "scop", "schedule")
 _MAPPED_STAGES = ("tree", "c")
 _DEFAULT_FUSION = "Preserve3Coincident"
-
-
-def _parse_sizes(text: str | None) -> dict[str, int]:
-    sizes: dict[str, int] = {}
-    for part in filter(None, (text or "").split(",")):
-        key, _, value = part.partition("=")
-        if not value.strip().lstrip("-").isdigit():
-            raise SystemExit(f"tcjit: --sizes expects NAME=INT[,NAME=INT...], got {part!r}")
-        sizes[key.strip()] = int(value)
-    return sizes
-
-
-def _parse_tile(text: str | None) -> tuple[int, ...] | None:
-    if text is None:
-        return None
-    try:
-        return tuple(int(t) for t in text.split(",") if t.strip())
-    except ValueError:
-        raise SystemExit(f"tcjit: --tile expects INT[,INT...], got {text!r}") from None
-
-
-def _load_entry(path: str, entry: str | None):
-    from .polyhedral.lang.check import check_source
-
-    with open(path, encoding="utf-8") as f:
-        program = check_source(f.read())
-    cdef = program.entry(entry)
-    return program, cdef
 
 
 def _options(args, cdef, sizes: Mapping[str, int]):
@@ -75,9 +48,9 @@ def _options(args, cdef, sizes: Mapping[str, int]):
     from .mapping.options import MappingOptions
 
     target = getattr(args, "target", "cpu")
-    tiles = _parse_tile(getattr(args, "tile", None))
-    blocks = _parse_tile(getattr(args, "blocks", None))
-    threads = _parse_tile(getattr(args, "threads", None))
+    tiles = parse_ints(getattr(args, "tile", None))
+    blocks = parse_ints(getattr(args, "blocks", None))
+    threads = parse_ints(getattr(args, "threads", None))
     flags = (
         args.options,
         args.fusion,
@@ -141,23 +114,9 @@ def lower_for_show(cdef, sizes: Mapping[str, int], options=None, target: str = "
     return lower_cpu(cdef, dict(sizes), strides, opts.values, vector_bytes=vector_bytes())
 
 
-def _names(text: str | None, known, flag: str, what: str) -> tuple[str, ...] | None:
-    """The comma-separated names of ``--wrt`` or ``--absent``, each one of ``known``."""
-    if text is None:
-        return None
-    names = tuple(n.strip() for n in text.split(",") if n.strip())
-    unknown = [n for n in names if n not in known]
-    if unknown or not names:
-        raise SystemExit(
-            f"tcjit: {flag} takes {what} of the entry ({', '.join(known)}), got {text!r}"
-            + (f": {', '.join(unknown)} is not one" if unknown else "")
-        )
-    return names
-
-
 def _absent(args, cdef) -> frozenset[str]:
     """The outputs ``--absent`` names (gradients known to be zero), not all of them."""
-    absent = frozenset(_names(args.absent, cdef.outputs, "--absent", "outputs") or ())
+    absent = frozenset(parse_names(args.absent, cdef.outputs, "--absent", "outputs") or ())
     if absent and absent == set(cdef.outputs):
         raise SystemExit(
             "tcjit: --absent names every output: a backward needs the gradient of one output at least"
@@ -172,8 +131,8 @@ def cmd_show(args) -> int:
     from .polyhedral.lang.parser import parse
     from .polyhedral.lang.printer import def_to_tc
 
-    program, cdef = _load_entry(args.file, args.entry)
-    sizes = _parse_sizes(args.sizes)
+    program, cdef = load_entry(args.file, args.entry)
+    sizes = parse_sizes(args.sizes)
     if args.stage == "ast":
         print(parse(program.source).get(cdef.name))
     elif args.stage == "canonical":
@@ -182,7 +141,7 @@ def cmd_show(args) -> int:
         from .polyhedral.autodiff import derive
         from .polyhedral.lang.check import check_source
 
-        d = derive(cdef, _names(args.wrt, cdef.params, "--wrt", "inputs"), absent=_absent(args, cdef))
+        d = derive(cdef, parse_names(args.wrt, cdef.params, "--wrt", "inputs"), absent=_absent(args, cdef))
         for text in (d.forward, d.backward):  # printed canonically, as the compiler reads them
             print(def_to_tc(check_source(text).defs[0].ast))
     elif args.stage in ("scop", "schedule"):
@@ -200,7 +159,7 @@ def cmd_show(args) -> int:
 
             base = MappingOptions.from_json(args.options) if args.options else None
             fusion = args.fusion or (base.get("outer_schedule_fusion_strategy") if base else _DEFAULT_FUSION)
-            tiles = _parse_tile(args.tile)
+            tiles = parse_ints(args.tile)
             if tiles is None:
                 tiles = base.get("tile") if base else ()
             sched = schedule(scop, compute_dependences(scop), fusion=fusion)
@@ -258,8 +217,8 @@ def cmd_run(args) -> int:
     from .reference import evaluate_def
     from .testing import compare_outputs, random_inputs, reduction_length
 
-    program, cdef = _load_entry(args.file, args.entry)
-    sizes = _parse_sizes(args.sizes)
+    program, cdef = load_entry(args.file, args.entry)
+    sizes = parse_sizes(args.sizes)
     kernel = tcjit.Kernel(program, cdef.name)
     inputs = random_inputs(cdef, sizes, seed=args.seed)
     opts = _options(args, cdef, sizes)
@@ -294,8 +253,8 @@ def cmd_tune(args) -> int:
     from .testing import random_inputs
     from .tuning import tune_kernel
 
-    program, cdef = _load_entry(args.file, args.entry)
-    sizes = _parse_sizes(args.sizes)
+    program, cdef = load_entry(args.file, args.entry)
+    sizes = parse_sizes(args.sizes)
     kernel = tcjit.Kernel(program, cdef.name)
     device = "cuda" if args.target == "cuda" else "cpu"
     inputs = random_inputs(cdef, sizes, device=device, seed=args.seed or 0)
