@@ -15,7 +15,11 @@
 * ``tcjit cache list|show|export|import|clear`` manages the tuned-options database
   (:mod:`tcjit.cli_cache`).
 
-Mistakes in the TC text, the sizes or the options exit with code 2 and the message (with caret).
+Every user mistake exits with code 2 and a message, never a Python traceback: a mistake on the
+command line (a file that cannot be read, a bad ``--sizes``, a flag the chosen stage ignores) is one
+line, ``tcjit: <message>``; a mistake in the TC text, the call or the options is the
+:class:`~tcjit.TCError`'s message (with the source line and caret where it has one). Warnings are
+printed as ``tcjit: warning: <message>``.
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ import argparse
 import statistics
 import sys
 import time
+import warnings
 from collections.abc import Callable, Mapping
 
-from .cli_args import load_entry, parse_ints, parse_names, parse_sizes
+from .cli_args import UsageError, check_seconds, load_entry, parse_ints, parse_names, parse_sizes
 from .polyhedral.errors import TCError
 
 __all__ = ["lower_for_show", "main"]
@@ -47,10 +52,10 @@ def _options(args, cdef, sizes: Mapping[str, int]):
     from .kernel import default_options
     from .mapping.options import MappingOptions
 
-    target = getattr(args, "target", "cpu")
-    tiles = parse_ints(getattr(args, "tile", None))
-    blocks = parse_ints(getattr(args, "blocks", None))
-    threads = parse_ints(getattr(args, "threads", None))
+    target = args.target or "cpu"
+    tiles = parse_ints(args.tile, "--tile")
+    blocks = parse_ints(args.blocks, "--blocks")
+    threads = parse_ints(args.threads, "--threads")
     flags = (
         args.options,
         args.fusion,
@@ -81,8 +86,8 @@ def _options(args, cdef, sizes: Mapping[str, int]):
 def _need_sizes(cdef, sizes: Mapping[str, int], what: str) -> None:
     missing = [s for s in cdef.sizes if s not in sizes]
     if missing:
-        raise SystemExit(
-            f"tcjit: {what} needs concrete sizes: add --sizes "
+        raise UsageError(
+            f"{what} needs concrete sizes: add --sizes "
             + ",".join(f"{s}={sizes.get(s, '...')}" for s in cdef.sizes)
             + f" (missing: {', '.join(missing)})"
         )
@@ -108,7 +113,7 @@ def lower_for_show(cdef, sizes: Mapping[str, int], options=None, target: str = "
 
         return lower_emulated(cdef, dict(sizes), strides, opts.values)
     if target != "cpu":
-        raise SystemExit(f"tcjit: --target {target} is not available yet")
+        raise UsageError(f"--target {target} is not available yet")
     from .cpu_runtime import vector_bytes
 
     return lower_cpu(cdef, dict(sizes), strides, opts.values, vector_bytes=vector_bytes())
@@ -118,21 +123,41 @@ def _absent(args, cdef) -> frozenset[str]:
     """The outputs ``--absent`` names (gradients known to be zero), not all of them."""
     absent = frozenset(parse_names(args.absent, cdef.outputs, "--absent", "outputs") or ())
     if absent and absent == set(cdef.outputs):
-        raise SystemExit(
-            "tcjit: --absent names every output: a backward needs the gradient of one output at least"
-        )
+        raise UsageError("--absent names every output: a backward needs the gradient of one output at least")
     return absent
+
+
+_OPTION_FLAGS = (  # (attribute, flag, the stages that read it)
+    ("options", "--options", ("schedule", *_MAPPED_STAGES)),
+    ("fusion", "--fusion", ("schedule", *_MAPPED_STAGES)),
+    ("tile", "--tile", ("schedule", *_MAPPED_STAGES)),
+    ("fix_sizes", "--fix-sizes", ("scop", "schedule")),
+    ("blocks", "--blocks", _MAPPED_STAGES),
+    ("threads", "--threads", _MAPPED_STAGES),
+    ("no_parallel", "--no-parallel", _MAPPED_STAGES),
+    ("no_vectorize", "--no-vectorize", _MAPPED_STAGES),
+    ("target", "--target", _MAPPED_STAGES),
+    ("wrt", "--wrt", ("backward",)),
+    ("absent", "--absent", ("backward",)),
+)
+
+
+def _refuse_unused_flags(args) -> None:
+    """A flag the chosen stage would ignore is a mistake: say which stages read it."""
+    for attr, flag, stages in _OPTION_FLAGS:
+        if getattr(args, attr) not in (None, False) and args.stage not in stages:
+            allowed = ", ".join(stages[:-1]) + (" or " if len(stages) > 1 else "") + stages[-1]
+            raise UsageError(f"{flag} goes with --stage {allowed}, not --stage {args.stage}")
 
 
 def cmd_show(args) -> int:
     """Print one stage of the compilation of an entry."""
-    if args.stage != "backward" and (args.wrt is not None or args.absent is not None):
-        raise SystemExit("tcjit: --wrt and --absent go with --stage backward")
+    _refuse_unused_flags(args)
     from .polyhedral.lang.parser import parse
     from .polyhedral.lang.printer import def_to_tc
 
     program, cdef = load_entry(args.file, args.entry)
-    sizes = parse_sizes(args.sizes)
+    sizes = parse_sizes(args.sizes, cdef.sizes)
     if args.stage == "ast":
         print(parse(program.source).get(cdef.name))
     elif args.stage == "canonical":
@@ -150,7 +175,7 @@ def cmd_show(args) -> int:
         from .polyhedral.scop import build_scop, compute_dependences
 
         if cdef.sizes and not sizes and args.fix_sizes:
-            raise SystemExit("tcjit: --fix-sizes needs --sizes")
+            raise UsageError("--fix-sizes needs --sizes")
         scop = build_scop(cdef, sizes if args.fix_sizes else None)
         if args.stage == "scop":
             print(scop.describe())
@@ -159,7 +184,7 @@ def cmd_show(args) -> int:
 
             base = MappingOptions.from_json(args.options) if args.options else None
             fusion = args.fusion or (base.get("outer_schedule_fusion_strategy") if base else _DEFAULT_FUSION)
-            tiles = parse_ints(args.tile)
+            tiles = parse_ints(args.tile, "--tile")
             if tiles is None:
                 tiles = base.get("tile") if base else ()
             sched = schedule(scop, compute_dependences(scop), fusion=fusion)
@@ -167,7 +192,7 @@ def cmd_show(args) -> int:
     elif args.stage in _MAPPED_STAGES:
         _need_sizes(cdef, sizes, f"--stage {args.stage}")
         opts = _options(args, cdef, sizes)
-        lowered = lower_for_show(cdef, sizes, opts, args.target)
+        lowered = lower_for_show(cdef, sizes, opts, args.target or "cpu")
         if args.stage == "c":
             print(lowered.source, end="" if lowered.source.endswith("\n") else "\n")
         else:
@@ -217,12 +242,13 @@ def cmd_run(args) -> int:
     from .reference import evaluate_def
     from .testing import compare_outputs, random_inputs, reduction_length
 
+    check_seconds(args.budget, "--budget")
     program, cdef = load_entry(args.file, args.entry)
-    sizes = parse_sizes(args.sizes)
+    sizes = parse_sizes(args.sizes, cdef.sizes)
     kernel = tcjit.Kernel(program, cdef.name)
     inputs = random_inputs(cdef, sizes, seed=args.seed)
     opts = _options(args, cdef, sizes)
-    target = args.target
+    target = args.target or "cpu"
     start = time.perf_counter()
     spec = tcjit.compile(kernel, *inputs, options=opts, target=target)
     t_compile = time.perf_counter() - start
@@ -254,7 +280,7 @@ def cmd_tune(args) -> int:
     from .tuning import tune_kernel
 
     program, cdef = load_entry(args.file, args.entry)
-    sizes = parse_sizes(args.sizes)
+    sizes = parse_sizes(args.sizes, cdef.sizes)
     kernel = tcjit.Kernel(program, cdef.name)
     device = "cuda" if args.target == "cuda" else "cpu"
     inputs = random_inputs(cdef, sizes, device=device, seed=args.seed or 0)
@@ -281,6 +307,10 @@ def cmd_demo(args) -> int:
     from .suite import SUITE
     from .testing import compare_outputs
 
+    check_seconds(args.budget, "--budget")
+    unknown = sorted(set(args.kernel or ()) - SUITE.keys())
+    if unknown:
+        raise UsageError(f"--kernel {unknown[0]}: no such suite kernel (the suite has {', '.join(SUITE)})")
     header = ("kernel", "sizes", "compile ms", "tcjit ms", "torch ms", "torch/tcjit", "correct")
     rows = []
     failures = 0
@@ -349,7 +379,6 @@ def _add_option_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--target",
         choices=("cpu", "cuda-emulated"),
-        default="cpu",
         help="cpu, or cuda-emulated: the CUDA mapping as C that runs blocks and threads on the CPU",
     )
     p.add_argument("--blocks", help="CUDA: map_to_blocks, e.g. 256,256")
@@ -420,11 +449,22 @@ def main(argv: list[str] | None = None) -> int:
 
     add_cache_parser(sub)
     args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except TCError as e:
-        print(f"tcjit: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        try:
+            return args.func(args)
+        except UsageError as e:
+            print(f"tcjit: {e}", file=sys.stderr)
+            return 2
+        except TCError as e:
+            print(f"tcjit: {type(e).__name__}: {e}", file=sys.stderr)
+            return 2
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings as one line on stderr (``tcjit: warning: ...``), without the Python source line."""
+    text = str(message).removeprefix("tcjit: ")
+    print(f"tcjit: warning: {text}", file=file or sys.stderr)
 
 
 if __name__ == "__main__":

@@ -18,20 +18,26 @@ import argparse
 import collections
 import json
 import sys
+import warnings
 
-from .polyhedral.errors import TCCacheError
+from .polyhedral.errors import TCCacheError, TCWarning
 from .tuning import format_duration
 
 __all__ = ["add_cache_parser"]
 
 
 def _database():
+    """The options database, or a :class:`TCCacheError` that says why there is none."""
     from .tuned import options_database
 
-    db = options_database()
+    with warnings.catch_warnings(record=True) as caught:  # why it is unusable, in the one message
+        warnings.simplefilter("always", TCWarning)
+        db = options_database()
     if db is None:
+        why = str(caught[-1].message) if caught else "TCJIT_OPTIONS_DB is empty"
+        why = why.removeprefix("tcjit: ").removeprefix("tuned-options database disabled: ")
         raise TCCacheError(
-            "the tuned-options database is disabled (TCJIT_OPTIONS_DB is empty)",
+            f"the tuned-options database is disabled ({why})",
             hint="set TCJIT_OPTIONS_DB to a file, or unset it for the default",
         )
     return db

@@ -109,8 +109,8 @@ def test_show_tree_and_c_follow_the_options(capsys, fcrelu_file):
 
 
 def test_show_mapped_stages_need_sizes_and_valid_options(capsys, fcrelu_file):
-    with pytest.raises(SystemExit, match=r"needs concrete sizes.*missing: N"):
-        main(["show", fcrelu_file, "--stage", "c", "--sizes", "B=4,M=4"])
+    code, _, err = _run(capsys, "show", fcrelu_file, "--stage", "c", "--sizes", "B=4,M=4")
+    assert code == 2 and re.fullmatch(r"tcjit: --stage c needs concrete sizes.*missing: N\)\n", err)
     code, _, err = _run(capsys, "show", fcrelu_file, "--stage", "c", "--sizes", FC_SIZES, "--options", "{")
     assert code == 2 and "TCOptionsError" in err and "cannot be read" in err
     bad = json.dumps({"format": 1, "tile": [4]})
@@ -145,10 +145,10 @@ def test_show_backward_for_some_gradients_and_absent_outputs(capsys, tmp_path):
         (["--absent", "O1,O2"], "--absent names every output"),
         (["--absent", "I"], "--absent takes outputs"),
     ]:
-        with pytest.raises(SystemExit, match=message):
-            main(["show", str(path), "--stage", "backward", *argv])
-    with pytest.raises(SystemExit, match="go with --stage backward"):
-        main(["show", str(path), "--stage", "canonical", "--wrt", "W1"])
+        code, _, err = _run(capsys, "show", str(path), "--stage", "backward", *argv)
+        assert code == 2 and re.match("tcjit: " + message, err) and err.count("\n") == 1
+    code, _, err = _run(capsys, "show", str(path), "--stage", "canonical", "--wrt", "W1")
+    assert code == 2 and err == "tcjit: --wrt goes with --stage backward, not --stage canonical\n"
 
 
 def test_run_compiles_and_checks_against_the_oracle(capsys):
@@ -196,6 +196,102 @@ def test_errors_are_reported_not_raised(capsys, tmp_path):
     assert code == 2 and "needs sizes for" in err
     code, _, err = _run(capsys, "show", CONV, "--entry", "nope")
     assert code == 2 and "unknown entry point 'nope'; the source defines conv2d" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["show", "{missing}"],
+        ["show", "{missing}", "--stage", "c", "--sizes", "N=4"],
+        ["run", "{missing}", "--sizes", "N=4"],
+        ["tune", "{missing}", "--sizes", "N=4"],
+        ["show", "{folder}"],
+        ["show", "{binary}"],
+    ],
+)
+def test_a_file_that_cannot_be_read_is_one_line(capsys, tmp_path, argv):
+    (tmp_path / "binary.tc").write_bytes(b"\xff\xfe def")
+    paths = {"missing": tmp_path / "missing.tc", "folder": tmp_path, "binary": tmp_path / "binary.tc"}
+    argv = [a.format(**paths) for a in argv]
+    code, out, err = _run(capsys, *argv)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert re.fullmatch(
+        r"tcjit: cannot read the TC file \S+: (No such file or directory|Is a directory|not UTF-8 text "
+        r"\(byte 0\))\n",
+        err,
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["show", CONV, "--sizes", "N=x"], "--sizes expects NAME=INT[,NAME=INT...] with INT >= 0, got 'N=x'"),
+        (["show", CONV, "--sizes", "=3"], "--sizes expects NAME=INT[,NAME=INT...] with INT >= 0, got '=3'"),
+        (
+            ["show", CONV, "--sizes", "N=-1"],
+            "--sizes expects NAME=INT[,NAME=INT...] with INT >= 0, got 'N=-1'",
+        ),
+        (["show", CONV, "--sizes", "N=1,N=2"], "--sizes gives N twice"),
+        (
+            ["run", CONV, "--sizes", "N=1,Q=3"],
+            "--sizes names Q, which is not a size of the entry (its sizes: N, C, H, W, F, KH, KW)",
+        ),
+        (
+            ["tune", CONV, "--sizes", "Q=3"],
+            "--sizes names Q, which is not a size of the entry (its sizes: N, C, H, W, F, KH, KW)",
+        ),
+        (
+            ["show", CONV, "--stage", "c", "--sizes", SIZES, "--tile", "a,b"],
+            "--tile expects INT[,INT...] with each INT >= 0, got 'a,b'",
+        ),
+        (
+            ["run", CONV, "--sizes", SIZES, "--threads", "4,x"],
+            "--threads expects INT[,INT...] with each INT >= 0, got '4,x'",
+        ),
+        (
+            ["run", CONV, "--sizes", SIZES, "--budget", "-1"],
+            "--budget takes a number of seconds >= 0, got -1.0",
+        ),
+        (["show", CONV, "--tile", "4"], "--tile goes with --stage schedule, tree or c, not --stage checked"),
+        (
+            ["show", CONV, "--stage", "scop", "--options", "{}"],
+            "--options goes with --stage schedule, tree or c, not --stage scop",
+        ),
+        (
+            ["show", CONV, "--stage", "schedule", "--threads", "4"],
+            "--threads goes with --stage tree or c, not --stage schedule",
+        ),
+        (
+            ["show", CONV, "--target", "cuda-emulated"],
+            "--target goes with --stage tree or c, not --stage checked",
+        ),
+        (
+            ["show", CONV, "--stage", "c", "--fix-sizes"],
+            "--fix-sizes goes with --stage scop or schedule, not --stage c",
+        ),
+        (["show", CONV, "--stage", "schedule", "--fix-sizes"], "--fix-sizes needs --sizes"),
+        (["demo", "--kernel", "nope"], "--kernel nope: no such suite kernel (the suite has matmul, "),
+        (["demo", "--budget", "nan"], "--budget takes a number of seconds >= 0, got nan"),
+    ],
+)
+def test_a_mistaken_argument_is_one_line(capsys, argv, message):
+    code, out, err = _run(capsys, *argv)
+    assert code == 2 and out == "" and err.startswith(f"tcjit: {message}") and err.count("\n") == 1, err
+
+
+def test_warnings_are_printed_as_tcjit_lines(capsys, fcrelu_file, tmp_path, monkeypatch):
+    """A warning on the way (here: a kernel cache that cannot be used) is printed as tcjit's own
+    line (and its hint), not Python's ``file:line: category: message`` and source line."""
+    folder = tmp_path / "not-a-folder"
+    folder.write_text("")
+    monkeypatch.setenv("TCJIT_CACHE_DIR", str(folder))
+    code, _, err = _run(capsys, "run", fcrelu_file, "--sizes", FC_SIZES, "--budget", "0")
+    assert code == 0
+    first, *rest = err.splitlines()
+    assert first == f"tcjit: warning: kernel cache disabled: cannot use {folder} as the kernel cache: " + (
+        "it is not a directory"
+    )
+    assert [line[:6] for line in rest] == ["hint: "] and ".py:" not in err  # no Python file:line
 
 
 def test_demo_table_for_some_kernels(capsys):
@@ -284,10 +380,16 @@ def test_cache_show_and_ambiguous_or_unknown_ids(capsys):
     assert code == 2 and "give more of it" in err
 
 
-def test_cache_disabled_database_is_an_error(capsys, monkeypatch):
+def test_cache_disabled_database_is_an_error(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("TCJIT_OPTIONS_DB", "")
     code, _, err = _run(capsys, "cache", "list")
     assert code == 2 and "TCCacheError: the tuned-options database is disabled" in err
+    monkeypatch.setenv("TCJIT_OPTIONS_DB", str(tmp_path))  # a folder: the message says so, once
+    code, _, err = _run(capsys, "cache", "list")
+    assert code == 2 and err.splitlines()[0] == (
+        f"tcjit: TCCacheError: the tuned-options database is disabled (cannot use {tmp_path} as the "
+        "options database: it is a directory)"
+    )
 
 
 def test_cache_export_import_round_trip(capsys, tmp_path, monkeypatch):
