@@ -9,7 +9,9 @@
   need every size (``--sizes M=64,N=32``) and take the mapping options (``--options JSON``,
   ``--fusion``, ``--tile``, ``--no-parallel``, ``--no-vectorize``); they lower for contiguous tensors.
 * ``tcjit run FILE.tc --sizes ...`` compiles the entry, runs it on random inputs, compares it with
-  the oracle (:mod:`tcjit.reference`) and times it; exit code 1 on a mismatch.
+  the oracle (:mod:`tcjit.reference`) and times it; exit code 1 on a mismatch. Integer inputs used
+  as subscripts are drawn from the extent they index (:func:`tcjit.testing.index_ranges`);
+  ``--range NAME=LO:HI`` sets an integer input's range (``tcjit tune`` takes it too).
 * ``tcjit demo`` compiles every benchmark-suite kernel at a small size, checks it against torch and
   the oracle, and prints compile and run times next to torch eager's.
 * ``tcjit cache list|show|export|import|clear`` manages the tuned-options database
@@ -31,7 +33,15 @@ import time
 import warnings
 from collections.abc import Callable, Mapping
 
-from .cli_args import UsageError, check_seconds, load_entry, parse_ints, parse_names, parse_sizes
+from .cli_args import (
+    UsageError,
+    check_seconds,
+    load_entry,
+    parse_ints,
+    parse_names,
+    parse_ranges,
+    parse_sizes,
+)
 from .polyhedral.errors import TCError
 
 __all__ = ["lower_for_show", "main"]
@@ -245,8 +255,10 @@ def cmd_run(args) -> int:
     check_seconds(args.budget, "--budget")
     program, cdef = load_entry(args.file, args.entry)
     sizes = parse_sizes(args.sizes, cdef.sizes)
+    ranges = parse_ranges(args.range, cdef)
     kernel = tcjit.Kernel(program, cdef.name)
-    inputs = random_inputs(cdef, sizes, seed=args.seed)
+    inputs = random_inputs(cdef, sizes, seed=args.seed, ranges=ranges)
+    _print_index_ranges(cdef, sizes, ranges)
     opts = _options(args, cdef, sizes)
     target = args.target or "cpu"
     start = time.perf_counter()
@@ -272,6 +284,21 @@ def cmd_run(args) -> int:
     return 0 if ok else 1
 
 
+def _print_index_ranges(cdef, sizes: Mapping[str, int], given: Mapping[str, tuple[int, int]]) -> None:
+    """One line saying where the integer inputs drawn from a range got it (nothing if none)."""
+    from .testing import index_ranges
+
+    ranges = {**index_ranges(cdef, sizes), **given}
+    if ranges:
+        print(
+            "integer inputs: "
+            + ", ".join(
+                f"{name} in [{lo}, {hi}) ({'--range' if name in given else 'the extent it indexes'})"
+                for name, (lo, hi) in ranges.items()
+            )
+        )
+
+
 def cmd_tune(args) -> int:
     """Tune an entry on random inputs of the given sizes; store the best options; print a summary."""
     import tcjit
@@ -281,9 +308,10 @@ def cmd_tune(args) -> int:
 
     program, cdef = load_entry(args.file, args.entry)
     sizes = parse_sizes(args.sizes, cdef.sizes)
+    ranges = parse_ranges(args.range, cdef)
     kernel = tcjit.Kernel(program, cdef.name)
     device = "cuda" if args.target == "cuda" else "cpu"
-    inputs = random_inputs(cdef, sizes, device=device, seed=args.seed or 0)
+    inputs = random_inputs(cdef, sizes, device=device, seed=args.seed or 0, ranges=ranges)
     target = args.target
     settings = {
         name: getattr(args, name)
@@ -385,6 +413,16 @@ def _add_option_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", help="CUDA: map_to_threads, e.g. 32,8 (x first)")
 
 
+def _add_range_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--range",
+        action="append",
+        metavar="NAME=LO:HI",
+        help="draw integer input NAME from [LO, HI) (repeatable); inputs used as subscripts are "
+        "drawn from the extent they index by default, other integers from [-8, 8) ([0, 16) unsigned)",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``tcjit`` command."""
     parser = argparse.ArgumentParser(prog="tcjit", description="Tensor Comprehensions for PyTorch")
@@ -421,6 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", required=True, help="sizes of the inputs, e.g. M=64,N=32")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--budget", type=float, default=0.2, help="seconds spent timing the kernel")
+    _add_range_flag(p)
     _add_option_flags(p)
     p.set_defaults(func=cmd_run)
     p = sub.add_parser(
@@ -434,6 +473,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--population", type=int, help="candidates per generation (default 16)")
     p.add_argument("--timeout", type=float, help="seconds for the whole search (default: no limit)")
     p.add_argument("--seed", type=int, help="seed of the search and of the random inputs")
+    _add_range_flag(p)
     p.add_argument("--workers", type=int, help="parallel compilations (default: the CPU count)")
     p.add_argument(
         "--ray", metavar="ADDRESS", help="spread candidates over a Ray cluster ('auto', ray://...)"

@@ -16,6 +16,7 @@ __all__ = [
     "load_entry",
     "parse_ints",
     "parse_names",
+    "parse_ranges",
     "parse_sizes",
     "read_file",
 ]
@@ -109,6 +110,43 @@ def parse_names(text: str | None, known, flag: str, what: str) -> tuple[str, ...
             + (f": {', '.join(unknown)} is not one" if unknown else "")
         )
     return names
+
+
+def parse_ranges(texts: Sequence[str] | None, cdef) -> dict[str, tuple[int, int]]:
+    """``--range Idx=0:10`` (repeatable) as ``{"Idx": (0, 10)}``: the values of an integer input
+    are drawn from ``[0, 10)``.
+
+    :arg cdef: the checked entry; each name must be one of its integer inputs (tensor or rank-0).
+    :raises UsageError: a part is not ``NAME=LO:HI`` with ``LO < HI``, a name is given twice, is no
+        integer input of the entry, or the range does not fit the input's type.
+    """
+    ranges: dict[str, tuple[int, int]] = {}
+    integer = {name: cdef.param_type(name) for name in cdef.params}
+    integer = {name: t for name, t in integer.items() if t.kind in ("int", "uint")}
+    for text in texts or ():
+        name, eq, bounds = (s.strip() for s in text.partition("="))
+        low, colon, high = (s.strip() for s in bounds.partition(":"))
+        if not (eq and colon and name and _is_int(low) and _is_int(high)) or int(low) >= int(high):
+            raise UsageError(f"--range expects NAME=LO:HI with integers LO < HI (HI excluded), got {text!r}")
+        if name in ranges:
+            raise UsageError(f"--range gives {name} twice")
+        if name not in integer:
+            what = f"is {cdef.param_type(name)}" if name in cdef.params else f"is no input of {cdef.name}"
+            raise UsageError(
+                f"--range {name}: {name} {what}; ranges are for integer inputs "
+                f"({', '.join(integer) or 'it has none'})"
+            )
+        t = integer[name]
+        if int(low) < t.min_value or int(high) - 1 > t.max_value:
+            raise UsageError(
+                f"--range {name}={low}:{high} does not fit {t} (values {t.min_value} to {t.max_value})"
+            )
+        ranges[name] = (int(low), int(high))
+    return ranges
+
+
+def _is_int(text: str) -> bool:
+    return text.removeprefix("-").isdigit()
 
 
 def check_seconds(value: float | None, flag: str) -> None:

@@ -294,6 +294,85 @@ def test_warnings_are_printed_as_tcjit_lines(capsys, fcrelu_file, tmp_path, monk
     assert [line[:6] for line in rest] == ["hint: "] and ".py:" not in err  # no Python file:line
 
 
+EMBEDDING = """
+def embedding(float(V, D) W, int64(N) Idx) -> (O) {
+    O(n, d) = W(Idx(n), d)
+}
+"""
+GATHERS = """
+def gathers(float(V,D) LUT, int32(B) I, int64(B,L) J, float(B,L) Wt, int64 k, int8(B) Small)
+    -> (E, Bag, Sh, GG, X)
+{
+    E(b, d) = LUT(I(b), d)
+    Bag(b, d) +=! Wt(b, r_l) * LUT(J(b, r_l), d)
+    Sh(b) = LUT((I(b) + 1) % V, 0)
+    GG(b) = LUT(J(I(b) % B, 0), 1)
+    X(b) = LUT(k, b) + Small(b)
+}
+"""
+GATHER_SIZES = "V=40,D=6,B=30,L=5"
+
+
+def test_index_inputs_are_drawn_from_the_extent_they_index():
+    """Each integer input read inside a subscript gets [0, smallest extent it indexes): ``I``
+    indexes LUT's rows (V) and J's rows (B), so [0, min(V, B)); a rank-0 ``k`` as well; ``Small``
+    is read as a value only and keeps the default distribution."""
+    from tcjit.polyhedral.lang.check import check_source
+    from tcjit.testing import index_ranges, random_inputs
+
+    cdef = check_source(GATHERS).defs[0]
+    assert index_ranges(cdef, {"V": 40, "D": 6, "B": 30, "L": 5}) == {
+        "I": (0, 30),
+        "J": (0, 40),
+        "k": (0, 40),
+    }
+    assert index_ranges(cdef, {"V": 20, "D": 6, "B": 30, "L": 5})["I"] == (0, 20)
+    _, I, J, _, k, small = random_inputs(cdef, {"V": 40, "D": 6, "B": 30, "L": 5}, seed=3)
+    assert 0 <= int(I.min()) and int(I.max()) < 30 and int(I.max()) > 15  # the whole range is used
+    assert 0 <= int(J.min()) and int(J.max()) < 40 and 0 <= k < 40
+    assert int(small.min()) < 0  # [-8, 8) as before
+    _, I, *_ = random_inputs(cdef, {"V": 40, "D": 6, "B": 30, "L": 5}, ranges={"I": (7, 9)})
+    assert set(I.tolist()) == {7, 8}
+
+
+def test_run_draws_indices_inside_the_tensor_they_index(capsys, tmp_path):
+    """Random indices used to fail every kernel that takes indices (an out-of-bounds read)."""
+    path = tmp_path / "emb.tc"
+    path.write_text(EMBEDDING)
+    code, out, err = _run(capsys, "run", str(path), "--sizes", "V=100,D=8,N=64", "--budget", "0")
+    assert code == 0 and "ok" in out, err
+    assert out.splitlines()[0] == "integer inputs: Idx in [0, 100) (the extent it indexes)"
+    gathers = tmp_path / "gathers.tc"
+    gathers.write_text(GATHERS)
+    code, out, err = _run(capsys, "run", str(gathers), "--sizes", GATHER_SIZES, "--budget", "0")
+    assert code == 0 and "ok" in out, err
+    code, out, _ = _run(capsys, "run", str(path), "--sizes", "V=100,D=8,N=64", "--range", "Idx=98:100")
+    assert code == 0 and out.splitlines()[0] == "integer inputs: Idx in [98, 100) (--range)"
+    code, _, err = _run(capsys, "run", str(path), "--sizes", "V=100,D=8,N=64", "--range", "Idx=0:1000")
+    assert code == 2 and "TCBoundsError" in err and "outside [0, 100)" in err
+
+
+@pytest.mark.parametrize(
+    ("ranges", "message"),
+    [
+        (["Idx=5:5"], "--range expects NAME=LO:HI with integers LO < HI (HI excluded), got 'Idx=5:5'"),
+        (["Idx=a:b"], "--range expects NAME=LO:HI with integers LO < HI (HI excluded), got 'Idx=a:b'"),
+        (["Idx"], "--range expects NAME=LO:HI with integers LO < HI (HI excluded), got 'Idx'"),
+        (["Idx=0:3", "Idx=0:4"], "--range gives Idx twice"),
+        (["W=0:3"], "--range W: W is float32; ranges are for integer inputs (Idx)"),
+        (["Q=0:3"], "--range Q: Q is no input of embedding; ranges are for integer inputs (Idx)"),
+        (["Idx=-1:10000000000000000000"], "--range Idx=-1:10000000000000000000 does not fit int64"),
+    ],
+)
+def test_bad_ranges_are_one_line(capsys, tmp_path, ranges, message):
+    path = tmp_path / "emb.tc"
+    path.write_text(EMBEDDING)
+    argv = [a for r in ranges for a in ("--range", r)]
+    for command in ("run", "tune"):
+        code, out, err = _run(capsys, command, str(path), "--sizes", "V=100,D=8,N=64", *argv)
+        assert code == 2 and out == "" and err.startswith(f"tcjit: {message}") and err.count("\n") == 1, err
+
+
 def test_demo_table_for_some_kernels(capsys):
     code, out, _ = _run(capsys, "demo", "--kernel", "fcrelu", "--kernel", "softmax", "--budget", "0.01")
     assert code == 0 and "2 of 2 kernels match torch" in out
