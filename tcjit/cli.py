@@ -9,7 +9,9 @@
   need every size (``--sizes M=64,N=32``) and take the mapping options (``--options JSON``,
   ``--fusion``, ``--tile``, ``--no-parallel``, ``--no-vectorize``); they lower for contiguous tensors.
 * ``tcjit run FILE.tc --sizes ...`` compiles the entry, runs it on random inputs, compares it with
-  the oracle (:mod:`tcjit.reference`) and times it; exit code 1 on a mismatch. Integer inputs used
+  the oracle (:mod:`tcjit.reference`) and times it; exit code 1 on a mismatch. It says which
+  options it used: those the flags give, a tuned record's (its id, as ``tcjit cache`` shows it), or
+  the defaults. Integer inputs used
   as subscripts are drawn from the extent they index (:func:`tcjit.testing.index_ranges`);
   ``--range NAME=LO:HI`` sets an integer input's range (``tcjit tune`` takes it too).
 * ``tcjit demo`` compiles every benchmark-suite kernel at a small size, checks it against torch and
@@ -261,6 +263,7 @@ def cmd_run(args) -> int:
     _print_index_ranges(cdef, sizes, ranges)
     opts = _options(args, cdef, sizes)
     target = args.target or "cpu"
+    print(f"options: {_options_origin(kernel, inputs, target, opts)}")
     start = time.perf_counter()
     spec = tcjit.compile(kernel, *inputs, options=opts, target=target)
     t_compile = time.perf_counter() - start
@@ -282,6 +285,20 @@ def cmd_run(args) -> int:
     if not ok:
         print(f"tcjit: {cdef.name}: the compiled kernel does not match the oracle", file=sys.stderr)
     return 0 if ok else 1
+
+
+def _options_origin(kernel, inputs, target: str, given) -> str:
+    """Where the options of ``kernel(*inputs, options=given, target=target)`` come from, as
+    ``tcjit run`` says it: the command line, a tuned record (its id in ``tcjit cache``), or the
+    defaults. Looked up as a call looks them up (:func:`tcjit.tuned.lookup_options`)."""
+    from .tuned import lookup_options
+
+    if given is not None:
+        return "given on the command line"
+    found = lookup_options(kernel, inputs, target)
+    if found is not None:
+        return f"tuned record {found.key.digest[:12]} from {found.database}"
+    return "the defaults (from the kernel's structure)"
 
 
 def _print_index_ranges(cdef, sizes: Mapping[str, int], given: Mapping[str, tuple[int, int]]) -> None:

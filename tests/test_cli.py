@@ -168,6 +168,29 @@ def test_run_takes_options(capsys, fcrelu_file):
     assert code == 0 and "ok" in out
 
 
+def test_run_says_which_options_it_used(capsys, fcrelu_file):
+    """The defaults, then a tuned record for exactly these inputs (its id as tcjit cache lists
+    it), then options from the command line, which win over the record."""
+    import tcjit
+    from tcjit.testing import random_inputs
+    from tcjit.tuned import tuning_key
+
+    run = ("run", fcrelu_file, "--sizes", FC_SIZES, "--budget", "0")
+    code, out, _ = _run(capsys, *run)
+    assert code == 0 and "options: the defaults (from the kernel's structure)\n" in out
+    kernel = tcjit.define(FCRELU)
+    cdef = kernel.definition
+    key = tuning_key(kernel, random_inputs(cdef, {"B": 64, "M": 48, "N": 40}), "cpu")
+    tuned = tcjit.MappingOptions.naive().tile(8, 8)
+    _tuned_db().put(key, tuned.to_json(), 1e-5, baseline=2e-5)
+    code, out, _ = _run(capsys, *run)
+    db = os.environ["TCJIT_OPTIONS_DB"]
+    assert code == 0 and f"options: tuned record {key.digest[:12]} from {db}\n" in out
+    assert any(line.startswith(key.digest[:12]) for line in _run(capsys, "cache", "list")[1].splitlines())
+    code, out, _ = _run(capsys, *run, "--tile", "4,4")
+    assert code == 0 and "options: given on the command line\n" in out
+
+
 def test_run_exits_1_on_a_mismatch(capsys, monkeypatch, fcrelu_file):
     import tcjit.reference
 
