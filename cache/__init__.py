@@ -9,7 +9,7 @@ May import tcjit.polyhedral (errors), tcjit.mapping (the options type) and the s
 """
 
 from .options_db import SCHEMA_VERSION, Measured, OptionsDatabase, TunedOptions, TuningKey
-from .store import FORMAT_VERSION, Entry, KernelStore
+from .store import FORMAT_VERSION, Entry, KernelStore, StoredEntry
 
 __all__ = [
     "FORMAT_VERSION",
@@ -18,6 +18,7 @@ __all__ = [
     "KernelStore",
     "Measured",
     "OptionsDatabase",
+    "StoredEntry",
     "TunedOptions",
     "TuningKey",
 ]

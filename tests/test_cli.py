@@ -444,7 +444,7 @@ def _cache_key(shape, entry="fcrelu"):
 
 
 def test_cache_list_empty_then_records(capsys):
-    code, out, _ = _run(capsys, "cache", "list")
+    code, out, _ = _run(capsys, "cache", "list", "--options")
     path = os.environ["TCJIT_OPTIONS_DB"]
     assert code == 0 and out.splitlines() == [f"tuned options in {path}", f"no tuned options in {path}"]
     db = _tuned_db()
@@ -521,7 +521,7 @@ def test_cache_clear_needs_confirmation(capsys, monkeypatch, tmp_path):
     db = _tuned_db()
     db.put(_cache_key((64, 48)), "{}", 1e-4)
     monkeypatch.setattr("sys.stdin", io.StringIO(""))  # not a terminal
-    code, _, err = _run(capsys, "cache", "clear")
+    code, _, err = _run(capsys, "cache", "clear", "--options")
     assert code == 2 and "--yes" in err and len(db.records()) == 1
 
     class Tty(io.StringIO):
@@ -529,18 +529,103 @@ def test_cache_clear_needs_confirmation(capsys, monkeypatch, tmp_path):
             return True
 
     monkeypatch.setattr("sys.stdin", Tty("n\n"))
-    assert _run(capsys, "cache", "clear")[0] == 1 and len(db.records()) == 1
+    assert _run(capsys, "cache", "clear", "--options")[0] == 1 and len(db.records()) == 1
     monkeypatch.setattr("sys.stdin", Tty("y\n"))
-    code, out, _ = _run(capsys, "cache", "clear")
+    code, out, _ = _run(capsys, "cache", "clear", "--options")
     assert code == 0 and "removed 1 tuned options" in out and db.records() == []
 
 
-def test_cache_clear_kernels_empties_the_kernel_store(capsys, tmp_path, fcrelu_file):
+def test_cache_clear_kernels_and_options_separately(capsys, fcrelu_file):
+    """--kernels empties the kernel store and keeps the tuning records, --options the reverse;
+    neither flag removes nothing and says what to choose."""
     from tcjit.compiler import kernel_store
 
-    assert _run(capsys, "run", fcrelu_file, "--sizes", FC_SIZES, "--budget", "0.01")[0] == 0
+    db = _tuned_db()
+    db.put(_cache_key((64, 48)), "{}", 1e-4)
+    assert _run(capsys, "run", fcrelu_file, "--sizes", FC_SIZES, "--budget", "0")[0] == 0
     store = kernel_store()
     assert store.total_bytes() > 0
+    code, out, err = _run(capsys, "cache", "clear", "--yes")
+    assert (
+        code == 2
+        and out == ""
+        and err
+        == (
+            "tcjit: cache clear needs --options (every tuned-options record: hours of tuning), --kernels "
+            "(every compiled kernel: rebuilt when next needed) or both\n"
+        )
+    )
+    assert store.total_bytes() > 0 and len(db.records()) == 1
     code, out, _ = _run(capsys, "cache", "clear", "--yes", "--kernels")
-    assert code == 0 and "removed every compiled kernel" in out
+    assert code == 0 and out == f"removed 1 compiled kernels from {store.root}\n"
+    assert store.total_bytes() == 0 and len(db.records()) == 1
+    assert _run(capsys, "run", fcrelu_file, "--sizes", FC_SIZES, "--budget", "0")[0] == 0
+    code, out, _ = _run(capsys, "cache", "clear", "--yes", "--options")
+    assert code == 0 and out.startswith("removed 1 tuned options")
+    assert store.total_bytes() > 0 and db.records() == []
+    code, out, _ = _run(capsys, "cache", "clear", "--yes", "--options", "--kernels")
+    assert code == 0 and "removed 0 tuned options" in out and "removed 1 compiled kernels" in out
     assert store.total_bytes() == 0
+
+
+def test_cache_list_kernels_with_sizes_and_ages(capsys, fcrelu_file, tmp_path, monkeypatch):
+    """One line per compiled kernel (entry, target, inputs, size, ages); entries a call would not
+    use are listed as such, and listing neither follows links, nor reads a folder another user
+    owns, nor removes anything."""
+    from tcjit.cache import trust
+    from tcjit.compiler import kernel_store
+
+    code, out, _ = _run(capsys, "cache", "list", "--kernels")
+    root = os.environ["TCJIT_CACHE_DIR"]
+    assert (
+        code == 0
+        and out == f"compiled kernels in {root}: 0 entries, 0 B (cap 2.1 GB: TCJIT_CACHE_MAX_BYTES)\n"
+    )
+    assert _run(capsys, "run", fcrelu_file, "--sizes", FC_SIZES, "--budget", "0")[0] == 0
+    store = kernel_store()
+    (entry,) = store.entries()
+    total = store.total_bytes()
+    code, out, _ = _run(capsys, "cache", "list", "--kernels")
+    lines = out.splitlines()
+    assert code == 0 and lines[0].startswith(f"compiled kernels in {root}: 1 entries, {total / 1000:.1f} kB")
+    assert lines[1].split() == ["id", "entry", "target", "inputs", "size", "stored", "last", "used"]
+    assert lines[2].split()[:5] == [
+        entry.directory.name[:12],
+        "fcrelu",
+        "cpu",
+        "64x48,40x48,40",
+        f"{total / 1000:.1f}",
+    ]
+    assert re.search(r"kB +\d+ s ago +\d+ s ago$", lines[2])
+    # a link to a valid-looking entry elsewhere, a foreign entry, an entry another user owns
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "manifest.json").write_text("{}")
+    prefix = entry.directory.parent
+    (prefix / "linked").symlink_to(elsewhere)
+    foreign = prefix / ("0" * 64)
+    foreign.mkdir(mode=0o700)
+    (foreign / "manifest.json").write_text((entry.directory / "manifest.json").read_text())
+    foreign.chmod(0o700)
+    (foreign / "manifest.json").chmod(0o600)
+    owned = prefix / ("f" * 64)
+    owned.mkdir(mode=0o700)
+    (owned / "manifest.json").write_text("{}")
+    st = os.lstat(owned)
+    real = trust.owner_and_mode
+
+    def pretending(found):
+        owner, mode = real(found)
+        return (owner + 1, mode) if (found.st_dev, found.st_ino) == (st.st_dev, st.st_ino) else (owner, mode)
+
+    monkeypatch.setattr(trust, "owner_and_mode", pretending)
+    code, out, _ = _run(capsys, "cache", "list", "--kernels")
+    assert code == 0
+    problems = {
+        line.split()[0]: line.split("not used: ")[1] for line in out.splitlines() if "not used: " in line
+    }
+    assert problems["linked"] in ("linked is a symbolic link", "Not a directory")
+    assert problems["0" * 12] == "foreign entry: its manifest names another key"
+    assert problems["f" * 12].startswith(f"{'f' * 64}: it is owned by uid")
+    assert out.splitlines()[2].split()[1] == "fcrelu" and "1 entries" in out.splitlines()[0]
+    assert all(p.exists() for p in (prefix / "linked", foreign, owned, entry.directory))  # nothing removed
