@@ -85,6 +85,10 @@ def _kernel_store():
     return store
 
 
+def _count(n: int, one: str, several: str) -> str:
+    return f"{n} {one if n == 1 else several}"
+
+
 def _size(n: int) -> str:
     """``512 B``, ``45.1 kB``, ``1.2 MB`` (powers of 1000)."""
     for unit in ("B", "kB", "MB", "GB"):
@@ -117,7 +121,7 @@ def _list_kernels() -> None:
     valid = [e for e in entries if e.problem is None]
     total = sum(e.bytes for e in entries)
     print(
-        f"compiled kernels in {store.root}: {len(valid)} entries, {_size(total)} "
+        f"compiled kernels in {store.root}: {_count(len(valid), 'entry', 'entries')}, {_size(total)} "
         f"(cap {_size(store.max_bytes)}: TCJIT_CACHE_MAX_BYTES)"
     )
     if not entries:
@@ -279,7 +283,7 @@ def _cmd_clear(args) -> int:
     if store is not None:
         count = sum(e.problem is None for e in store.entries())
         store.clear()  # a TCError (unwritable directory) exits with code 2
-        print(f"removed {count} compiled kernels from {store.root}")
+        print(f"removed {_count(count, 'compiled kernel', 'compiled kernels')} from {store.root}")
     return 0
 
 

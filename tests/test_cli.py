@@ -557,14 +557,14 @@ def test_cache_clear_kernels_and_options_separately(capsys, fcrelu_file):
     )
     assert store.total_bytes() > 0 and len(db.records()) == 1
     code, out, _ = _run(capsys, "cache", "clear", "--yes", "--kernels")
-    assert code == 0 and out == f"removed 1 compiled kernels from {store.root}\n"
+    assert code == 0 and out == f"removed 1 compiled kernel from {store.root}\n"
     assert store.total_bytes() == 0 and len(db.records()) == 1
     assert _run(capsys, "run", fcrelu_file, "--sizes", FC_SIZES, "--budget", "0")[0] == 0
     code, out, _ = _run(capsys, "cache", "clear", "--yes", "--options")
     assert code == 0 and out.startswith("removed 1 tuned options")
     assert store.total_bytes() > 0 and db.records() == []
     code, out, _ = _run(capsys, "cache", "clear", "--yes", "--options", "--kernels")
-    assert code == 0 and "removed 0 tuned options" in out and "removed 1 compiled kernels" in out
+    assert code == 0 and "removed 0 tuned options" in out and "removed 1 compiled kernel" in out
     assert store.total_bytes() == 0
 
 
@@ -587,7 +587,7 @@ def test_cache_list_kernels_with_sizes_and_ages(capsys, fcrelu_file, tmp_path, m
     total = store.total_bytes()
     code, out, _ = _run(capsys, "cache", "list", "--kernels")
     lines = out.splitlines()
-    assert code == 0 and lines[0].startswith(f"compiled kernels in {root}: 1 entries, {total / 1000:.1f} kB")
+    assert code == 0 and lines[0].startswith(f"compiled kernels in {root}: 1 entry, {total / 1000:.1f} kB")
     assert lines[1].split() == ["id", "entry", "target", "inputs", "size", "stored", "last", "used"]
     assert lines[2].split()[:5] == [
         entry.directory.name[:12],
@@ -627,5 +627,5 @@ def test_cache_list_kernels_with_sizes_and_ages(capsys, fcrelu_file, tmp_path, m
     assert problems["linked"] in ("linked is a symbolic link", "Not a directory")
     assert problems["0" * 12] == "foreign entry: its manifest names another key"
     assert problems["f" * 12].startswith(f"{'f' * 64}: it is owned by uid")
-    assert out.splitlines()[2].split()[1] == "fcrelu" and "1 entries" in out.splitlines()[0]
+    assert out.splitlines()[2].split()[1] == "fcrelu" and "1 entry," in out.splitlines()[0]
     assert all(p.exists() for p in (prefix / "linked", foreign, owned, entry.directory))  # nothing removed
