@@ -162,7 +162,7 @@ def lookup_options(kernel, inputs: Sequence[object], target: str) -> StoredOptio
             key,
             f"tcjit: the tuned options stored for {kernel.name} ({key.digest[:12]} in {db.path}) are not "
             f"usable any more, defaults are used instead: {err}. Tune again, or remove them with "
-            f"'tcjit cache clear'",
+            f"'tcjit cache clear --options'",
         )
         return None
 
