@@ -9,7 +9,7 @@ May import tcjit.polyhedral (errors), tcjit.mapping (the options type) and the s
 """
 
 from .options_db import SCHEMA_VERSION, Measured, OptionsDatabase, TunedOptions, TuningKey
-from .store import FORMAT_VERSION, Entry, KernelStore
+from .store import FORMAT_VERSION, Entry, KernelStore, StoredEntry
 from .tuning_records import USE_DEFAULTS
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "KernelStore",
     "Measured",
     "OptionsDatabase",
+    "StoredEntry",
     "TunedOptions",
     "TuningKey",
 ]

@@ -36,6 +36,8 @@ __all__ = [
     "FORMAT_VERSION",
     "MANIFEST",
     "Entry",
+    "StoredEntry",
+    "describe_entry",
     "entry_location",
     "fsync_dir",
     "make_entry",
@@ -87,6 +89,63 @@ class Entry:
         ``KeyError`` if the entry has no such file."""
         self.path(name)  # the KeyError with the file names
         return self.contents[name]
+
+
+@dataclass(frozen=True)
+class StoredEntry:
+    """One entry of the store as a listing sees it (:meth:`KernelStore.entries`): nothing of it
+    is loaded or removed.
+
+    :ivar directory: the entry's directory.
+    :ivar key: the full cache-key text, or ``None`` when the entry is not valid.
+    :ivar bytes: bytes of file content (manifest included) of the files that could be examined.
+    :ivar created: when it was stored (seconds since the epoch), or ``None`` when not valid.
+    :ivar accessed: its last access (seconds since the epoch; the directory's mtime).
+    :ivar problem: why a call would not use it (another format version, corrupt, untrusted), or
+        ``None`` for a valid entry.
+    """
+
+    directory: Path
+    key: str | None
+    bytes: int
+    created: float | None
+    accessed: float
+    problem: str | None
+
+
+def describe_entry(dir_fd: int, directory: Path, root: Path) -> StoredEntry:
+    """The :class:`StoredEntry` of the entry open (and checked) as ``dir_fd`` at ``directory`` under
+    the store's ``root``: valid when :func:`read_entry` accepts it for the key its manifest names
+    and that key belongs at ``directory``. Files are opened without following links; sizes are
+    read from ``lstat``. Never raises on what it finds on disk."""
+    accessed = os.fstat(dir_fd).st_mtime
+    size = 0
+    with contextlib.suppress(OSError):
+        for name in os.listdir(dir_fd):
+            with contextlib.suppress(OSError):
+                size += os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_size
+
+    def invalid(problem: str) -> StoredEntry:
+        return StoredEntry(directory, None, size, None, accessed, problem)
+
+    try:
+        manifest = json.loads(_read(MANIFEST, dir_fd))
+    except FileNotFoundError:
+        return invalid("no manifest")
+    except (UntrustedError, OSError, ValueError, RecursionError) as err:
+        return invalid(f"unreadable manifest: {getattr(err, 'strerror', None) or err}")
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_VERSION:
+        return invalid("of another format version")
+    key = manifest.get("key")
+    if not isinstance(key, str) or entry_location(root, key) != directory:
+        return invalid("foreign entry: its manifest names another key")
+    found = read_entry(dir_fd, directory, key)
+    if not isinstance(found, Entry):
+        return invalid(found or "no manifest")
+    created = manifest.get("created")
+    return StoredEntry(
+        directory, key, size, created if isinstance(created, (int, float)) else None, accessed, None
+    )
 
 
 def entry_location(root: Path, key: str) -> Path:

@@ -45,6 +45,8 @@ from tcjit.polyhedral.errors import TCError, TCWarning
 from .entry import (
     FORMAT_VERSION,
     Entry,
+    StoredEntry,
+    describe_entry,
     entry_location,
     make_entry,
     prepare_put,
@@ -54,7 +56,7 @@ from .entry import (
 )
 from .trust import UntrustedError, ancestors_problem, check_fd, open_checked, trust_problem
 
-__all__ = ["FORMAT_VERSION", "Entry", "KernelStore"]
+__all__ = ["FORMAT_VERSION", "Entry", "KernelStore", "StoredEntry"]
 
 _STALE_SECONDS = 3600  # a put- directory untouched this long belongs to a writer that died
 _RESCAN_SECONDS = 60  # how long put trusts its running estimate of the store's size
@@ -129,6 +131,59 @@ class KernelStore:
                 fds.callback(os.close, fd)
             found = read_entry(fd, directory, key)
             return (found, directory) if isinstance(found, str) else found
+
+    def entries(self) -> list[StoredEntry]:
+        """Every entry of the store, of every format version: the valid ones most recently used
+        first, then the others: what ``tcjit cache list --kernels`` shows. Nothing is loaded,
+        removed or touched (not even the last access).
+
+        Walks down from the root one name at a time as :meth:`get` does, without following links
+        and checking each folder and file on its descriptor: a folder or entry that another user
+        owns or can write is listed with that problem, and nothing in it is read.
+
+        :raises TCError: the root cannot be trusted or read.
+        """
+        found: list[StoredEntry] = []
+        if not os.path.lexists(self.root):
+            return found
+        with self._io_errors("list entries"), contextlib.ExitStack() as fds:
+            root_fd = self._open_root()
+            fds.callback(os.close, root_fd)
+            for level in sorted(n for n in os.listdir(root_fd) if _VERSION_DIR.fullmatch(n)):
+                self._describe_level(root_fd, self.root / level, found)
+        return sorted(found, key=lambda e: (e.problem is not None, -e.accessed))
+
+    def _describe_level(self, root_fd: int, level: Path, found: list[StoredEntry]) -> None:
+        """Add the entries under the version folder ``level`` (open relative to ``root_fd``)."""
+
+        def opened(name: str, dir_fd: int, path: Path) -> int | None:
+            try:
+                return open_checked(name, dir_fd, directory=True)
+            except FileNotFoundError:  # removed meanwhile
+                return None
+            except (UntrustedError, OSError) as err:
+                found.append(StoredEntry(path, None, 0, None, 0.0, _reason(err)))
+                return None
+
+        with contextlib.ExitStack() as fds:
+            level_fd = opened(level.name, root_fd, level)
+            if level_fd is None:
+                return
+            fds.callback(os.close, level_fd)
+            for prefix in sorted(os.listdir(level_fd)):
+                prefix_fd = opened(prefix, level_fd, level / prefix)
+                if prefix_fd is None:
+                    continue
+                try:
+                    for name in sorted(os.listdir(prefix_fd)):
+                        entry_fd = opened(name, prefix_fd, level / prefix / name)
+                        if entry_fd is not None:
+                            try:
+                                found.append(describe_entry(entry_fd, level / prefix / name, self.root))
+                            finally:
+                                os.close(entry_fd)
+                finally:
+                    os.close(prefix_fd)
 
     def total_bytes(self) -> int:
         """Bytes of file content in all entries, of every format version (temporaries excluded)."""

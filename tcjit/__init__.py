@@ -86,19 +86,20 @@ def define(source: str, name: str | None = None, *, backward: str | None = "auto
     return _define(source, name, backward=backward, options=options)
 
 
-def compile(kernel, *example_inputs, options=None, target: str | None = None):
+def compile(kernel, *example_inputs, options=None, target: str | None = None, **named):
     """Compile ``kernel`` ahead of time for the layout of ``example_inputs``; return the specialisation.
 
     Example inputs may be tensors on the ``meta`` device (shapes, dtypes and strides, no data);
-    they then stand for CPU tensors. Later calls of ``kernel`` with that layout use the result, as
-    does a later process (through the on-disk cache). The returned object is callable on inputs of
-    exactly that layout.
+    they then stand for CPU tensors. They may be passed by keyword, named after the kernel's
+    parameters, as for a call (``options`` and ``target`` are this function's own keywords). Later
+    calls of ``kernel`` with that layout use the result, as does a later process (through the
+    on-disk cache). The returned object is callable on inputs of exactly that layout.
 
     :raises TCError: as a call would, before any code runs.
     """
     from .kernel import compile as _compile
 
-    return _compile(kernel, *example_inputs, options=options, target=target)
+    return _compile(kernel, *example_inputs, options=options, target=target, **named)
 
 
 def make_autograd(forward_kernel, backward_kernel):
@@ -140,7 +141,10 @@ def autotune(
       again, and the stored best seeds the search, as do options tuned for the nearest sizes.
 
     :arg kernel: a :class:`Kernel` from :func:`define`.
-    :arg inputs: real tensors (not ``meta``) of the layout to tune for; they are only read.
+    :arg inputs: real tensors (not ``meta``) of the layout to tune for; they are only read. They
+        may also be passed by keyword, named after the kernel's parameters, as for a call; the
+        keywords of this function and the tuner's settings come first (a parameter named like one
+        of them is passed positionally).
     :arg generations: generations in all, the starting population included.
     :arg population: candidates per generation.
     :arg timeout: seconds for the whole search (``None``: no limit); the best so far is kept.
@@ -160,6 +164,10 @@ def autotune(
     """
     from .tuning import autotune as _autotune
 
+    if settings:
+        from .arguments import bind_tuning_arguments
+
+        inputs, settings = bind_tuning_arguments(kernel, inputs, settings)
     return _autotune(
         kernel,
         *inputs,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .arguments import keyword_clash_hint
 from .polyhedral.errors import TCCallError, TCRangeError
 from .polyhedral.lang.bounds import check_bounds
 from .polyhedral.lang.checked import CheckedDef
@@ -156,6 +157,7 @@ def bind(
             f"{cdef.name} takes {len(params)} input{'s' if len(params) != 1 else ''} ({names}), "
             f"got {len(inputs)}",
             cdef.ast.name_span,
+            hint=keyword_clash_hint(cdef) if len(inputs) < len(params) else None,
         )
     sizes: dict[str, int] = {}
     origin: dict[str, str] = {}

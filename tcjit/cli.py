@@ -9,13 +9,21 @@
   need every size (``--sizes M=64,N=32``) and take the mapping options (``--options JSON``,
   ``--fusion``, ``--tile``, ``--no-parallel``, ``--no-vectorize``); they lower for contiguous tensors.
 * ``tcjit run FILE.tc --sizes ...`` compiles the entry, runs it on random inputs, compares it with
-  the oracle (:mod:`tcjit.reference`) and times it; exit code 1 on a mismatch.
+  the oracle (:mod:`tcjit.reference`) and times it; exit code 1 on a mismatch. It says which
+  options it used: those the flags give, a tuned record's (its id, as ``tcjit cache`` shows it), or
+  the defaults. Integer inputs used
+  as subscripts are drawn from the extent they index (:func:`tcjit.testing.index_ranges`);
+  ``--range NAME=LO:HI`` sets an integer input's range (``tcjit tune`` takes it too).
 * ``tcjit demo`` compiles every benchmark-suite kernel at a small size, checks it against torch and
   the oracle, and prints compile and run times next to torch eager's.
 * ``tcjit cache list|show|export|import|clear`` manages the tuned-options database
   (:mod:`tcjit.cli_cache`).
 
-Mistakes in the TC text, the sizes or the options exit with code 2 and the message (with caret).
+Every user mistake exits with code 2 and a message, never a Python traceback: a mistake on the
+command line (a file that cannot be read, a bad ``--sizes``, a flag the chosen stage ignores) is one
+line, ``tcjit: <message>``; a mistake in the TC text, the call or the options is the
+:class:`~tcjit.TCError`'s message (with the source line and caret where it has one). Warnings are
+printed as ``tcjit: warning: <message>``.
 """
 
 from __future__ import annotations
@@ -24,8 +32,18 @@ import argparse
 import statistics
 import sys
 import time
+import warnings
 from collections.abc import Callable, Mapping
 
+from .cli_args import (
+    UsageError,
+    check_seconds,
+    load_entry,
+    parse_ints,
+    parse_names,
+    parse_ranges,
+    parse_sizes,
+)
 from .polyhedral.errors import TCError
 
 __all__ = ["lower_for_show", "main"]
@@ -33,34 +51,6 @@ __all__ = ["lower_for_show", "main"]
 _FRONT_STAGES = ("ast", "checked", "canonical", "backward", "scop", "schedule")
 _MAPPED_STAGES = ("tree", "c")
 _DEFAULT_FUSION = "Preserve3Coincident"
-
-
-def _parse_sizes(text: str | None) -> dict[str, int]:
-    sizes: dict[str, int] = {}
-    for part in filter(None, (text or "").split(",")):
-        key, _, value = part.partition("=")
-        if not value.strip().lstrip("-").isdigit():
-            raise SystemExit(f"tcjit: --sizes expects NAME=INT[,NAME=INT...], got {part!r}")
-        sizes[key.strip()] = int(value)
-    return sizes
-
-
-def _parse_tile(text: str | None) -> tuple[int, ...] | None:
-    if text is None:
-        return None
-    try:
-        return tuple(int(t) for t in text.split(",") if t.strip())
-    except ValueError:
-        raise SystemExit(f"tcjit: --tile expects INT[,INT...], got {text!r}") from None
-
-
-def _load_entry(path: str, entry: str | None):
-    from .polyhedral.lang.check import check_source
-
-    with open(path, encoding="utf-8") as f:
-        program = check_source(f.read())
-    cdef = program.entry(entry)
-    return program, cdef
 
 
 def _options(args, cdef, sizes: Mapping[str, int]):
@@ -74,10 +64,10 @@ def _options(args, cdef, sizes: Mapping[str, int]):
     from .kernel import default_options
     from .mapping.options import MappingOptions
 
-    target = getattr(args, "target", "cpu")
-    tiles = _parse_tile(getattr(args, "tile", None))
-    blocks = _parse_tile(getattr(args, "blocks", None))
-    threads = _parse_tile(getattr(args, "threads", None))
+    target = args.target or "cpu"
+    tiles = parse_ints(args.tile, "--tile")
+    blocks = parse_ints(args.blocks, "--blocks")
+    threads = parse_ints(args.threads, "--threads")
     flags = (
         args.options,
         args.fusion,
@@ -108,8 +98,8 @@ def _options(args, cdef, sizes: Mapping[str, int]):
 def _need_sizes(cdef, sizes: Mapping[str, int], what: str) -> None:
     missing = [s for s in cdef.sizes if s not in sizes]
     if missing:
-        raise SystemExit(
-            f"tcjit: {what} needs concrete sizes: add --sizes "
+        raise UsageError(
+            f"{what} needs concrete sizes: add --sizes "
             + ",".join(f"{s}={sizes.get(s, '...')}" for s in cdef.sizes)
             + f" (missing: {', '.join(missing)})"
         )
@@ -135,45 +125,51 @@ def lower_for_show(cdef, sizes: Mapping[str, int], options=None, target: str = "
 
         return lower_emulated(cdef, dict(sizes), strides, opts.values)
     if target != "cpu":
-        raise SystemExit(f"tcjit: --target {target} is not available yet")
+        raise UsageError(f"--target {target} is not available yet")
     from .cpu_runtime import vector_bytes
 
     return lower_cpu(cdef, dict(sizes), strides, opts.values, vector_bytes=vector_bytes())
 
 
-def _names(text: str | None, known, flag: str, what: str) -> tuple[str, ...] | None:
-    """The comma-separated names of ``--wrt`` or ``--absent``, each one of ``known``."""
-    if text is None:
-        return None
-    names = tuple(n.strip() for n in text.split(",") if n.strip())
-    unknown = [n for n in names if n not in known]
-    if unknown or not names:
-        raise SystemExit(
-            f"tcjit: {flag} takes {what} of the entry ({', '.join(known)}), got {text!r}"
-            + (f": {', '.join(unknown)} is not one" if unknown else "")
-        )
-    return names
-
-
 def _absent(args, cdef) -> frozenset[str]:
     """The outputs ``--absent`` names (gradients known to be zero), not all of them."""
-    absent = frozenset(_names(args.absent, cdef.outputs, "--absent", "outputs") or ())
+    absent = frozenset(parse_names(args.absent, cdef.outputs, "--absent", "outputs") or ())
     if absent and absent == set(cdef.outputs):
-        raise SystemExit(
-            "tcjit: --absent names every output: a backward needs the gradient of one output at least"
-        )
+        raise UsageError("--absent names every output: a backward needs the gradient of one output at least")
     return absent
+
+
+_OPTION_FLAGS = (  # (attribute, flag, the stages that read it)
+    ("options", "--options", ("schedule", *_MAPPED_STAGES)),
+    ("fusion", "--fusion", ("schedule", *_MAPPED_STAGES)),
+    ("tile", "--tile", ("schedule", *_MAPPED_STAGES)),
+    ("fix_sizes", "--fix-sizes", ("scop", "schedule")),
+    ("blocks", "--blocks", _MAPPED_STAGES),
+    ("threads", "--threads", _MAPPED_STAGES),
+    ("no_parallel", "--no-parallel", _MAPPED_STAGES),
+    ("no_vectorize", "--no-vectorize", _MAPPED_STAGES),
+    ("target", "--target", _MAPPED_STAGES),
+    ("wrt", "--wrt", ("backward",)),
+    ("absent", "--absent", ("backward",)),
+)
+
+
+def _refuse_unused_flags(args) -> None:
+    """A flag the chosen stage would ignore is a mistake: say which stages read it."""
+    for attr, flag, stages in _OPTION_FLAGS:
+        if getattr(args, attr) not in (None, False) and args.stage not in stages:
+            allowed = ", ".join(stages[:-1]) + (" or " if len(stages) > 1 else "") + stages[-1]
+            raise UsageError(f"{flag} goes with --stage {allowed}, not --stage {args.stage}")
 
 
 def cmd_show(args) -> int:
     """Print one stage of the compilation of an entry."""
-    if args.stage != "backward" and (args.wrt is not None or args.absent is not None):
-        raise SystemExit("tcjit: --wrt and --absent go with --stage backward")
+    _refuse_unused_flags(args)
     from .polyhedral.lang.parser import parse
     from .polyhedral.lang.printer import def_to_tc
 
-    program, cdef = _load_entry(args.file, args.entry)
-    sizes = _parse_sizes(args.sizes)
+    program, cdef = load_entry(args.file, args.entry)
+    sizes = parse_sizes(args.sizes, cdef.sizes)
     if args.stage == "ast":
         print(parse(program.source).get(cdef.name))
     elif args.stage == "canonical":
@@ -182,7 +178,7 @@ def cmd_show(args) -> int:
         from .polyhedral.autodiff import derive
         from .polyhedral.lang.check import check_source
 
-        d = derive(cdef, _names(args.wrt, cdef.params, "--wrt", "inputs"), absent=_absent(args, cdef))
+        d = derive(cdef, parse_names(args.wrt, cdef.params, "--wrt", "inputs"), absent=_absent(args, cdef))
         for text in (d.forward, d.backward):  # printed canonically, as the compiler reads them
             print(def_to_tc(check_source(text).defs[0].ast))
     elif args.stage in ("scop", "schedule"):
@@ -191,7 +187,7 @@ def cmd_show(args) -> int:
         from .polyhedral.scop import build_scop, compute_dependences
 
         if cdef.sizes and not sizes and args.fix_sizes:
-            raise SystemExit("tcjit: --fix-sizes needs --sizes")
+            raise UsageError("--fix-sizes needs --sizes")
         scop = build_scop(cdef, sizes if args.fix_sizes else None)
         if args.stage == "scop":
             print(scop.describe())
@@ -200,7 +196,7 @@ def cmd_show(args) -> int:
 
             base = MappingOptions.from_json(args.options) if args.options else None
             fusion = args.fusion or (base.get("outer_schedule_fusion_strategy") if base else _DEFAULT_FUSION)
-            tiles = _parse_tile(args.tile)
+            tiles = parse_ints(args.tile, "--tile")
             if tiles is None:
                 tiles = base.get("tile") if base else ()
             sched = schedule(scop, compute_dependences(scop), fusion=fusion)
@@ -208,7 +204,7 @@ def cmd_show(args) -> int:
     elif args.stage in _MAPPED_STAGES:
         _need_sizes(cdef, sizes, f"--stage {args.stage}")
         opts = _options(args, cdef, sizes)
-        lowered = lower_for_show(cdef, sizes, opts, args.target)
+        lowered = lower_for_show(cdef, sizes, opts, args.target or "cpu")
         if args.stage == "c":
             print(lowered.source, end="" if lowered.source.endswith("\n") else "\n")
         else:
@@ -258,12 +254,16 @@ def cmd_run(args) -> int:
     from .reference import evaluate_def
     from .testing import compare_outputs, random_inputs, reduction_length
 
-    program, cdef = _load_entry(args.file, args.entry)
-    sizes = _parse_sizes(args.sizes)
+    check_seconds(args.budget, "--budget")
+    program, cdef = load_entry(args.file, args.entry)
+    sizes = parse_sizes(args.sizes, cdef.sizes)
+    ranges = parse_ranges(args.range, cdef)
     kernel = tcjit.Kernel(program, cdef.name)
-    inputs = random_inputs(cdef, sizes, seed=args.seed)
+    inputs = random_inputs(cdef, sizes, seed=args.seed, ranges=ranges)
+    _print_index_ranges(cdef, sizes, ranges)
     opts = _options(args, cdef, sizes)
-    target = args.target
+    target = args.target or "cpu"
+    print(f"options: {_options_origin(kernel, inputs, target, opts)}")
     start = time.perf_counter()
     spec = tcjit.compile(kernel, *inputs, options=opts, target=target)
     t_compile = time.perf_counter() - start
@@ -287,6 +287,40 @@ def cmd_run(args) -> int:
     return 0 if ok else 1
 
 
+def _options_origin(kernel, inputs, target: str, given) -> str:
+    """Where the options of ``kernel(*inputs, options=given, target=target)`` come from, as
+    ``tcjit run`` says it: the command line, a tuned record (its id in ``tcjit cache``), or the
+    defaults. Looked up as a call looks them up (:func:`tcjit.tuned.lookup_options`)."""
+    from .tuned import lookup_options
+
+    if given is not None:
+        return "given on the command line"
+    found = lookup_options(kernel, inputs, target)
+    if found is not None and found.options is None:
+        return (
+            f"the defaults (from the kernel's structure): tuned record {found.key.digest[:12]} from "
+            f"{found.database} found nothing faster"
+        )
+    if found is not None:
+        return f"tuned record {found.key.digest[:12]} from {found.database}"
+    return "the defaults (from the kernel's structure)"
+
+
+def _print_index_ranges(cdef, sizes: Mapping[str, int], given: Mapping[str, tuple[int, int]]) -> None:
+    """One line saying where the integer inputs drawn from a range got it (nothing if none)."""
+    from .testing import index_ranges
+
+    ranges = {**index_ranges(cdef, sizes), **given}
+    if ranges:
+        print(
+            "integer inputs: "
+            + ", ".join(
+                f"{name} in [{lo}, {hi}) ({'--range' if name in given else 'the extent it indexes'})"
+                for name, (lo, hi) in ranges.items()
+            )
+        )
+
+
 def cmd_tune(args) -> int:
     """Tune an entry on random inputs of the given sizes; store the best options; print a summary."""
     import tcjit
@@ -294,11 +328,12 @@ def cmd_tune(args) -> int:
     from .testing import random_inputs
     from .tuning import tune_kernel
 
-    program, cdef = _load_entry(args.file, args.entry)
-    sizes = _parse_sizes(args.sizes)
+    program, cdef = load_entry(args.file, args.entry)
+    sizes = parse_sizes(args.sizes, cdef.sizes)
+    ranges = parse_ranges(args.range, cdef)
     kernel = tcjit.Kernel(program, cdef.name)
     device = "cuda" if args.target == "cuda" else "cpu"
-    inputs = random_inputs(cdef, sizes, device=device, seed=args.seed or 0)
+    inputs = random_inputs(cdef, sizes, device=device, seed=args.seed or 0, ranges=ranges)
     target = args.target
     settings = {
         name: getattr(args, name)
@@ -322,6 +357,10 @@ def cmd_demo(args) -> int:
     from .suite import SUITE
     from .testing import compare_outputs
 
+    check_seconds(args.budget, "--budget")
+    unknown = sorted(set(args.kernel or ()) - SUITE.keys())
+    if unknown:
+        raise UsageError(f"--kernel {unknown[0]}: no such suite kernel (the suite has {', '.join(SUITE)})")
     header = ("kernel", "sizes", "compile ms", "tcjit ms", "torch ms", "torch/tcjit", "correct")
     rows = []
     failures = 0
@@ -390,11 +429,20 @@ def _add_option_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--target",
         choices=("cpu", "cuda-emulated"),
-        default="cpu",
         help="cpu, or cuda-emulated: the CUDA mapping as C that runs blocks and threads on the CPU",
     )
     p.add_argument("--blocks", help="CUDA: map_to_blocks, e.g. 256,256")
     p.add_argument("--threads", help="CUDA: map_to_threads, e.g. 32,8 (x first)")
+
+
+def _add_range_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--range",
+        action="append",
+        metavar="NAME=LO:HI",
+        help="draw integer input NAME from [LO, HI) (repeatable); inputs used as subscripts are "
+        "drawn from the extent they index by default, other integers from [-8, 8) ([0, 16) unsigned)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -433,6 +481,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", required=True, help="sizes of the inputs, e.g. M=64,N=32")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--budget", type=float, default=0.2, help="seconds spent timing the kernel")
+    _add_range_flag(p)
     _add_option_flags(p)
     p.set_defaults(func=cmd_run)
     p = sub.add_parser(
@@ -446,6 +495,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--population", type=int, help="candidates per generation (default 16)")
     p.add_argument("--timeout", type=float, help="seconds for the whole search (default: no limit)")
     p.add_argument("--seed", type=int, help="seed of the search and of the random inputs")
+    _add_range_flag(p)
     p.add_argument("--workers", type=int, help="parallel compilations (default: the CPU count)")
     p.add_argument(
         "--ray", metavar="ADDRESS", help="spread candidates over a Ray cluster ('auto', ray://...)"
@@ -461,11 +511,22 @@ def main(argv: list[str] | None = None) -> int:
 
     add_cache_parser(sub)
     args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except TCError as e:
-        print(f"tcjit: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        try:
+            return args.func(args)
+        except UsageError as e:
+            print(f"tcjit: {e}", file=sys.stderr)
+            return 2
+        except TCError as e:
+            print(f"tcjit: {type(e).__name__}: {e}", file=sys.stderr)
+            return 2
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings as one line on stderr (``tcjit: warning: ...``), without the Python source line."""
+    text = str(message).removeprefix("tcjit: ")
+    print(f"tcjit: warning: {text}", file=file or sys.stderr)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 
+from .arguments import bind_arguments
 from .memory import SpecializationCache
 from .polyhedral.errors import TCCallError, TCError, TCNameError, TCSemanticError, TCWarning
 from .polyhedral.lang.check import check_source
@@ -90,13 +91,15 @@ class Kernel:
         """Each output's shape as expressions of the size symbols (``'H - KH + 1'``)."""
         return {o: tuple(str(s) for s in self.definition.tensor(o).shape) for o in self.outputs}
 
-    def output_shapes(self, *inputs) -> tuple[tuple[int, ...], ...]:
-        """The concrete shapes of the outputs for these inputs (checks the call like a real one).
+    def output_shapes(self, *inputs, **named) -> tuple[tuple[int, ...], ...]:
+        """The concrete shapes of the outputs for these inputs (checks the call like a real one;
+        keyword arguments as for a call).
 
         Inputs may live on the ``meta`` device: nothing is computed.
         """
         from .binding import bind
 
+        inputs = bind_arguments(self.definition, inputs, named)
         b = bind(self.variant_for(*inputs).definition, inputs)
         return tuple(b.output_shapes[o] for o in self.outputs)
 
@@ -125,8 +128,15 @@ class Kernel:
         return (_rebuild_kernel, (self.program.source, self.name, self.backward, self.options))
 
     # ------------------------------------------------------------------------------------- calling
-    def __call__(self, *inputs, outputs: Sequence | None = None, options=None, target: str | None = None):
+    def __call__(
+        self, *inputs, outputs: Sequence | None = None, options=None, target: str | None = None, **named
+    ):
         """Run the kernel on ``inputs`` (torch tensors; rank-0 arguments may be Python numbers).
+
+        Arguments may also be passed by keyword, named after the parameters, and mixed with
+        positional ones as for a Python function: ``fcrelu(x, W=w, bias=b)``. ``outputs``,
+        ``options`` and ``target`` are always the call's own keywords; a parameter named like one
+        of them is passed positionally (:mod:`tcjit.arguments`).
 
         The first call with a new layout (shapes, dtypes, strides) compiles a specialisation, or
         loads it from the on-disk cache; later calls with that layout cost a dictionary lookup.
@@ -165,6 +175,8 @@ class Kernel:
         """
         import torch
 
+        if named:
+            inputs = bind_arguments(self.definition, inputs, named)
         if torch.compiler.is_compiling():
             from .ops import compiled_call
 
@@ -236,13 +248,15 @@ class Kernel:
             self._plan = user_plan(self, Kernel(self.program, b, backward=None))
         return self._plan
 
-    def options_for(self, *inputs, target: str | None = None):
-        """The :class:`~tcjit.MappingOptions` a call on ``inputs`` without ``options=`` uses: those
-        given to :func:`~tcjit.define`, else options tuned for exactly this layout and kind of
-        device (:func:`~tcjit.autotune`), else :func:`default_options`. Inputs may be ``meta``
-        tensors; nothing is compiled or run.
+    def options_for(self, *inputs, target: str | None = None, **named):
+        """The :class:`~tcjit.MappingOptions` a call on ``inputs`` (keyword arguments as for a
+        call) without ``options=`` uses: those given to :func:`~tcjit.define`, else options tuned
+        for exactly this layout and kind of device (:func:`~tcjit.autotune`), else
+        :func:`default_options`. Inputs may be ``meta`` tensors; nothing is compiled or run.
         """
         from .binding import bind
+
+        inputs = bind_arguments(self.definition, inputs, named)
 
         if target is not None and target not in _TARGETS:
             raise TCCallError(f"unknown target {target!r}; expected one of {', '.join(_TARGETS)}")
@@ -558,9 +572,10 @@ def define(source: str, name: str | None = None, *, backward: str | None = "auto
     return Definitions({d.name: Kernel(program, d.name, options=options) for d in program.defs})
 
 
-def compile(kernel: Kernel, *example_inputs, options=None, target: str | None = None):
+def compile(kernel: Kernel, *example_inputs, options=None, target: str | None = None, **named):
     """See :func:`tcjit.compile`."""
     if not isinstance(kernel, Kernel):
         raise TCCallError(f"tcjit.compile takes a Kernel (from tcjit.define), got {type(kernel).__name__}")
+    example_inputs = bind_arguments(kernel.definition, example_inputs, named)
     key = (options, target, _layouts(example_inputs, meta_as="cpu"), None)
     return kernel._specialization(key, example_inputs, None, options, target, allow_meta=True)

@@ -13,20 +13,46 @@ from .binding import torch_dtype
 from .polyhedral.errors import TCCallError
 from .polyhedral.lang.checked import CheckedDef
 
-__all__ = ["compare_outputs", "random_inputs", "reduction_length", "tolerance"]
+__all__ = ["compare_outputs", "index_ranges", "random_inputs", "reduction_length", "tolerance"]
+
+
+def index_ranges(cdef: CheckedDef, sizes: Mapping[str, int]) -> dict[str, tuple[int, int]]:
+    """``[low, high)`` for every integer input whose values are used as subscripts
+    (:func:`tcjit.polyhedral.lang.bounds.subscripting_inputs`): ``[0, n)`` with ``n`` the smallest
+    extent, at ``sizes``, of the dimensions it subscripts, so that random values stay inside
+    every tensor they index (``[0, 0)`` when one of those dimensions is empty).
+
+    >>> index_ranges(embedding.definition, {"V": 100, "D": 8, "N": 4})
+    {'Idx': (0, 100)}
+    """
+    from .polyhedral.lang.bounds import subscripting_inputs
+
+    return {
+        name: (0, max(0, min(int(e.evaluate(sizes)) for e in extents)))
+        for name, extents in subscripting_inputs(cdef).items()
+    }
 
 
 def random_inputs(
-    cdef: CheckedDef, sizes: Mapping[str, int], *, device: str | torch.device = "cpu", seed: int = 0
+    cdef: CheckedDef,
+    sizes: Mapping[str, int],
+    *,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+    ranges: Mapping[str, tuple[int, int]] | None = None,
 ) -> tuple:
     """Deterministic random inputs for ``cdef`` at ``sizes``.
 
-    Floats are standard normal, signed integers in [-8, 8), unsigned in [0, 16), bools fair coins;
-    scalar arguments are Python numbers drawn the same way.
+    Floats are standard normal, bools fair coins; integers used as subscripts are drawn from
+    :func:`index_ranges`, other signed integers from [-8, 8), unsigned ones from [0, 16); scalar
+    arguments are Python numbers drawn the same way.
+
+    :arg ranges: ``[low, high)`` for some integer inputs by name, instead of the above.
     """
     missing = [s for s in cdef.sizes if s not in sizes]
     if missing:
         raise TCCallError(f"{cdef.name} needs sizes for {', '.join(missing)}")
+    ranges = {**index_ranges(cdef, sizes), **(ranges or {})}
     g = torch.Generator().manual_seed(seed)
     out = []
     for name in cdef.params:
@@ -41,6 +67,13 @@ def random_inputs(
             x = torch.randn(shape, generator=g, dtype=torch.float64)
         elif t.kind == "bool":
             x = torch.randint(0, 2, shape, generator=g) == 1
+        elif name in ranges:
+            low, high = ranges[name]
+            x = (
+                torch.randint(low, high, shape, generator=g)
+                if high > low
+                else torch.zeros(shape, dtype=torch.int64)
+            )
         elif t.kind == "uint":
             x = torch.randint(0, 16, shape, generator=g)
         else:

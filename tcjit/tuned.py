@@ -4,8 +4,9 @@
   ``TCJIT_OPTIONS_DB`` (default ``<user data dir>/tcjit/options.sqlite3``: tuning results take hours
   to make, so they live with data, not in the cache directory; ``""`` disables the database).
 * :func:`tuning_key` is the :class:`~tcjit.cache.TuningKey` of a kernel called on some inputs.
-* :func:`stored_options` finds the options tuned for exactly that key, for a call to use. A call
-  never fails because of the database: problems cost a :class:`~tcjit.TCWarning` and ``None``.
+* :func:`stored_options` finds the options tuned for exactly that key, for a call to use;
+  :func:`lookup_options` finds them with the record they come from (what ``tcjit run`` reports). A
+  call never fails because of the database: problems cost a :class:`~tcjit.TCWarning` and ``None``.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ import sqlite3
 import threading
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from .cache import OptionsDatabase, TuningKey
 from .polyhedral.errors import TCCallError, TCError, TCWarning
 
-__all__ = ["options_database", "stored_options", "tuning_key"]
+__all__ = ["StoredOptions", "lookup_options", "options_database", "stored_options", "tuning_key"]
 
 _TARGETS = ("cpu", "cuda", "cuda-emulated")
 _LOCK = threading.Lock()
@@ -105,15 +107,37 @@ def tuning_key(kernel, inputs: Sequence[object], target: str) -> TuningKey:
     )
 
 
-def stored_options(kernel, inputs: Sequence[object], target: str):
-    """The :class:`~tcjit.MappingOptions` tuned for exactly this call, or ``None`` (the defaults).
+@dataclass(frozen=True)
+class StoredOptions:
+    """Options tuned for a call, as :func:`lookup_options` finds them.
 
-    ``None`` for a record that says "use the defaults" (tuning found nothing faster beyond the
-    noise: the defaults of the running version are used, :data:`~tcjit.cache.USE_DEFAULTS`).
+    :ivar options: the :class:`~tcjit.MappingOptions`, validated for the call's target; ``None``
+        for a record that says "use the defaults" (tuning found nothing faster beyond the noise:
+        the running version's defaults are used, :data:`~tcjit.cache.USE_DEFAULTS`).
+    :ivar key: the record's :class:`~tcjit.cache.TuningKey`; ``key.digest[:12]`` is its id in
+        ``tcjit cache list``.
+    :ivar database: the path of the database that holds the record.
+    """
+
+    options: object
+    key: TuningKey
+    database: str
+
+
+def stored_options(kernel, inputs: Sequence[object], target: str):
+    """The :class:`~tcjit.MappingOptions` tuned for exactly this call, or ``None`` for the defaults
+    (:func:`lookup_options`, without the record: also for a record that says "use the defaults")."""
+    found = lookup_options(kernel, inputs, target)
+    return None if found is None else found.options
+
+
+def lookup_options(kernel, inputs: Sequence[object], target: str) -> StoredOptions | None:
+    """The options tuned for exactly this call and the record they come from, or ``None``.
 
     ``None`` also when the database is disabled or cannot be read, and when the stored options no
     longer parse or validate for ``target`` (a :class:`~tcjit.TCWarning`, once per record and
-    process, says so: tune again, or remove the record with ``tcjit cache``).
+    process, says so: tune again, or remove the record with ``tcjit cache``). Every call without
+    ``options=`` goes through here (:func:`stored_options`), so what it returns is what a call uses.
     """
     db = options_database()
     if db is None:
@@ -127,19 +151,22 @@ def stored_options(kernel, inputs: Sequence[object], target: str):
     except (TCError, OSError, sqlite3.Error) as err:  # get() should not raise; a call must not fail
         _warn_once(db, key, f"tcjit: tuned options not read from {db.path}: {err}")
         return None
-    if record is None or record.uses_defaults:
-        return None  # nothing tuned, or tuning found nothing faster: the defaults
+    if record is None:
+        return None
+    if record.uses_defaults:
+        return StoredOptions(None, key, str(db.path))
     from .mapping.options import MappingOptions
 
     try:
-        return MappingOptions.from_json(record.options).validate(target)
+        options = MappingOptions.from_json(record.options).validate(target)
+        return StoredOptions(options, key, str(db.path))
     except TCError as err:
         _warn_once(
             db,
             key,
             f"tcjit: the tuned options stored for {kernel.name} ({key.digest[:12]} in {db.path}) are not "
             f"usable any more, defaults are used instead: {err}. Tune again, or remove them with "
-            f"'tcjit cache clear'",
+            f"'tcjit cache clear --options'",
         )
         return None
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tcjit.cache import USE_DEFAULTS
 from tcjit.cli import main
 
 CONV = str(Path(__file__).resolve().parents[1] / "docs" / "examples" / "conv2d.tc")
@@ -109,8 +110,8 @@ def test_show_tree_and_c_follow_the_options(capsys, fcrelu_file):
 
 
 def test_show_mapped_stages_need_sizes_and_valid_options(capsys, fcrelu_file):
-    with pytest.raises(SystemExit, match=r"needs concrete sizes.*missing: N"):
-        main(["show", fcrelu_file, "--stage", "c", "--sizes", "B=4,M=4"])
+    code, _, err = _run(capsys, "show", fcrelu_file, "--stage", "c", "--sizes", "B=4,M=4")
+    assert code == 2 and re.fullmatch(r"tcjit: --stage c needs concrete sizes.*missing: N\)\n", err)
     code, _, err = _run(capsys, "show", fcrelu_file, "--stage", "c", "--sizes", FC_SIZES, "--options", "{")
     assert code == 2 and "TCOptionsError" in err and "cannot be read" in err
     bad = json.dumps({"format": 1, "tile": [4]})
@@ -145,10 +146,10 @@ def test_show_backward_for_some_gradients_and_absent_outputs(capsys, tmp_path):
         (["--absent", "O1,O2"], "--absent names every output"),
         (["--absent", "I"], "--absent takes outputs"),
     ]:
-        with pytest.raises(SystemExit, match=message):
-            main(["show", str(path), "--stage", "backward", *argv])
-    with pytest.raises(SystemExit, match="go with --stage backward"):
-        main(["show", str(path), "--stage", "canonical", "--wrt", "W1"])
+        code, _, err = _run(capsys, "show", str(path), "--stage", "backward", *argv)
+        assert code == 2 and re.match("tcjit: " + message, err) and err.count("\n") == 1
+    code, _, err = _run(capsys, "show", str(path), "--stage", "canonical", "--wrt", "W1")
+    assert code == 2 and err == "tcjit: --wrt goes with --stage backward, not --stage canonical\n"
 
 
 def test_run_compiles_and_checks_against_the_oracle(capsys):
@@ -166,6 +167,29 @@ def test_run_takes_options(capsys, fcrelu_file):
         capsys, "run", fcrelu_file, "--sizes", FC_SIZES, "--tile", "8,8", "--no-parallel", "--budget", "0.01"
     )
     assert code == 0 and "ok" in out
+
+
+def test_run_says_which_options_it_used(capsys, fcrelu_file):
+    """The defaults, then a tuned record for exactly these inputs (its id as tcjit cache lists
+    it), then options from the command line, which win over the record."""
+    import tcjit
+    from tcjit.testing import random_inputs
+    from tcjit.tuned import tuning_key
+
+    run = ("run", fcrelu_file, "--sizes", FC_SIZES, "--budget", "0")
+    code, out, _ = _run(capsys, *run)
+    assert code == 0 and "options: the defaults (from the kernel's structure)\n" in out
+    kernel = tcjit.define(FCRELU)
+    cdef = kernel.definition
+    key = tuning_key(kernel, random_inputs(cdef, {"B": 64, "M": 48, "N": 40}), "cpu")
+    tuned = tcjit.MappingOptions.naive().tile(8, 8)
+    _tuned_db().put(key, tuned.to_json(), 1e-5, baseline=2e-5)
+    code, out, _ = _run(capsys, *run)
+    db = os.environ["TCJIT_OPTIONS_DB"]
+    assert code == 0 and f"options: tuned record {key.digest[:12]} from {db}\n" in out
+    assert any(line.startswith(key.digest[:12]) for line in _run(capsys, "cache", "list")[1].splitlines())
+    code, out, _ = _run(capsys, *run, "--tile", "4,4")
+    assert code == 0 and "options: given on the command line\n" in out
 
 
 def test_run_exits_1_on_a_mismatch(capsys, monkeypatch, fcrelu_file):
@@ -196,6 +220,181 @@ def test_errors_are_reported_not_raised(capsys, tmp_path):
     assert code == 2 and "needs sizes for" in err
     code, _, err = _run(capsys, "show", CONV, "--entry", "nope")
     assert code == 2 and "unknown entry point 'nope'; the source defines conv2d" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["show", "{missing}"],
+        ["show", "{missing}", "--stage", "c", "--sizes", "N=4"],
+        ["run", "{missing}", "--sizes", "N=4"],
+        ["tune", "{missing}", "--sizes", "N=4"],
+        ["show", "{folder}"],
+        ["show", "{binary}"],
+    ],
+)
+def test_a_file_that_cannot_be_read_is_one_line(capsys, tmp_path, argv):
+    (tmp_path / "binary.tc").write_bytes(b"\xff\xfe def")
+    paths = {"missing": tmp_path / "missing.tc", "folder": tmp_path, "binary": tmp_path / "binary.tc"}
+    argv = [a.format(**paths) for a in argv]
+    code, out, err = _run(capsys, *argv)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert re.fullmatch(
+        r"tcjit: cannot read the TC file \S+: (No such file or directory|Is a directory|not UTF-8 text "
+        r"\(byte 0\))\n",
+        err,
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["show", CONV, "--sizes", "N=x"], "--sizes expects NAME=INT[,NAME=INT...] with INT >= 0, got 'N=x'"),
+        (["show", CONV, "--sizes", "=3"], "--sizes expects NAME=INT[,NAME=INT...] with INT >= 0, got '=3'"),
+        (
+            ["show", CONV, "--sizes", "N=-1"],
+            "--sizes expects NAME=INT[,NAME=INT...] with INT >= 0, got 'N=-1'",
+        ),
+        (["show", CONV, "--sizes", "N=1,N=2"], "--sizes gives N twice"),
+        (
+            ["run", CONV, "--sizes", "N=1,Q=3"],
+            "--sizes names Q, which is not a size of the entry (its sizes: N, C, H, W, F, KH, KW)",
+        ),
+        (
+            ["tune", CONV, "--sizes", "Q=3"],
+            "--sizes names Q, which is not a size of the entry (its sizes: N, C, H, W, F, KH, KW)",
+        ),
+        (
+            ["show", CONV, "--stage", "c", "--sizes", SIZES, "--tile", "a,b"],
+            "--tile expects INT[,INT...] with each INT >= 0, got 'a,b'",
+        ),
+        (
+            ["run", CONV, "--sizes", SIZES, "--threads", "4,x"],
+            "--threads expects INT[,INT...] with each INT >= 0, got '4,x'",
+        ),
+        (
+            ["run", CONV, "--sizes", SIZES, "--budget", "-1"],
+            "--budget takes a number of seconds >= 0, got -1.0",
+        ),
+        (["show", CONV, "--tile", "4"], "--tile goes with --stage schedule, tree or c, not --stage checked"),
+        (
+            ["show", CONV, "--stage", "scop", "--options", "{}"],
+            "--options goes with --stage schedule, tree or c, not --stage scop",
+        ),
+        (
+            ["show", CONV, "--stage", "schedule", "--threads", "4"],
+            "--threads goes with --stage tree or c, not --stage schedule",
+        ),
+        (
+            ["show", CONV, "--target", "cuda-emulated"],
+            "--target goes with --stage tree or c, not --stage checked",
+        ),
+        (
+            ["show", CONV, "--stage", "c", "--fix-sizes"],
+            "--fix-sizes goes with --stage scop or schedule, not --stage c",
+        ),
+        (["show", CONV, "--stage", "schedule", "--fix-sizes"], "--fix-sizes needs --sizes"),
+        (["demo", "--kernel", "nope"], "--kernel nope: no such suite kernel (the suite has matmul, "),
+        (["demo", "--budget", "nan"], "--budget takes a number of seconds >= 0, got nan"),
+    ],
+)
+def test_a_mistaken_argument_is_one_line(capsys, argv, message):
+    code, out, err = _run(capsys, *argv)
+    assert code == 2 and out == "" and err.startswith(f"tcjit: {message}") and err.count("\n") == 1, err
+
+
+def test_warnings_are_printed_as_tcjit_lines(capsys, fcrelu_file, tmp_path, monkeypatch):
+    """A warning on the way (here: a kernel cache that cannot be used) is printed as tcjit's own
+    line (and its hint), not Python's ``file:line: category: message`` and source line."""
+    folder = tmp_path / "not-a-folder"
+    folder.write_text("")
+    monkeypatch.setenv("TCJIT_CACHE_DIR", str(folder))
+    code, _, err = _run(capsys, "run", fcrelu_file, "--sizes", FC_SIZES, "--budget", "0")
+    assert code == 0
+    first, *rest = err.splitlines()
+    assert first == f"tcjit: warning: kernel cache disabled: cannot use {folder} as the kernel cache: " + (
+        "it is not a directory"
+    )
+    assert [line[:6] for line in rest] == ["hint: "] and ".py:" not in err  # no Python file:line
+
+
+EMBEDDING = """
+def embedding(float(V, D) W, int64(N) Idx) -> (O) {
+    O(n, d) = W(Idx(n), d)
+}
+"""
+GATHERS = """
+def gathers(float(V,D) LUT, int32(B) I, int64(B,L) J, float(B,L) Wt, int64 k, int8(B) Small)
+    -> (E, Bag, Sh, GG, X)
+{
+    E(b, d) = LUT(I(b), d)
+    Bag(b, d) +=! Wt(b, r_l) * LUT(J(b, r_l), d)
+    Sh(b) = LUT((I(b) + 1) % V, 0)
+    GG(b) = LUT(J(I(b) % B, 0), 1)
+    X(b) = LUT(k, b) + Small(b)
+}
+"""
+GATHER_SIZES = "V=40,D=6,B=30,L=5"
+
+
+def test_index_inputs_are_drawn_from_the_extent_they_index():
+    """Each integer input read inside a subscript gets [0, smallest extent it indexes): ``I``
+    indexes LUT's rows (V) and J's rows (B), so [0, min(V, B)); a rank-0 ``k`` as well; ``Small``
+    is read as a value only and keeps the default distribution."""
+    from tcjit.polyhedral.lang.check import check_source
+    from tcjit.testing import index_ranges, random_inputs
+
+    cdef = check_source(GATHERS).defs[0]
+    assert index_ranges(cdef, {"V": 40, "D": 6, "B": 30, "L": 5}) == {
+        "I": (0, 30),
+        "J": (0, 40),
+        "k": (0, 40),
+    }
+    assert index_ranges(cdef, {"V": 20, "D": 6, "B": 30, "L": 5})["I"] == (0, 20)
+    _, I, J, _, k, small = random_inputs(cdef, {"V": 40, "D": 6, "B": 30, "L": 5}, seed=3)
+    assert 0 <= int(I.min()) and int(I.max()) < 30 and int(I.max()) > 15  # the whole range is used
+    assert 0 <= int(J.min()) and int(J.max()) < 40 and 0 <= k < 40
+    assert int(small.min()) < 0  # [-8, 8) as before
+    _, I, *_ = random_inputs(cdef, {"V": 40, "D": 6, "B": 30, "L": 5}, ranges={"I": (7, 9)})
+    assert set(I.tolist()) == {7, 8}
+
+
+def test_run_draws_indices_inside_the_tensor_they_index(capsys, tmp_path):
+    """Random indices used to fail every kernel that takes indices (an out-of-bounds read)."""
+    path = tmp_path / "emb.tc"
+    path.write_text(EMBEDDING)
+    code, out, err = _run(capsys, "run", str(path), "--sizes", "V=100,D=8,N=64", "--budget", "0")
+    assert code == 0 and "ok" in out, err
+    assert out.splitlines()[0] == "integer inputs: Idx in [0, 100) (the extent it indexes)"
+    gathers = tmp_path / "gathers.tc"
+    gathers.write_text(GATHERS)
+    code, out, err = _run(capsys, "run", str(gathers), "--sizes", GATHER_SIZES, "--budget", "0")
+    assert code == 0 and "ok" in out, err
+    code, out, _ = _run(capsys, "run", str(path), "--sizes", "V=100,D=8,N=64", "--range", "Idx=98:100")
+    assert code == 0 and out.splitlines()[0] == "integer inputs: Idx in [98, 100) (--range)"
+    code, _, err = _run(capsys, "run", str(path), "--sizes", "V=100,D=8,N=64", "--range", "Idx=0:1000")
+    assert code == 2 and "TCBoundsError" in err and "outside [0, 100)" in err
+
+
+@pytest.mark.parametrize(
+    ("ranges", "message"),
+    [
+        (["Idx=5:5"], "--range expects NAME=LO:HI with integers LO < HI (HI excluded), got 'Idx=5:5'"),
+        (["Idx=a:b"], "--range expects NAME=LO:HI with integers LO < HI (HI excluded), got 'Idx=a:b'"),
+        (["Idx"], "--range expects NAME=LO:HI with integers LO < HI (HI excluded), got 'Idx'"),
+        (["Idx=0:3", "Idx=0:4"], "--range gives Idx twice"),
+        (["W=0:3"], "--range W: W is float32; ranges are for integer inputs (Idx)"),
+        (["Q=0:3"], "--range Q: Q is no input of embedding; ranges are for integer inputs (Idx)"),
+        (["Idx=-1:10000000000000000000"], "--range Idx=-1:10000000000000000000 does not fit int64"),
+    ],
+)
+def test_bad_ranges_are_one_line(capsys, tmp_path, ranges, message):
+    path = tmp_path / "emb.tc"
+    path.write_text(EMBEDDING)
+    argv = [a for r in ranges for a in ("--range", r)]
+    for command in ("run", "tune"):
+        code, out, err = _run(capsys, command, str(path), "--sizes", "V=100,D=8,N=64", *argv)
+        assert code == 2 and out == "" and err.startswith(f"tcjit: {message}") and err.count("\n") == 1, err
 
 
 def test_demo_table_for_some_kernels(capsys):
@@ -246,21 +445,23 @@ def _cache_key(shape, entry="fcrelu"):
 
 
 def test_cache_list_empty_then_records(capsys):
-    code, out, _ = _run(capsys, "cache", "list")
+    code, out, _ = _run(capsys, "cache", "list", "--options")
     path = os.environ["TCJIT_OPTIONS_DB"]
     assert code == 0 and out.splitlines() == [f"tuned options in {path}", f"no tuned options in {path}"]
     db = _tuned_db()
     key = _cache_key((64, 48))
-    db.put(key, '{"tile":[32,32]}', 25e-6, baseline=100e-6, evaluations=321)
-    db.put(_cache_key((8, 48), entry="other"), "{}", 2.5e-3)
+    db.put(key, '{"tile":[32,32]}', 25e-6, baseline=100e-6, evaluations=321, low=3.9, high=4.1, rounds=5)
+    db.put(_cache_key((8, 48), entry="other"), USE_DEFAULTS, 2.5e-3, baseline=2.5e-3, rounds=5)
     code, out, _ = _run(capsys, "cache", "list")
     lines = out.splitlines()
     assert code == 0 and lines[0] == f"tuned options in {path}"
-    assert lines[1].split() == ["id", "entry", "target", "inputs", "time", "speedup", "evaluations", "date"]
+    header = ["id", "entry", "target", "inputs", "uses", "best", "speedup", "evaluations", "date"]
+    assert lines[1].split() == header
     mine = next(line for line in lines if line.startswith(key.digest[:12]))
-    for word in ("fcrelu", "cpu", "64x48,40x48,scalar", "25.0 µs", "4.00x", "321"):
+    for word in ("fcrelu", "cpu", "64x48,40x48,scalar", " tuned ", "25.0 µs", "4.00x (3.90-4.10x)", "321"):
         assert word in mine
-    assert "2.50 ms" in next(line for line in lines if " other " in line)
+    other = next(line for line in lines if " other " in line)
+    assert " defaults " in other and "2.50 ms" in other
 
 
 def test_cache_show_and_ambiguous_or_unknown_ids(capsys):
@@ -268,13 +469,19 @@ def test_cache_show_and_ambiguous_or_unknown_ids(capsys):
 
     db = _tuned_db()
     key = _cache_key((64, 48))
-    db.put(key, '{"tile":[32,32],"unroll":4}', 25e-6, baseline=50e-6, evaluations=3)
+    options = '{"tile":[32,32],"unroll":4}'
+    db.put(key, options, 25e-6, baseline=50e-6, evaluations=3, low=1.9, high=2.1, rounds=5)
     db.record(key, [Measured("a", 1.0, "ok"), Measured("b", None, "crashed"), Measured("c", 2.0, "ok")])
     code, out, _ = _run(capsys, "cache", "show", key.digest[:8])
     assert code == 0
     assert f"id           {key.digest}" in out and "entry        fcrelu" in out
-    assert '"unroll": 4' in out and "2.00x" in out
+    assert '"unroll": 4' in out and "calls use    the tuned options below" in out
+    assert "speedup      2.00x (1.90-2.10x), measured in 5 interleaved rounds of one run" in out
     assert "3 candidates: 1 crashed, 2 ok" in out and "def fcrelu..." in out
+    defaults = _cache_key((2, 48))
+    db.put(defaults, USE_DEFAULTS, 9e-6, baseline=9.1e-6, low=0.98, high=1.04, rounds=3)
+    code, out, _ = _run(capsys, "cache", "show", defaults.digest[:12])
+    assert "calls use    the default options" in out and "use the defaults (tuning found nothing" in out
     code, _, err = _run(capsys, "cache", "show", "zzzz")
     assert code == 2 and err.startswith("tcjit: TCCacheError: no tuned options with an id starting 'zzzz'")
     for n in range(40):  # enough records that some share a first hex digit
@@ -284,10 +491,16 @@ def test_cache_show_and_ambiguous_or_unknown_ids(capsys):
     assert code == 2 and "give more of it" in err
 
 
-def test_cache_disabled_database_is_an_error(capsys, monkeypatch):
+def test_cache_disabled_database_is_an_error(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("TCJIT_OPTIONS_DB", "")
     code, _, err = _run(capsys, "cache", "list")
     assert code == 2 and "TCCacheError: the tuned-options database is disabled" in err
+    monkeypatch.setenv("TCJIT_OPTIONS_DB", str(tmp_path))  # a folder: the message says so, once
+    code, _, err = _run(capsys, "cache", "list")
+    assert code == 2 and err.splitlines()[0] == (
+        f"tcjit: TCCacheError: the tuned-options database is disabled (cannot use {tmp_path} as the "
+        "options database: it is a directory)"
+    )
 
 
 def test_cache_export_import_round_trip(capsys, tmp_path, monkeypatch):
@@ -317,7 +530,7 @@ def test_cache_clear_needs_confirmation(capsys, monkeypatch, tmp_path):
     db = _tuned_db()
     db.put(_cache_key((64, 48)), "{}", 1e-4)
     monkeypatch.setattr("sys.stdin", io.StringIO(""))  # not a terminal
-    code, _, err = _run(capsys, "cache", "clear")
+    code, _, err = _run(capsys, "cache", "clear", "--options")
     assert code == 2 and "--yes" in err and len(db.records()) == 1
 
     class Tty(io.StringIO):
@@ -325,18 +538,103 @@ def test_cache_clear_needs_confirmation(capsys, monkeypatch, tmp_path):
             return True
 
     monkeypatch.setattr("sys.stdin", Tty("n\n"))
-    assert _run(capsys, "cache", "clear")[0] == 1 and len(db.records()) == 1
+    assert _run(capsys, "cache", "clear", "--options")[0] == 1 and len(db.records()) == 1
     monkeypatch.setattr("sys.stdin", Tty("y\n"))
-    code, out, _ = _run(capsys, "cache", "clear")
+    code, out, _ = _run(capsys, "cache", "clear", "--options")
     assert code == 0 and "removed 1 tuned options" in out and db.records() == []
 
 
-def test_cache_clear_kernels_empties_the_kernel_store(capsys, tmp_path, fcrelu_file):
+def test_cache_clear_kernels_and_options_separately(capsys, fcrelu_file):
+    """--kernels empties the kernel store and keeps the tuning records, --options the reverse;
+    neither flag removes nothing and says what to choose."""
     from tcjit.compiler import kernel_store
 
-    assert _run(capsys, "run", fcrelu_file, "--sizes", FC_SIZES, "--budget", "0.01")[0] == 0
+    db = _tuned_db()
+    db.put(_cache_key((64, 48)), "{}", 1e-4)
+    assert _run(capsys, "run", fcrelu_file, "--sizes", FC_SIZES, "--budget", "0")[0] == 0
     store = kernel_store()
     assert store.total_bytes() > 0
+    code, out, err = _run(capsys, "cache", "clear", "--yes")
+    assert (
+        code == 2
+        and out == ""
+        and err
+        == (
+            "tcjit: cache clear needs --options (every tuned-options record: hours of tuning), --kernels "
+            "(every compiled kernel: rebuilt when next needed) or both\n"
+        )
+    )
+    assert store.total_bytes() > 0 and len(db.records()) == 1
     code, out, _ = _run(capsys, "cache", "clear", "--yes", "--kernels")
-    assert code == 0 and "removed every compiled kernel" in out
+    assert code == 0 and out == f"removed 1 compiled kernel from {store.root}\n"
+    assert store.total_bytes() == 0 and len(db.records()) == 1
+    assert _run(capsys, "run", fcrelu_file, "--sizes", FC_SIZES, "--budget", "0")[0] == 0
+    code, out, _ = _run(capsys, "cache", "clear", "--yes", "--options")
+    assert code == 0 and out.startswith("removed 1 tuned options")
+    assert store.total_bytes() > 0 and db.records() == []
+    code, out, _ = _run(capsys, "cache", "clear", "--yes", "--options", "--kernels")
+    assert code == 0 and "removed 0 tuned options" in out and "removed 1 compiled kernel" in out
     assert store.total_bytes() == 0
+
+
+def test_cache_list_kernels_with_sizes_and_ages(capsys, fcrelu_file, tmp_path, monkeypatch):
+    """One line per compiled kernel (entry, target, inputs, size, ages); entries a call would not
+    use are listed as such, and listing neither follows links, nor reads a folder another user
+    owns, nor removes anything."""
+    from tcjit.cache import trust
+    from tcjit.compiler import kernel_store
+
+    code, out, _ = _run(capsys, "cache", "list", "--kernels")
+    root = os.environ["TCJIT_CACHE_DIR"]
+    assert (
+        code == 0
+        and out == f"compiled kernels in {root}: 0 entries, 0 B (cap 2.1 GB: TCJIT_CACHE_MAX_BYTES)\n"
+    )
+    assert _run(capsys, "run", fcrelu_file, "--sizes", FC_SIZES, "--budget", "0")[0] == 0
+    store = kernel_store()
+    (entry,) = store.entries()
+    total = store.total_bytes()
+    code, out, _ = _run(capsys, "cache", "list", "--kernels")
+    lines = out.splitlines()
+    assert code == 0 and lines[0].startswith(f"compiled kernels in {root}: 1 entry, {total / 1000:.1f} kB")
+    assert lines[1].split() == ["id", "entry", "target", "inputs", "size", "stored", "last", "used"]
+    assert lines[2].split()[:5] == [
+        entry.directory.name[:12],
+        "fcrelu",
+        "cpu",
+        "64x48,40x48,40",
+        f"{total / 1000:.1f}",
+    ]
+    assert re.search(r"kB +\d+ s ago +\d+ s ago$", lines[2])
+    # a link to a valid-looking entry elsewhere, a foreign entry, an entry another user owns
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "manifest.json").write_text("{}")
+    prefix = entry.directory.parent
+    (prefix / "linked").symlink_to(elsewhere)
+    foreign = prefix / ("0" * 64)
+    foreign.mkdir(mode=0o700)
+    (foreign / "manifest.json").write_text((entry.directory / "manifest.json").read_text())
+    foreign.chmod(0o700)
+    (foreign / "manifest.json").chmod(0o600)
+    owned = prefix / ("f" * 64)
+    owned.mkdir(mode=0o700)
+    (owned / "manifest.json").write_text("{}")
+    st = os.lstat(owned)
+    real = trust.owner_and_mode
+
+    def pretending(found):
+        owner, mode = real(found)
+        return (owner + 1, mode) if (found.st_dev, found.st_ino) == (st.st_dev, st.st_ino) else (owner, mode)
+
+    monkeypatch.setattr(trust, "owner_and_mode", pretending)
+    code, out, _ = _run(capsys, "cache", "list", "--kernels")
+    assert code == 0
+    problems = {
+        line.split()[0]: line.split("not used: ")[1] for line in out.splitlines() if "not used: " in line
+    }
+    assert problems["linked"] in ("linked is a symbolic link", "Not a directory")
+    assert problems["0" * 12] == "foreign entry: its manifest names another key"
+    assert problems["f" * 12].startswith(f"{'f' * 64}: it is owned by uid")
+    assert out.splitlines()[2].split()[1] == "fcrelu" and "1 entry," in out.splitlines()[0]
+    assert all(p.exists() for p in (prefix / "linked", foreign, owned, entry.directory))  # nothing removed

@@ -140,9 +140,9 @@ def test_options_tuned_for_other_sizes_seed_a_new_search(db):
 
 def test_a_wrong_candidate_is_caught_by_the_oracle_check(monkeypatch):
     """The run phase compares every candidate's outputs with the oracle before timing it."""
-    import tcjit.tuning
+    import tcjit.tuning_worker
     from tcjit.genetic import Measurement
-    from tcjit.tuning import _check_and_time, _State
+    from tcjit.tuning_worker import _check_and_time, _State
 
     kernel = tcjit.define(MATMUL)
     a, b = _inputs()
@@ -156,7 +156,7 @@ def test_a_wrong_candidate_is_caught_by_the_oracle_check(monkeypatch):
     slow = _check_and_time(spec, right, good.time / 100, Measurement)
     assert slow.status == "abandoned" and "slower than the best" in slow.detail
     # A kernel whose checked first call is long and far slower than the best is not timed at all.
-    monkeypatch.setattr(tcjit.tuning, "ABANDON_SECONDS", 0.0)
+    monkeypatch.setattr(tcjit.tuning_worker, "ABANDON_SECONDS", 0.0)
     hopeless = _check_and_time(spec, right, good.time / 100, Measurement)
     assert hopeless.status == "abandoned" and hopeless.detail.startswith("first call")
     # A wrong answer is reported as wrong, however slow.
@@ -183,7 +183,7 @@ def test_bad_calls_and_settings_are_tcerrors_before_anything_runs(db):
     a, b = _inputs()
     with pytest.raises(TCCallError, match="Kernel"):
         tcjit.autotune(MATMUL, a, b)
-    with pytest.raises(TCOptionsError, match="no setting named 'generation'"):
+    with pytest.raises(TCCallError, match=r"'generation' is neither a tuner setting .* nor a parameter"):
         tcjit.autotune(kernel, a, b, generation=3)
     with pytest.raises(TCOptionsError, match="generations"):
         tcjit.autotune(kernel, a, b, generations=0)

@@ -19,7 +19,7 @@ from .checked import CheckedDef, CheckedStatement
 from .ranges import Affine, IndexRange, affine_form, extreme
 from .sizes import SizeExpr
 
-__all__ = ["check_bounds", "refuse_outside_for_all_sizes", "unconditional_accesses"]
+__all__ = ["check_bounds", "refuse_outside_for_all_sizes", "subscripting_inputs", "unconditional_accesses"]
 
 
 def unconditional_accesses(e: A.Expr) -> Iterator[A.Access]:
@@ -122,3 +122,44 @@ def refuse_outside_for_all_sizes(
     for acc in unconditional_accesses(st.rhs):
         if acc.args:
             refuse(acc.tensor, acc.args, "reads")
+
+
+def subscripting_inputs(cdef: CheckedDef) -> dict[str, tuple[SizeExpr, ...]]:
+    """The integer inputs whose values are used as subscripts, each with the extents of the
+    dimensions it subscripts (in order of appearance, repeats left out).
+
+    An input counts when it is read anywhere inside a subscript: an index tensor ``Idx`` in
+    ``A(Idx(i))`` or ``A((Idx(i) + 1) % N)`` subscripts dimension 0 of ``A``; in ``LUT(J(I(b)), d)``
+    both ``J`` and ``I`` subscript dimension 0 of ``LUT``, and ``I`` also dimension 0 of ``J``. So
+    does a rank-0 integer argument in a subscript. Left-hand sides count (scatters), as do
+    accesses under conditions: values that stay inside these extents can be read and written.
+
+    >>> f = check_source("def f(float(V) A, int64(N) Idx) -> (O) { O(i) = A(Idx(i)) }").defs[0]
+    >>> subscripting_inputs(f)
+    {'Idx': (SizeExpr('V'),)}
+    """
+
+    integer = {name for name in cdef.params if cdef.param_type(name).kind in ("int", "uint")}
+    found: dict[str, list[SizeExpr]] = {}
+
+    def subscripted(tensor: str, subscripts) -> None:
+        for sub, extent in zip(subscripts, cdef.tensor(tensor).shape):
+            for node in A.walk(sub):
+                if isinstance(node, A.Access):
+                    name = node.tensor
+                elif isinstance(node, A.Ident) and node.kind == "scalar":
+                    name = node.name
+                else:
+                    continue
+                if name in integer:
+                    extents = found.setdefault(name, [])
+                    if extent not in extents:
+                        extents.append(extent)
+
+    for st in cdef.statements:
+        subscripted(st.tensor, st.lhs)
+        for e in (*st.lhs, st.rhs):
+            for acc in A.walk(e):
+                if isinstance(acc, A.Access) and acc.args:
+                    subscripted(acc.tensor, acc.args)
+    return {name: tuple(extents) for name, extents in found.items()}

@@ -138,6 +138,10 @@ class CheckedDef:
     def param(self, name: str) -> A.Param:
         return next(p for p in self.ast.params if p.name == name)
 
+    def param_type(self, name: str) -> ScalarType:
+        """The element type of parameter ``name``: a tensor's dtype or a rank-0 argument's type."""
+        return self.scalars[name].dtype if name in self.scalars else self.tensor(name).dtype
+
     def signature(self) -> str:
         """A one-line summary: ``matmul(float32(M, K) A, float32(K, N) B) -> float32(M, N) C``."""
 
