@@ -162,19 +162,29 @@ def _measure_candidate(arg):
     return _check_and_time(spec, state, best, Measurement)
 
 
-def _ray_task(blob: bytes, arg):
-    """One candidate on a Ray worker: compile and measure it there, on that worker's device."""
+def _ray_task(blob: bytes, arch: str, arg):
+    """One candidate on a Ray worker: compile and measure it there, on that worker's device.
+
+    Answers a :class:`~tcjit.tuning_ray.RayMeasurement` naming the node and its architecture. A
+    worker whose architecture is not ``arch`` (the tuning key's) measures nothing ("skipped"): its
+    time would be stored for another kind of machine.
+    """
     from .genetic import Measurement
+    from .tuning_ray import located, worker_identity
 
     options, best = arg
     state = _load_context(blob)
+    here = worker_identity(state.target)
+    if here.arch != arch:
+        detail = f"measured nothing: this node is {here.arch}, not {arch}"
+        return located(Measurement(None, "skipped", detail), here)
     import tcjit
 
     try:
         spec = tcjit.compile(state.kernel, *state.inputs, options=options, target=state.target)
     except TCError as e:
-        return Measurement(None, "compile-error", _one_line(e))
-    return _check_and_time(spec, state, best, Measurement)
+        return located(Measurement(None, "compile-error", _one_line(e)), here)
+    return located(_check_and_time(spec, state, best, Measurement), here)
 
 
 def _check_and_time(spec, state: _State, best: float | None, Measurement):
@@ -323,11 +333,12 @@ def tune_kernel(
     """
     from .binding import bind
     from .cache import Measured
-    from .genetic import TunerSettings, WorkerPool, alternating_evaluator, ray_evaluator, tune
+    from .genetic import TunerSettings, WorkerPool, alternating_evaluator, tune
     from .kernel import Kernel, default_options
     from .mapping.lower import outer_band_extents
     from .mapping.search_space import search_space
     from .tuned import options_database, tuning_key
+    from .tuning_ray import ray_measure
 
     if not isinstance(kernel, Kernel):
         raise TCCallError(f"autotune takes a Kernel (from tcjit.define), got {type(kernel).__name__}")
@@ -381,11 +392,12 @@ def tune_kernel(
                 run_timeout=run_timeout,
             )
         else:
-            measure = ray_evaluator(
-                functools.partial(_ray_task, blob),
+            measure = ray_measure(
+                functools.partial(_ray_task, blob, key.arch),
                 address=ray,
+                arch=key.arch,
+                target=target,
                 task_timeout=compile_timeout + run_timeout,
-                task_options={"num_gpus": 1} if target == "cuda" else None,
             )
             stack.callback(measure.close)
         # Measured twice: the first measurement in a fresh timing worker ran up to 1.7x slow
