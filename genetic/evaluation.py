@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..mapping.options import MappingOptions
@@ -26,7 +27,7 @@ from ..polyhedral.errors import TCOptionsError
 from .tuner import Evaluator, Measurement
 from .workers import START_TIMEOUT, Outcome, WorkerPool
 
-__all__ = ["DETAIL_LIMIT", "alternating_evaluator", "ray_evaluator"]
+__all__ = ["DETAIL_LIMIT", "NodeAnswer", "alternating_evaluator", "ray_evaluator"]
 
 #: The longest :attr:`Measurement.detail` built here, in characters.
 DETAIL_LIMIT = 500
@@ -169,6 +170,25 @@ def _ray_task(task_fn: Callable[[tuple[MappingOptions, float | None]], Measureme
     yield _answer(task_fn(job))
 
 
+def _call(fn: Callable[[], object]) -> object:
+    return fn()
+
+
+@dataclass(frozen=True)
+class NodeAnswer:
+    """One node's answer to :meth:`on_every_node <ray_evaluator>`.
+
+    :ivar node: the node's address as Ray knows it, e.g. ``"10.0.0.12"``.
+    :ivar value: what the function returned there; ``None`` when it failed.
+    :ivar error: one line saying why it failed (an exception on that node, e.g. tcjit not
+        installed there, or no answer in time); empty when it answered.
+    """
+
+    node: str
+    value: object = None
+    error: str = ""
+
+
 class _Ray:
     """The evaluator :func:`ray_evaluator` returns; :meth:`close` shuts Ray down if it started it."""
 
@@ -184,6 +204,7 @@ class _Ray:
         self.ray, self.task_fn, self.task_timeout = ray, task_fn, task_timeout
         self.max_in_flight = max_in_flight
         self.started = started
+        self.task_options = dict(task_options)
         # No retries: a task whose worker died is a crashed candidate, not a flaky node.
         remote = ray.remote(max_retries=0, num_returns="streaming")(_ray_task)
         self.remote = remote.options(**task_options) if task_options else remote
@@ -261,6 +282,46 @@ class _Ray:
             raise
         return [Measurement(None, "skipped") if m is None else m for m in results]
 
+    def on_every_node(self, fn: Callable[[], object], *, timeout: float = START_TIMEOUT) -> list[NodeAnswer]:
+        """``fn()`` once on every alive node that has the resources one task asks for, pinned to
+        that node (e.g. to ask each node what kind of machine it is before any candidate runs there).
+
+        :arg fn: a top-level function of a module the workers can import; it runs with the task's
+            resources (so with ``{"num_gpus": 1}`` it sees a GPU).
+        :arg timeout: seconds for all the answers together; a node that has not answered by then
+            answers a ``"timeout"`` error.
+        :returns: one :class:`NodeAnswer` per such node; none when no node has the resources.
+        """
+        ray = self.ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        need = {
+            "CPU": self.task_options.get("num_cpus", 1),
+            "GPU": self.task_options.get("num_gpus", 0),
+            **self.task_options.get("resources", {}),
+        }
+        probe = ray.remote(max_retries=0)(_call)
+        asked = {}
+        for node in ray.nodes():
+            if node.get("Alive") and all(node["Resources"].get(k, 0) >= v for k, v in need.items() if v):
+                strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+                ref = probe.options(**self.task_options, scheduling_strategy=strategy).remote(fn)
+                asked[ref] = node["NodeManagerAddress"]
+        ready, late = ray.wait(list(asked), num_returns=len(asked), timeout=timeout)
+        out = []
+        for ref in ready:
+            try:
+                out.append(NodeAnswer(asked[ref], ray.get(ref)))
+            except ray.exceptions.RayTaskError as e:
+                cause = e.cause if getattr(e, "cause", None) is not None else e
+                out.append(NodeAnswer(asked[ref], None, one_line(f"{type(cause).__name__}: {cause}")))
+            except ray.exceptions.RayError as e:
+                out.append(NodeAnswer(asked[ref], None, one_line(f"{type(e).__name__}: {e}")))
+        for ref in late:
+            ray.cancel(ref, force=True)
+            out.append(NodeAnswer(asked[ref], None, f"timeout: no answer within {timeout:g} s"))
+        return out
+
     def close(self) -> None:
         """Shut Ray down if this evaluator started it."""
         if self.started and self.ray.is_initialized():
@@ -291,7 +352,8 @@ def ray_evaluator(
 
     A task whose worker dies is ``"crashed"``; an exception in ``task_fn`` is ``"error"``. Ray is
     imported here (``pip install 'tcjit[ray]'``). The evaluator has a ``close()`` that shuts Ray
-    down if it was started here.
+    down if it was started here, and an ``on_every_node(fn)`` that runs ``fn()`` once on each node
+    able to run a task and returns a :class:`NodeAnswer` per node.
     """
     _check_timeout("task_timeout", task_timeout)
     if max_in_flight is not None and (

@@ -353,6 +353,7 @@ def cmd_demo(args) -> int:
 
     import tcjit
 
+    from .demo_timing import FLAGS, demo_flags, time_calls
     from .reference import evaluate_def
     from .suite import SUITE
     from .testing import compare_outputs
@@ -361,7 +362,7 @@ def cmd_demo(args) -> int:
     unknown = sorted(set(args.kernel or ()) - SUITE.keys())
     if unknown:
         raise UsageError(f"--kernel {unknown[0]}: no such suite kernel (the suite has {', '.join(SUITE)})")
-    header = ("kernel", "sizes", "compile ms", "tcjit ms", "torch ms", "torch/tcjit", "correct")
+    header = ("kernel", "sizes", "compile ms", "tcjit ms", "torch ms", "torch/tcjit", "correct", "timing")
     rows = []
     failures = 0
     start_all = time.perf_counter()
@@ -383,9 +384,11 @@ def cmd_demo(args) -> int:
         err_oracle, ok_oracle = compare_outputs(got, oracle, length)
         ok = ok_torch and ok_oracle
         failures += not ok
-        t_tc = _median_time(lambda k=kernel, xs=inputs: k(*xs), budget=args.budget)
+        timed_tc = time_calls(lambda k=kernel, xs=inputs: k(*xs), budget=args.budget)
         with torch.no_grad():
-            t_torch = _median_time(lambda s=sk, xs=inputs: s.torch_ref(*xs), budget=args.budget)
+            timed_torch = time_calls(lambda s=sk, xs=inputs: s.torch_ref(*xs), budget=args.budget)
+        t_tc, t_torch = timed_tc.median, timed_torch.median
+        flags = demo_flags(tcjit=timed_tc, torch=timed_torch)
         verdict = "ok" if ok else f"NO (torch {err_torch:.1e}, oracle {err_oracle:.1e})"
         rows.append(
             (
@@ -396,6 +399,7 @@ def cmd_demo(args) -> int:
                 f"{t_torch * 1e3:.3f}",
                 f"{t_torch / t_tc:.2f}" if t_tc > 0 else "-",
                 verdict,
+                flags or "-",
             )
         )
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
@@ -410,6 +414,14 @@ def cmd_demo(args) -> int:
         f"{torch.get_num_threads()} thread(s); torch/tcjit > 1 means tcjit is faster. "
         "(disk): loaded from the kernel cache, not compiled."
     )
+    print(
+        "Sizes: each kernel's last small test size in tcjit.suite (odd, prime and unit extents that "
+        "reach boundary code, at most ~2e6 multiply-adds), not the benchmark sizes of "
+        "bench/cpu_suite.py (docs/performance.md)."
+    )
+    print("Timing flags (a flagged row's times are not to be trusted; run the demo again):")
+    for flag, meaning in FLAGS.items():
+        print(f"  {flag:<5}  {meaning}")
     return 1 if failures else 0
 
 

@@ -22,7 +22,14 @@ from dataclasses import dataclass
 from .cache import OptionsDatabase, TuningKey
 from .polyhedral.errors import TCCallError, TCError, TCWarning
 
-__all__ = ["StoredOptions", "lookup_options", "options_database", "stored_options", "tuning_key"]
+__all__ = [
+    "StoredOptions",
+    "device_arch",
+    "lookup_options",
+    "options_database",
+    "stored_options",
+    "tuning_key",
+]
 
 _TARGETS = ("cpu", "cuda", "cuda-emulated")
 _LOCK = threading.Lock()
@@ -63,8 +70,13 @@ def _layout(x: object) -> list | str:
     return "scalar"
 
 
-def _arch(inputs: Sequence[object], target: str) -> str:
-    """``"sm_<major><minor>"`` of the inputs' CUDA device, or the host's ISA identity (CPU targets)."""
+def device_arch(inputs: Sequence[object], target: str) -> str:
+    """The architecture part of a tuning key: ``"sm_<major><minor>"`` of the inputs' CUDA device
+    (the current device when no input is on one), or the host's ISA identity for the CPU targets.
+
+    >>> device_arch((), "cpu")
+    'x86_64-3f9c0e1a2b4d5e6f'
+    """
     if target != "cuda":
         from .cpu_runtime import host_isa
 
@@ -102,7 +114,7 @@ def tuning_key(kernel, inputs: Sequence[object], target: str) -> TuningKey:
         entry=kernel.name,
         layout=layout,
         target=target,
-        arch=_arch(inputs, target),
+        arch=device_arch(inputs, target),
         version=__version__,
     )
 

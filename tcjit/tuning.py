@@ -169,11 +169,12 @@ def tune_kernel(
     """
     from .binding import bind
     from .cache import Measured
-    from .genetic import TunerSettings, WorkerPool, alternating_evaluator, ray_evaluator, tune
+    from .genetic import TunerSettings, WorkerPool, alternating_evaluator, tune
     from .kernel import Kernel, default_options
     from .mapping.lower import outer_band_extents
     from .mapping.search_space import search_space
     from .tuned import options_database, tuning_key
+    from .tuning_ray import ray_measure, task_resources
 
     started = time.monotonic()  # the timeout counts from here: set-up and final rounds included
     if not isinstance(kernel, Kernel):
@@ -229,11 +230,12 @@ def tune_kernel(
                 run_timeout=run_timeout,
             )
         else:
-            measure = ray_evaluator(
-                functools.partial(_ray_task, blob),
+            measure = ray_measure(
+                functools.partial(_ray_task, blob, key.arch),
                 address=ray,
+                arch=key.arch,
+                target=target,
                 task_timeout=compile_timeout + run_timeout,
-                task_options={"num_gpus": 1} if target == "cuda" else None,
             )
             stack.callback(measure.close)
         # Measured twice: the first measurement in a fresh timing worker ran up to 1.7x slow
@@ -314,7 +316,13 @@ def tune_kernel(
             again = " (Ctrl-C again to skip them)" if result.stopped == "interrupted" else ""
             report.note(f"timing the best candidates and the defaults in interleaved rounds{again}")
         chosen = finalists(defaults, result.measured, result.best_options)
-        found = _run_confirmation(chosen, budget, pools[1] if ray is None else None, blob, run_timeout)
+        if ray is None:
+            where = pools[1]
+        else:
+            import torch
+
+            where = (key.arch, task_resources(target, torch.get_num_threads()))
+        found = _run_confirmation(chosen, budget, where, blob, run_timeout)
     stored = None
     if db is not None and found is not None:
         stored = db.put(
@@ -340,22 +348,24 @@ CLOSE_SECONDS = 1.0
 INTERRUPTED_SECONDS = 20.0
 
 
-def _run_confirmation(chosen: list, budget: float | None, pool, blob: bytes, run_timeout: float):
+def _run_confirmation(chosen: list, budget: float | None, where, blob: bytes, run_timeout: float):
     """The :class:`~tcjit.tuning_confirm.Verdict` of ``chosen`` timed in interleaved rounds in one
-    process: the timing worker of ``pool``, or one Ray task (``pool`` None); ``None`` when out of
-    time, interrupted or failed."""
+    process: the timing worker of a :class:`~tcjit.genetic.WorkerPool`, or one Ray task (``where``
+    is then the key's architecture and the task's resources); ``None`` when out of time,
+    interrupted or failed (a Ray node of another architecture answers nothing)."""
     if budget is not None and budget <= 0:
         return None
     limit = (budget if budget is not None else run_timeout * len(chosen) * 2) + CLOSE_SECONDS
     try:
-        if pool is not None:
-            outcome = pool.map(_confirm_candidates, [(chosen, budget)], timeout=limit)[0]
+        if not isinstance(where, tuple):
+            outcome = where.map(_confirm_candidates, [(chosen, budget)], timeout=limit)[0]
             times = outcome.value if outcome.status == "ok" else None
         else:
             import ray
 
-            task = ray.remote(max_retries=0)(_ray_confirm).remote(blob, chosen, budget)
-            times = ray.get(task, timeout=limit)
+            arch, resources = where
+            task = ray.remote(max_retries=0)(_ray_confirm).options(**resources)
+            times = ray.get(task.remote(blob, arch, chosen, budget), timeout=limit)
     except KeyboardInterrupt:
         return None
     except Exception:  # a lost Ray worker, a timeout: the search's figures are not confirmed

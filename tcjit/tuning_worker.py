@@ -109,19 +109,29 @@ def _measure_candidate(arg):
     return _check_and_time(spec, state, best, Measurement)
 
 
-def _ray_task(blob: bytes, arg):
-    """One candidate on a Ray worker: compile and measure it there, on that worker's device."""
+def _ray_task(blob: bytes, arch: str, arg):
+    """One candidate on a Ray worker: compile and measure it there, on that worker's device.
+
+    Answers a :class:`~tcjit.tuning_ray.RayMeasurement` naming the node and its architecture. A
+    worker whose architecture is not ``arch`` (the tuning key's) measures nothing ("skipped"): its
+    time would be stored for another kind of machine.
+    """
     from .genetic import Measurement
+    from .tuning_ray import located, worker_identity
 
     options, best = arg
     state = _load_context(blob)
+    here = worker_identity(state.target)
+    if here.arch != arch:
+        detail = f"measured nothing: this node is {here.arch}, not {arch}"
+        return located(Measurement(None, "skipped", detail), here)
     import tcjit
 
     try:
         spec = tcjit.compile(state.kernel, *state.inputs, options=options, target=state.target)
     except TCError as e:
-        return Measurement(None, "compile-error", _one_line(e))
-    return _check_and_time(spec, state, best, Measurement)
+        return located(Measurement(None, "compile-error", _one_line(e)), here)
+    return located(_check_and_time(spec, state, best, Measurement), here)
 
 
 def _confirm_candidates(arg):
@@ -130,9 +140,15 @@ def _confirm_candidates(arg):
     return _confirm_in(_worker_state(), finalists, budget)
 
 
-def _ray_confirm(blob: bytes, finalists, budget):
-    """:func:`_confirm_candidates` as one Ray task: every finalist on that one worker."""
-    return _confirm_in(_load_context(blob), finalists, budget)
+def _ray_confirm(blob: bytes, arch: str, finalists, budget):
+    """:func:`_confirm_candidates` as one Ray task: every finalist on that one worker; ``None`` on
+    a worker whose architecture is not ``arch`` (the tuning key's)."""
+    from .tuning_ray import worker_identity
+
+    state = _load_context(blob)
+    if worker_identity(state.target).arch != arch:
+        return None
+    return _confirm_in(state, finalists, budget)
 
 
 def _confirm_in(state: _State, finalists, budget: float | None) -> list:

@@ -62,6 +62,18 @@ def full_tier(request) -> bool:
     return request.config.full_tier
 
 
+@pytest.fixture(scope="session")
+def ray_module(request):
+    """The ``ray`` module, for tests of distributed tuning. Those tests are full-tier: there a
+    missing Ray fails the test (``scripts/test.sh --tier=full`` installs the ``ray`` extra), so that
+    the Ray path never passes by being skipped; in the default tier they are skipped anyway."""
+    try:
+        import ray
+    except ImportError:
+        pytest.fail("the full tier tunes through Ray, which is not installed: `bash scripts/setup.sh ray`")
+    return ray
+
+
 def examples(default: int, full: int) -> int:
     """Hypothesis example counts per tier (read from the environment at import time)."""
     return full if os.environ.get("TCJIT_TEST_TIER", "default") == "full" else default

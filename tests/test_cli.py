@@ -401,9 +401,14 @@ def test_demo_table_for_some_kernels(capsys):
     code, out, _ = _run(capsys, "demo", "--kernel", "fcrelu", "--kernel", "softmax", "--budget", "0.01")
     assert code == 0 and "2 of 2 kernels match torch" in out
     header = out.splitlines()[0].split()
-    assert header[:3] == ["kernel", "sizes", "compile"] and header[-1] == "correct"
+    assert header[:3] == ["kernel", "sizes", "compile"] and header[-2:] == ["correct", "timing"]
     row = next(line for line in out.splitlines() if line.startswith("softmax"))
-    assert "N=64,D=1000" in row and row.rstrip().endswith("ok")
+    assert "N=64,D=1000" in row and " ok " in row
+    # Every row says whether its timing can be trusted ("-", or flags the legend explains).
+    flags = row.split(" ok ", 1)[1].strip()
+    assert flags == "-" or set(re.findall(r"[a-z]+", flags)) <= {"busy", "noisy", "cold", "tcjit", "torch"}
+    assert "Sizes: each kernel's last small test size in tcjit.suite" in out
+    assert all(f"\n  {flag}" in out for flag in ("busy", "noisy", "cold"))
 
 
 @pytest.mark.full

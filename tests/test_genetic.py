@@ -602,8 +602,8 @@ def test_ctrl_c_during_a_search_returns_the_best_and_leaves_no_workers(tmp_path)
 
 
 @pytest.mark.full
-def test_ray_evaluator_runs_and_rejects_planted_candidates(monkeypatch):
-    ray = pytest.importorskip("ray")
+def test_ray_evaluator_runs_and_rejects_planted_candidates(monkeypatch, ray_module):
+    ray = ray_module
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # a local instance: no token written to ~/.ray
     # Ray's workers find the helpers through PYTHONPATH (they do not inherit this sys.path).
     ray.init(
