@@ -342,8 +342,17 @@ def cmd_tune(args) -> int:
     }
     print(f"tuning {cdef.name} at {', '.join(f'{k}={v}' for k, v in sizes.items())}", flush=True)
     report = tune_kernel(kernel, *inputs, target=target, progress=True, **settings)
-    print(f"options: {report.best_options.to_json()}")
-    print(f"stored in {report.database}" if report.database else "not stored (TCJIT_OPTIONS_DB is empty)")
+    if report.best_options == report.default_options:
+        print("options: the defaults (from the kernel's structure)")
+    else:
+        print(f"options: {report.best_options.to_json()}")
+    if report.database is None:
+        print("not stored (TCJIT_OPTIONS_DB is empty)")
+    elif report.stored is None:
+        print(f"nothing stored in {report.database} (the final rounds did not run)")
+    else:
+        what = "use the defaults" if report.stored.uses_defaults else "the tuned options"
+        print(f"stored in {report.database}: record {report.stored.key.digest[:12]} ({what})")
     return 0
 
 
