@@ -160,19 +160,7 @@ def run_kernel(
         "best_options": report.best_options.to_json(),
         "tuner_default_s": report.start_default_time,  # the search's reference (its start)
         "tuner_best_s": report.best_time,
-        "final_rounds": None
-        if report.verdict is None
-        else {
-            "best_s": report.verdict.time,
-            "defaults_s": report.verdict.default_time,
-            "speedup": report.verdict.speedup,
-            "low": report.verdict.low,
-            "high": report.verdict.high,
-            "rounds": report.verdict.rounds,
-            "noise": report.verdict.noise,
-            "faster": report.verdict.faster,
-            "why": report.verdict.why,
-        },
+        "final_rounds": None if report.verdict is None else report.verdict.to_json(),
         "stored": None
         if report.stored is None
         else ("defaults" if report.stored.uses_defaults else "options"),

@@ -149,15 +149,7 @@ def tune_through_ray(address: str, name: str, size_kind: str, settings: dict[str
         # a call uses what the run decided: the tuned options, or the defaults ("use the defaults")
         "stored_options_used": (options if options is not None else report.default_options)
         == report.best_options,
-        "final_rounds": None
-        if report.verdict is None
-        else {
-            "rounds": report.verdict.rounds,
-            "low": report.verdict.low,
-            "high": report.verdict.high,
-            "faster": report.verdict.faster,
-            "why": report.verdict.why,
-        },
+        "final_rounds": None if report.verdict is None else report.verdict.to_json(),
         "correct": bool(correct),
         "max_error": error,
     }

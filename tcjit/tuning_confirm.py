@@ -154,6 +154,21 @@ class Verdict:
         """``default_time / time``."""
         return self.default_time / self.time
 
+    def to_json(self) -> dict:
+        """The figures as JSON-able values (for results files): the options as MappingOptions JSON."""
+        return {
+            "options": self.options.to_json(),
+            "best_s": self.time,
+            "defaults_s": self.default_time,
+            "speedup": self.speedup,
+            "low": self.low,
+            "high": self.high,
+            "rounds": self.rounds,
+            "noise": self.noise,
+            "faster": self.faster,
+            "why": self.why,
+        }
+
 
 def verdict(candidates: Sequence, times: Sequence[Sequence[float] | None]) -> Verdict | None:
     """Decide from :func:`interleaved_rounds`' times (``None`` for a finalist that failed its

@@ -6,6 +6,7 @@ kernels is in test_tuning.py."""
 from __future__ import annotations
 
 import io
+import json
 import time
 from types import SimpleNamespace
 
@@ -35,6 +36,8 @@ def test_the_winner_has_the_greatest_median_speed_up_and_its_spread():
     assert v.time == 1.0 and v.default_time == 2.0 and v.speedup == 2.0
     assert v.low == pytest.approx(1.9) and v.high == pytest.approx(2.0)
     assert v.noise == pytest.approx(2.2 / 1.9 - 1)
+    doc = json.loads(json.dumps(v.to_json()))
+    assert doc["options"] == A.to_json() and doc["speedup"] == 2.0 and doc["faster"] is True
 
 
 def test_a_candidate_slower_in_one_round_is_not_faster_beyond_the_noise():
