@@ -29,6 +29,7 @@ printed as ``tcjit: warning: <message>``.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -542,6 +543,9 @@ def main(argv: list[str] | None = None) -> int:
         except TCError as e:
             print(f"tcjit: {type(e).__name__}: {e}", file=sys.stderr)
             return 2
+        except BrokenPipeError:  # `tcjit run ... | head`: the reader left; quietly, as cat does
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit's flush
+            return 141
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:

@@ -162,6 +162,17 @@ def test_run_compiles_and_checks_against_the_oracle(capsys):
     assert code == 0 and "loaded from the kernel cache" in out
 
 
+def test_a_reader_that_leaves_early_is_no_error(tmp_path):
+    """``tcjit run ... | head -1``: the pipe closes after the first line; no traceback."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TCJIT_CACHE_DIR=str(tmp_path / "kernels"))
+    cmd = f"{sys.executable} -m tcjit.cli run {CONV} --sizes {SIZES} --budget 0.01 | head -c 1"
+    proc = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.stdout and proc.stderr == "", proc.stderr
+
+
 def test_run_takes_options(capsys, fcrelu_file):
     code, out, _ = _run(
         capsys, "run", fcrelu_file, "--sizes", FC_SIZES, "--tile", "8,8", "--no-parallel", "--budget", "0.01"
