@@ -463,7 +463,7 @@ def test_the_benchmark_suite_called_in_another_dtype(dtype):
 
 def test_autotune_on_float64_inputs_tunes_the_variant(tmp_path, monkeypatch):
     """The tuned options are stored for the variant's text and used by float64 calls only."""
-    from tcjit.tuned import stored_options
+    from tcjit.tuned import lookup_options
     from tcjit.tuning import tune_kernel
 
     monkeypatch.setenv("TCJIT_CACHE_DIR", str(tmp_path / "kernels"))
@@ -471,8 +471,9 @@ def test_autotune_on_float64_inputs_tunes_the_variant(tmp_path, monkeypatch):
     a, b = _randn(6, 4, dtype=torch.float64), _randn(4, 5, dtype=torch.float64)
     report = tune_kernel(k, a, b, generations=1, population=2, elites=1, seed=0, workers=1)
     v = k.variant_for(a, b)
-    assert stored_options(v, (a, b), "cpu") == report.best_options
-    assert stored_options(k, (a.float(), b.float()), "cpu") is None
+    # a record under the variant's text (the tuned options, or "use the defaults"), none for float32
+    assert lookup_options(v, (a, b), "cpu").key == report.stored.key
+    assert lookup_options(k, (a.float(), b.float()), "cpu") is None
     assert k.options_for(a, b) == report.best_options
     assert tcjit.define(MATMUL).options_for(a, b) == report.best_options  # found in the database
     torch.testing.assert_close(k(a, b), a @ b, **tolerance(torch.float64, 4))
