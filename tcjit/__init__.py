@@ -131,9 +131,11 @@ def autotune(
     specialised to these sizes. Candidates are compiled in parallel worker processes, then each is
     run once and compared with the oracle (:mod:`tcjit.reference`) and timed (median of repeated
     runs) in another worker, one at a time; a candidate that fails to compile, crashes, hangs or
-    computes a wrong answer scores as invalid and the search goes on. The best options go to the
-    options database (``TCJIT_OPTIONS_DB``; ``tcjit cache list`` shows it), with every measured
-    candidate, so that
+    computes a wrong answer scores as invalid and the search goes on. At the end the defaults and
+    the best candidates are timed side by side in interleaved rounds (:mod:`tcjit.tuning_confirm`):
+    the winner is stored in the options database (``TCJIT_OPTIONS_DB``; ``tcjit cache list`` shows
+    it) only when it is faster than the defaults in every round, otherwise the record says "use the
+    defaults"; every measured candidate is stored too, so that
 
     * later calls ``kernel(*tensors)`` with the same shapes, dtypes and strides on the same kind
       of device use them without being told (in this process and in later ones);
@@ -147,7 +149,8 @@ def autotune(
         of them is passed positionally).
     :arg generations: generations in all, the starting population included.
     :arg population: candidates per generation.
-    :arg timeout: seconds for the whole search (``None``: no limit); the best so far is kept.
+    :arg timeout: seconds for the whole call, set-up and final rounds included (``None``: no
+        limit); it returns within a couple of seconds of it.
     :arg seed: makes the candidates proposed reproducible (given the same measurements).
     :arg ray: the address of a Ray cluster (``"auto"``, ``"ray://host:10001"``) to spread the
         candidates over, each compiled and timed on the worker's own device; needs the ``ray``
@@ -156,11 +159,13 @@ def autotune(
     :arg settings: ``crossover_rate`` (0.8), ``mutation_rate`` (0.1 per gene), ``elites`` (2),
         ``workers`` (parallel compilations; default the CPU count, at most 8),
         ``compile_timeout`` (120 s) and ``run_timeout`` (30 s) per candidate, ``resume`` (True),
-        ``progress`` (False; True prints a progress bar on stderr; a function receives each
+        ``progress`` (None: a progress bar and a line per generation where someone watches, a
+        terminal or a notebook; True: always; False: never; a function receives each
         :class:`tcjit.genetic.Generation`).
-    :returns: the best :class:`MappingOptions` (the default options if nothing beat them).
+    :returns: the :class:`MappingOptions` later calls use: the winner, or the default options if
+        nothing beat them beyond the noise.
     :raises TCError: for a bad kernel, call or setting, before anything runs. Ctrl-C ends the
-        search early and keeps (and stores) the best so far.
+        search early; the best so far goes through the final rounds (a second Ctrl-C skips them).
     """
     from .tuning import autotune as _autotune
 
