@@ -126,10 +126,18 @@ def _run_sanitize(*args: str, timeout: int) -> subprocess.CompletedProcess:
     )
 
 
-def _sanitize(*args: str, timeout: int) -> str:
+def _sanitize(*args: str, timeout: int, request=None) -> str:
+    """scripts/sanitize.sh with ``args``; checked; its output. With ``request``, the run's summary
+    line (how many kernels were compiled sanitized) is written to the terminal, even under -q: a
+    closing note needs the figure of the full tier's run."""
     proc = _run_sanitize(*args, timeout=timeout)
     assert proc.returncode == 0, f"sanitized run failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}"
     assert " kernels compiled with them" in proc.stdout, proc.stdout[-2000:]
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter") if request else None
+    if reporter is not None:
+        for line in proc.stdout.splitlines():
+            if " kernels compiled with them" in line or (line.startswith("=") and " passed" in line):
+                reporter.write_line(f"\n{' '.join(args) or 'sanitize.sh'}: {line.strip()}")
     return proc.stdout
 
 
@@ -177,10 +185,15 @@ def test_a_sample_of_compiled_programs_runs_clean_under_the_sanitizers() -> None
 
 @needs_asan
 @pytest.mark.full
-def test_every_compiled_test_module_runs_clean_under_the_sanitizers() -> None:
+def test_every_compiled_test_module_runs_clean_under_the_sanitizers(request) -> None:
     """scripts/sanitize.sh with no arguments (every module that compiles programs, at their default
-    sizes), then both fuzzers with the full tier's example counts."""
-    _sanitize(timeout=6 * 3600)
+    sizes), then both fuzzers with the full tier's example counts; each run's count of sanitized
+    kernels is written to the terminal."""
+    _sanitize(timeout=6 * 3600, request=request)
     _sanitize(
-        "--tier=full", "tests/test_compiled_fuzz.py", "tests/test_compiled_fuzz_nests.py", timeout=6 * 3600
+        "--tier=full",
+        "tests/test_compiled_fuzz.py",
+        "tests/test_compiled_fuzz_nests.py",
+        timeout=6 * 3600,
+        request=request,
     )
