@@ -244,6 +244,12 @@ def tune_kernel(
         measure([defaults], None, deadline)  # apart: never abandoned against its own first time
         baseline = measure([defaults], None, deadline)[0]
         setup = time.monotonic() - before  # workers started, the defaults compiled, checked, timed
+        if baseline.status == "skipped":
+            raise TCOptionsError(
+                f"autotune {kernel.name}: timeout={timeout:g} s ran out before the default options were "
+                f"measured (starting the workers and measuring them took {setup:.1f} s)",
+                hint="give the run more time: the timeout counts from the call",
+            )
         chunk = workers if ray is None else max(1, population)
 
         def evaluate(candidates, best, search_deadline):

@@ -189,6 +189,8 @@ def test_bad_calls_and_settings_are_tcerrors_before_anything_runs(db):
         tcjit.autotune(kernel, a, b, generations=0)
     with pytest.raises(TCOptionsError, match="workers"):
         tcjit.autotune(kernel, a, b, workers=0)
+    with pytest.raises(TCOptionsError, match=r"timeout=0.01 s ran out before the default options"):
+        tcjit.autotune(kernel, a, b, timeout=0.01, workers=1)
     with pytest.raises(TCCallError, match="meta"):
         tcjit.autotune(kernel, a.to("meta"), b.to("meta"))
     with pytest.raises(TCCallError):
