@@ -238,6 +238,8 @@ def _misaligned_slot_move(body: list[str]) -> bool:
     slots: dict[str, int] = {}  # register -> its slot address modulo 16
     for op, args in insns:
         m = _STACK_ADDRESS.match(args) if op == "lea" else None
+        if m and m.group(3) == "rsp":
+            continue  # `lea -0x28(%rbp),%rsp`: an epilogue restoring the stack pointer, not a slot
         if m:
             base = rsp if m.group(2) == "rsp" else 0  # %rbp = the entry's %rsp - 8
             slots[m.group(3)] = (int(m.group(1) or "0", 16) + base) % 16

@@ -142,3 +142,31 @@ def test_lane_row_tiles_run_wherever_the_stack_lies(tmp_path) -> None:
             proc.returncode,
             proc.stderr[-3000:],
         )
+
+
+#: An OpenMP outlined function (default options, 16-byte vectors, found by the full tier's fuzzer):
+#: a frame pointer, a stack argument pushed for a call, and the epilogue restoring the stack pointer
+#: with `lea -0x28(%rbp),%rsp`. That `lea` is no stack slot: the check must not flag it.
+EPILOGUE = """\
+    1c20:	push   %rbp
+    1c21:	mov    %rsp,%rbp
+    1c24:	push   %r15
+    1c2d:	sub    $0x38,%rsp
+    1c7d:	jl     1dc0 <f+0x1a0>
+    1ce0:	sub    $0x8,%rsp
+    1ced:	push   %r15
+    1cfe:	call   1150 <tc_entry_nest_region1>
+    1d56:	lea    -0x28(%rbp),%rsp
+    1d86:	vmovupd %ymm0,(%rax)
+    1d63:	pop    %rbp
+    1d64:	ret"""
+
+
+def test_the_frame_check_flags_misaligned_slots_not_epilogues() -> None:
+    lines = EPILOGUE.splitlines()
+    assert not H._misaligned_slot_move(lines)
+    # the same frame with a slot's address taken into a register and stored to, 32-byte aligned
+    planted = [*lines[:4], "    1c30:\tlea    0x8(%rsp),%rax", "    1c34:\tvmovdqa %ymm0,(%rax)", *lines[4:]]
+    assert H._misaligned_slot_move(planted)
+    realigned = [*planted[:2], "    1c22:\tand    $0xffffffffffffffe0,%rsp", *planted[2:]]
+    assert not H._misaligned_slot_move(realigned)
