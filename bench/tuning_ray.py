@@ -155,6 +155,17 @@ def tune_through_ray(address: str, name: str, size_kind: str, settings: dict[str
     }
 
 
+def _final_rounds_line(final: dict | None) -> str:
+    """The final rounds' verdict as one line of the results file."""
+    if final is None:
+        return "- final rounds: did not run"
+    return (
+        f"- final rounds (one Ray task, side by side): best {format_seconds(final['best_s'])} vs the "
+        f"defaults {format_seconds(final['defaults_s'])}: {final['speedup']:.2f}x ({final['low']:.2f}x "
+        f"to {final['high']:.2f}x per round, {final['rounds']} rounds); {final['why']}"
+    )
+
+
 def _markdown(doc: dict[str, Any]) -> str:
     r = doc["run"]
     lines = [
@@ -179,7 +190,7 @@ def _markdown(doc: dict[str, Any]) -> str:
         f"- stored under architecture `{r['key_arch']}`: {r['stored']}; the call uses them: "
         f"{r['stored_options_used']}; matches torch: {r['correct']} (max |error| {r['max_error']:.2g})",
         f"- options: `{r['stored_options']}`",
-        f"- final rounds (one Ray task, side by side): {r['final_rounds']}",
+        _final_rounds_line(r["final_rounds"]),
         "",
         "## Machine",
         "",
