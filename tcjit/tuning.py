@@ -36,13 +36,13 @@ from .tuning_confirm import confirmation_reserve, finalists, verdict
 from .tuning_progress import format_duration, progress_printer
 from .tuning_scratch import scratch_folder
 from .tuning_worker import (
-    _compile_candidate,
-    _confirm_candidates,
-    _init_worker,
-    _measure_candidate,
-    _ray_confirm,
-    _ray_task,
+    compile_candidate,
+    confirm_candidates,
     context_blob,
+    init_worker,
+    measure_candidate,
+    ray_confirm,
+    ray_task,
 )
 
 __all__ = ["TuningReport", "autotune", "format_duration", "tune_kernel"]
@@ -216,14 +216,12 @@ def tune_kernel(
                 f.write(blob)
             env = {"TCJIT_CACHE_DIR": os.path.join(scratch, "kernels"), "TCJIT_OPTIONS_DB": ""}
             pools = [
-                stack.enter_context(
-                    WorkerPool(n, initializer=_init_worker, initargs=(context_path,), env=env)
-                )
+                stack.enter_context(WorkerPool(n, initializer=init_worker, initargs=(context_path,), env=env))
                 for n in (workers, 1)
             ]
             measure = alternating_evaluator(
-                _compile_candidate,
-                _measure_candidate,
+                compile_candidate,
+                measure_candidate,
                 compile_pool=pools[0],
                 run_pool=pools[1],
                 compile_timeout=compile_timeout,
@@ -231,7 +229,7 @@ def tune_kernel(
             )
         else:
             measure = ray_measure(
-                functools.partial(_ray_task, blob, key.arch),
+                functools.partial(ray_task, blob, key.arch),
                 address=ray,
                 arch=key.arch,
                 target=target,
@@ -364,13 +362,13 @@ def _run_confirmation(chosen: list, budget: float | None, where, blob: bytes, ru
     limit = (budget if budget is not None else run_timeout * len(chosen) * 2) + CLOSE_SECONDS
     try:
         if not isinstance(where, tuple):
-            outcome = where.map(_confirm_candidates, [(chosen, budget)], timeout=limit)[0]
+            outcome = where.map(confirm_candidates, [(chosen, budget)], timeout=limit)[0]
             times = outcome.value if outcome.status == "ok" else None
         else:
             import ray
 
             arch, resources = where
-            task = ray.remote(max_retries=0)(_ray_confirm).options(**resources)
+            task = ray.remote(max_retries=0)(ray_confirm).options(**resources)
             times = ray.get(task.remote(blob, arch, chosen, budget), timeout=limit)
     except KeyboardInterrupt:
         return None

@@ -1,9 +1,9 @@
 """The worker side of a tuning run: what the compile and timing workers (or Ray tasks) run.
 
 A run's context (the kernel's source, the inputs, the oracle's outputs) is written once
-(:func:`context_blob`) and loaded by each worker; :func:`_compile_candidate` compiles a candidate
-into the run's private kernel store, :func:`_measure_candidate` checks it against the oracle and
-times it (the search's single measurement), :func:`_confirm_candidates` times the finalists in
+(:func:`context_blob`) and loaded by each worker; :func:`compile_candidate` compiles a candidate
+into the run's private kernel store, :func:`measure_candidate` checks it against the oracle and
+times it (the search's single measurement), :func:`confirm_candidates` times the finalists in
 interleaved rounds (:mod:`tcjit.tuning_confirm`). The functions are top-level so that they travel
 to worker processes by reference.
 """
@@ -20,6 +20,18 @@ from dataclasses import dataclass
 
 from .polyhedral.errors import TCError
 from .tuning_confirm import MIN_SAMPLE_SECONDS
+
+__all__ = [
+    "WorkerState",
+    "check_and_time",
+    "compile_candidate",
+    "confirm_candidates",
+    "context_blob",
+    "init_worker",
+    "measure_candidate",
+    "ray_confirm",
+    "ray_task",
+]
 
 #: A candidate whose first timing sample is this many times slower than the best so far is not
 #: timed further (scored "abandoned": valid but never the best).
@@ -47,7 +59,9 @@ class _Context:
 
 
 @dataclass
-class _State:
+class WorkerState:
+    """A worker's loaded run: the kernel, its inputs, the oracle's outputs, the target."""
+
     kernel: object
     inputs: tuple
     expected: tuple
@@ -55,10 +69,10 @@ class _State:
     reduction_length: int
 
 
-_STATE: dict[str, _State] = {}  # per context digest: a Ray worker may serve several runs
+_STATE: dict[str, WorkerState] = {}  # per context digest: a Ray worker may serve several runs
 
 
-def _load_context(blob: bytes) -> _State:
+def _load_context(blob: bytes) -> WorkerState:
     digest = hashlib.sha256(blob).hexdigest()
     state = _STATE.get(digest)
     if state is not None:
@@ -72,23 +86,23 @@ def _load_context(blob: bytes) -> _State:
     device = "cuda" if ctx.target == "cuda" else "cpu"
     inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in ctx.inputs)
     kernel = tcjit.define(ctx.source, name=ctx.entry)
-    state = _State(kernel, inputs, ctx.expected, ctx.target, ctx.reduction_length)
+    state = WorkerState(kernel, inputs, ctx.expected, ctx.target, ctx.reduction_length)
     _STATE.clear()
     _STATE[digest] = state
     return state
 
 
-def _init_worker(context_path: str) -> None:
+def init_worker(context_path: str) -> None:
     """Worker initializer: load the run's context (the kernel, inputs and expected outputs)."""
     with open(context_path, "rb") as f:
         _load_context(f.read())
 
 
-def _worker_state() -> _State:
+def _worker_state() -> WorkerState:
     return next(iter(_STATE.values()))  # a worker process serves one run
 
 
-def _compile_candidate(options):
+def compile_candidate(options):
     """Compile ``options`` into the run's kernel store (a worker's compile phase); returns them."""
     state = _worker_state()
     import tcjit
@@ -97,7 +111,7 @@ def _compile_candidate(options):
     return options
 
 
-def _measure_candidate(arg):
+def measure_candidate(arg):
     """Check a compiled candidate against the oracle, then time it (a worker's run phase)."""
     from .genetic import Measurement
 
@@ -106,10 +120,10 @@ def _measure_candidate(arg):
     import tcjit
 
     spec = tcjit.compile(state.kernel, *state.inputs, options=options, target=state.target)
-    return _check_and_time(spec, state, best, Measurement)
+    return check_and_time(spec, state, best, Measurement)
 
 
-def _ray_task(blob: bytes, arch: str, arg):
+def ray_task(blob: bytes, arch: str, arg):
     """One candidate on a Ray worker: compile and measure it there, on that worker's device.
 
     Answers a :class:`~tcjit.tuning_ray.RayMeasurement` naming the node and its architecture. A
@@ -131,17 +145,17 @@ def _ray_task(blob: bytes, arch: str, arg):
         spec = tcjit.compile(state.kernel, *state.inputs, options=options, target=state.target)
     except TCError as e:
         return located(Measurement(None, "compile-error", _one_line(e)), here)
-    return located(_check_and_time(spec, state, best, Measurement), here)
+    return located(check_and_time(spec, state, best, Measurement), here)
 
 
-def _confirm_candidates(arg):
+def confirm_candidates(arg):
     """The timing worker's last job: load, check and time the finalists in interleaved rounds."""
     finalists, budget = arg
     return _confirm_in(_worker_state(), finalists, budget)
 
 
-def _ray_confirm(blob: bytes, arch: str, finalists, budget):
-    """:func:`_confirm_candidates` as one Ray task: every finalist on that one worker; ``None`` on
+def ray_confirm(blob: bytes, arch: str, finalists, budget):
+    """:func:`confirm_candidates` as one Ray task: every finalist on that one worker; ``None`` on
     a worker whose architecture is not ``arch`` (the tuning key's)."""
     from .tuning_ray import worker_identity
 
@@ -151,7 +165,7 @@ def _ray_confirm(blob: bytes, arch: str, finalists, budget):
     return _confirm_in(state, finalists, budget)
 
 
-def _confirm_in(state: _State, finalists, budget: float | None) -> list:
+def _confirm_in(state: WorkerState, finalists, budget: float | None) -> list:
     """Per finalist, its times per call in each round, or ``None`` when it failed to compile or
     computed a wrong answer (:func:`~tcjit.tuning_confirm.interleaved_rounds`)."""
     import torch
@@ -182,7 +196,9 @@ def _confirm_in(state: _State, finalists, budget: float | None) -> list:
     return out
 
 
-def _check_and_time(spec, state: _State, best: float | None, Measurement):
+def check_and_time(spec, state: WorkerState, best: float | None, Measurement):
+    """Check ``spec`` against the oracle (``"wrong"``), then time it: median of REPEATS samples,
+    abandoned early when much slower than ``best``. A :class:`~tcjit.genetic.Measurement`."""
     import torch
 
     from .testing import compare_outputs

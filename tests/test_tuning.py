@@ -142,25 +142,25 @@ def test_a_wrong_candidate_is_caught_by_the_oracle_check(monkeypatch):
     """The run phase compares every candidate's outputs with the oracle before timing it."""
     import tcjit.tuning_worker
     from tcjit.genetic import Measurement
-    from tcjit.tuning_worker import _check_and_time, _State
+    from tcjit.tuning_worker import WorkerState, check_and_time
 
     kernel = tcjit.define(MATMUL)
     a, b = _inputs()
     spec = tcjit.compile(kernel, a, b)
-    right = _State(kernel, (a, b), ((a @ b),), "cpu", 8)
-    wrong = _State(kernel, (a, b), ((a @ b) + 1e-2,), "cpu", 8)
-    good = _check_and_time(spec, right, None, Measurement)
+    right = WorkerState(kernel, (a, b), ((a @ b),), "cpu", 8)
+    wrong = WorkerState(kernel, (a, b), ((a @ b) + 1e-2,), "cpu", 8)
+    good = check_and_time(spec, right, None, Measurement)
     assert good.status == "ok" and good.time > 0
-    bad = _check_and_time(spec, wrong, None, Measurement)
+    bad = check_and_time(spec, wrong, None, Measurement)
     assert bad.status == "wrong" and bad.time is None and "max |error| 0.01" in bad.detail
-    slow = _check_and_time(spec, right, good.time / 100, Measurement)
+    slow = check_and_time(spec, right, good.time / 100, Measurement)
     assert slow.status == "abandoned" and "slower than the best" in slow.detail
     # A kernel whose checked first call is long and far slower than the best is not timed at all.
     monkeypatch.setattr(tcjit.tuning_worker, "ABANDON_SECONDS", 0.0)
-    hopeless = _check_and_time(spec, right, good.time / 100, Measurement)
+    hopeless = check_and_time(spec, right, good.time / 100, Measurement)
     assert hopeless.status == "abandoned" and hopeless.detail.startswith("first call")
     # A wrong answer is reported as wrong, however slow.
-    assert _check_and_time(spec, wrong, good.time / 100, Measurement).status == "wrong"
+    assert check_and_time(spec, wrong, good.time / 100, Measurement).status == "wrong"
 
 
 def test_the_timeout_is_honoured_with_the_final_rounds_included(db):

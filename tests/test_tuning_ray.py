@@ -115,17 +115,17 @@ def test_a_cluster_of_another_architecture_is_refused_before_any_candidate_runs(
 def test_a_task_on_a_worker_of_another_architecture_measures_nothing(ray_head, ray_module):
     from tcjit.binding import bind
     from tcjit.genetic import ray_evaluator
-    from tcjit.tuning_worker import _ray_task, context_blob
+    from tcjit.tuning_worker import context_blob, ray_task
 
     kernel = tcjit.define("def scale(float(N) X) -> (Y) { Y(n) = 2 * X(n) }")
     x = torch.randn(33)
     blob = context_blob(kernel, bind(kernel.definition, (x,)), (x,), "cpu")
     options = tcjit.MappingOptions.naive()
-    foreign = functools.partial(_ray_task, blob, OTHER_ARCH)
+    foreign = functools.partial(ray_task, blob, OTHER_ARCH)
     evaluate = ray_evaluator(foreign, address=ray_head, task_timeout=60)
     try:
         (m,) = evaluate([options], None, None)
-        same = ray_evaluator(functools.partial(_ray_task, blob, host_isa()), task_timeout=60)
+        same = ray_evaluator(functools.partial(ray_task, blob, host_isa()), task_timeout=60)
         (ok,) = same([options], None, None)
     finally:
         evaluate.close()
