@@ -303,6 +303,19 @@ def _tensor_bounds(tensor: str, shape: Sequence[int], ctx: isl.Context) -> isl.S
     return isl.Set.read_from_str(ctx, f"{{ {isl_name(tensor)}[{', '.join(names)}] : {cons} }}")
 
 
+def _clipped(copies: Sequence[isl.Map | None], outer: isl.UnionSet, bounds: isl.Set) -> list[isl.Map | None]:
+    """The copies (``s -> T[a]``, or None) at the scope's points ``outer``, clipped to the tensor.
+
+    A read's access relation is not: a read under a guard (``i >= 1 ? T(i - 1) : 0``) reaches
+    ``T[-1]`` in it though the program never evaluates it there (the bounds check of such a read
+    runs as the kernel does). Its element is then in no copy, and its buffer element never read;
+    copied in, it was read from outside the tensor (AddressSanitizer's heap-buffer-overflow in a
+    fuzzed emulated kernel). A copy left empty is None: nothing to copy."""
+    outer_set = isl.Set.from_union_set(outer)
+    clipped = [None if c is None else c.intersect_domain(outer_set).intersect_range(bounds) for c in copies]
+    return [None if c is None or c.is_empty() else c for c in clipped]
+
+
 # ------------------------------------------------------------------------------------------ scopes
 def _scopes(sched: isl.Schedule, start: Sequence[int], depth: int, thread_ids: Sequence[str], thread0: str):
     """The promotion scopes at or below ``start`` (paths), splitting bands so that ``depth`` ends
@@ -581,11 +594,7 @@ class _Promoter:
         elif reads:  # only what it reads before writing: another block may write the rest
             copy_in = _live_in(g, scoped, schedule)
         copy_out = isl.Map.from_union_map(g.footprint(writes)) if writes else None
-        outer_set = isl.Set.from_union_set(outer)
-        if copy_in is not None:
-            copy_in = copy_in.intersect_domain(outer_set)
-        if copy_out is not None:
-            copy_out = copy_out.intersect_domain(outer_set)
+        copy_in, copy_out = _clipped((copy_in, copy_out), outer, bounds)
         why = ["reuse"] if reuse else []
         if uncoalesced:
             why.append(f"uncoalesced {', '.join(uncoalesced)}")
@@ -940,15 +949,13 @@ class _PrivatePromoter(_Promoter):
         name, offsets, accesses = named
         reads = [r for r in g.refs if not r.access.write]
         writes = [r for r in g.refs if r.access.write]
-        # exactly the elements read before being written (in) and written (out): the accesses
-        # stay inside the tensor
-        outer_set = isl.Set.from_union_set(outer)
+        # exactly the elements read before being written (in) and written (out)
         copy_in = None
         if reads:
             copy_in = _live_in(g, scoped, schedule) if writes else isl.Map.from_union_map(g.footprint(reads))
-        if copy_in is not None:
-            copy_in = copy_in.intersect_domain(outer_set)
-        copy_out = isl.Map.from_union_map(g.footprint(writes)).intersect_domain(outer_set) if writes else None
+        copy_out = isl.Map.from_union_map(g.footprint(writes)) if writes else None
+        bounds = _tensor_bounds(g.tensor, self.tensors[g.tensor].shape, self.ctx)
+        copy_in, copy_out = _clipped((copy_in, copy_out), outer, bounds)
         copies = [w for w, c in (("copy in", copy_in), ("write back", copy_out)) if c is not None]
         dims = "".join(f"[{n}]" for n in box.sizes)
         self.decisions.append(

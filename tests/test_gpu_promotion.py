@@ -310,6 +310,45 @@ def test_a_group_copies_in_only_what_it_reads_before_writing(memory: str) -> Non
         assert torch.equal(out, torch.where(m, a, torch.tensor(0.0)))
 
 
+#: ``T(i, j - 1)`` under its guard: the read's access relation reaches ``T[i, -1]`` at ``j = 0``,
+#: though the program never evaluates it there. Copied in, that element was read from before the
+#: tensor (AddressSanitizer's heap-buffer-overflow in a fuzzed emulated kernel, in the shadow of
+#: the emulation's race check).
+SHIFTED = """
+def shifted(float(N, M) X) -> (T, O) {
+    T(i, j) = X(i, j) * 2.0
+    O(i, j) = (j >= 1 && j - 1 < M ? T(i, j - 1) : 1.5) + T(i, j) where j in 0:M
+}"""
+SHIFTED_OPTIONS = (
+    MappingOptions()
+    .outer_schedule_fusion_strategy("Max")
+    .tile(4, 8)
+    .map_to_blocks(4)
+    .map_to_threads(4)
+    .unroll(64)
+)
+
+
+@pytest.mark.parametrize("memory, copies", [("shared", "write back"), ("private", "copy in, write back")])
+def test_a_guarded_read_outside_the_tensor_is_not_copied_in(memory: str, copies: str) -> None:
+    """Shared, over the whole row: every element read but ``T[i, -1]`` is written first, so
+    nothing is copied in. Private, per tile of 8 columns: the column before the tile (written by
+    the thread's previous tile) is copied in, except before the first tile."""
+    opts = SHIFTED_OPTIONS.use_shared_memory(memory == "shared").use_private_memory(memory == "private")
+    x = torch.randn(9, 11)
+    kernel = tcjit.define(SHIFTED.replace("def shifted(", f"def shifted_{memory}("))
+    spec = tcjit.compile(kernel, x, options=opts, target="cuda-emulated")
+    decisions = spec.stages["decisions"]
+    assert f"as tc_{memory}_T" in decisions, decisions
+    assert f"({copies}; reuse" in decisions.split(f"as tc_{memory}_T")[1].splitlines()[0], decisions
+    assert _check_copies(check_source(SHIFTED).entry(), {"N": 9, "M": 11}, opts) > 0
+    shifted = torch.cat([torch.full((9, 1), 1.5), 2 * x[:, :-1]], 1)
+    for order in ORDERS:
+        t, o = _run(kernel, (x,), opts, order)
+        torch.testing.assert_close(t, 2 * x)
+        torch.testing.assert_close(o, shifted + 2 * x)
+
+
 def test_the_barrier_before_the_write_back_is_needed(monkeypatch) -> None:
     """Without it, threads write back elements other threads have not computed yet: the race
     check reports it; without the race check, the orders disagree or the result is wrong."""

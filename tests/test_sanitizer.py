@@ -173,9 +173,11 @@ def test_a_sanitized_run_shows_the_report_that_ended_it(tmp_path) -> None:
 def test_a_sample_of_compiled_programs_runs_clean_under_the_sanitizers() -> None:
     """The default tier's sample: the widened fuzzer's examples, the crash reproducer, the
     prelude's special values (where the first sanitized run found a signed overflow in exp) and
-    the promoted bool outputs (where the first full run found copies in of uninitialised memory)."""
+    the promoted bool outputs (where the first full run found copies in of uninitialised memory),
+    and a guarded read's copy (where the second found one before its tensor)."""
     _sanitize(
         "tests/test_gpu_promotion.py::test_a_group_copies_in_only_what_it_reads_before_writing",
+        "tests/test_gpu_promotion.py::test_a_guarded_read_outside_the_tensor_is_not_copied_in",
         "tests/test_compiled_programs.py::test_vector_lane_reductions_and_exp_keep_special_values",
         "tests/test_compiled_fuzz_nests.py::test_random_nests_match_the_oracle",
         "tests/test_crash_regressions.py::test_masked_convolution_runs_with_the_default_options[B=2,C=5,H=6,W=7,F=3,K=3]",
