@@ -370,6 +370,7 @@ class _Printer:
         self.functions: list[str] = []  # parallel regions, printed before the kernel
         self.prototypes: list[str] = []  # their declarations (the entry point may be compiled apart)
         self.shadowed: list[str] = []  # the emulated target's race-checked tensors (outputs, temporaries)
+        self.bounded: list[str] = []  # and its inputs: each access bounds-checked (after the shadowed)
         self.blocks_before = 0  # the emulated target: blocks of the launches printed so far
         self.enclosing: list[str] = []  # loop iterators in scope
         self.serial: dict[str, ir.For] = {}  # enclosing loops printed as plain serial C loops
@@ -433,14 +434,27 @@ class _Printer:
         return self.wide.get(tensor) or self.cdef.tensor(tensor).dtype
 
     def race(self, tensor: str, addr: str, write: bool) -> str | None:
-        """The emulated target's race check of an access (:data:`EMULATION_HELPERS`), or None."""
+        """The emulated target's check of an access (:data:`EMULATION_HELPERS`): a C condition,
+        false where the element is outside the tensor (the access must then not be made), or None.
+        A written tensor's access is race-checked too."""
+        if tensor in self.bounded:
+            where = len(self.shadowed) + self.bounded.index(tensor)
+            return f"tc_inside({addr}, {self.span(tensor)}, {where}, tc_errors)"
         if tensor not in self.shadowed:
             return None
         code = -2 - self.shadowed.index(tensor)
         return (
-            f"tc_race(&tc_sh_{tensor}[{addr}], {int(write)}, tc_gb, tc_tl, tc_first, tc_phase,"
-            f" {code}, {addr}, tc_errors)"
+            f"tc_race(tc_sh_{tensor}, {self.span(tensor)}, {int(write)}, tc_gb, tc_tl, tc_first,"
+            f" tc_phase, {code}, {addr}, tc_errors)"
         )
+
+    def span(self, tensor: str) -> int:
+        """The element offsets ``tensor``'s array (its wide buffer, or its storage) spans: the
+        size of the emulated target's shadow of a written tensor."""
+        info = self.cdef.tensor(tensor)
+        shape = [s.evaluate(self.sizes) for s in info.shape]
+        strides = _contiguous(info, self.sizes) if tensor in self.wide else self.strides[tensor]
+        return max(1, spanned_elements(shape, strides))
 
     def access_value(self, e: A.Access, ex: _Exprs, want: ScalarType) -> str:
         """The value of the element access ``e`` reads, as ``want`` (the GPU printers redirect
@@ -450,7 +464,7 @@ class _Printer:
     def load(self, tensor: str, addr: str, want: ScalarType) -> str:
         check = self.race(tensor, addr, False)
         value = self._load(tensor, addr, want)
-        return value if check is None else f"({check}, {value})"
+        return value if check is None else f"({check} ? {value} : 0)"
 
     def global_read(self, tensor: str, addr: str) -> str:
         """C reading element ``addr`` of ``tensor``'s array as it is held (wide buffer, or the
@@ -481,7 +495,7 @@ class _Printer:
         """Store ``value``, already of the tensor's :meth:`element_type`."""
         check = self.race(tensor, addr, True)
         text = self._store(tensor, addr, value)
-        return text if check is None else f"{check}; {text}"
+        return text if check is None else f"if ({check}) {{ {text} }}"
 
     def _store(self, tensor: str, addr: str, value: str) -> str:
         lvalue = self.held_lvalue(tensor, addr)
@@ -2054,6 +2068,7 @@ def print_kernel(
             p.arguments.append(f"wp_{name}")
         if emulated:
             p.shadowed = [*cdef.outputs, *cdef.temporaries]
+            p.bounded = [q.name for q in params if q.kind == "tensor" and q.name not in p.shadowed]
             p.node(tree, "  ")
         else:
             p.top(tree, "  ")
@@ -2071,7 +2086,7 @@ def print_kernel(
     prologue, epilogue = _wide_buffers(p, wide, copy_in, cleanup=" ".join(freed))
     prologue, epilogue = [*panels, *prologue], [*epilogue, *(f"  {f}" for f in freed)]
     if emulated:
-        shadows, frees = _shadows(p, wide)
+        shadows, frees = _shadows(p)
         prologue, epilogue = [*shadows, *prologue], [*epilogue, *frees]
     decl = ", ".join(
         ["int nthreads", "int64_t *restrict tc_errors", *(f"{q.ctype} {_cname(q)}" for q in params)]
@@ -2240,14 +2255,25 @@ EMULATION_HELPERS = (
     "/* Race check: the last write to each element of a written tensor, by (global block + 1, thread,",
     " * barrier phase). Another block of the same launch, or another thread of the same block in the",
     " * same phase, touching an element written since the launch began is a race: the first found",
-    " * sets error slot 0 to `code` (-2 - the tensor's number) and slot 1 to the element's offset. */",
+    " * sets error slot 0 to `code` (-2 - the tensor's number) and slot 1 to the element's offset.",
+    " * Every access is checked against the tensor's `span` elements first (tc_inside): one outside",
+    " * (a mapping bug: on a GPU it reads or corrupts memory) sets slot 2 to 1 + the tensor's number",
+    " * (written tensors, then inputs), overriding a race, and is not made: the check returns 0. */",
+    "static inline int tc_inside(int64_t offset, int64_t span, int64_t tensor, int64_t *errors) {",
+    "  if (offset >= 0 && offset < span) return 1;",
+    "  if (!errors[2]) { errors[0] = -2 - tensor; errors[1] = offset; errors[2] = 1 + tensor; }",
+    "  return 0;",
+    "}",
     "typedef struct { int64_t block, thread, phase; } tc_shadow;",
-    "static inline void tc_race(tc_shadow *s, int write, int64_t block, int64_t thread, int64_t first,",
-    "                           int64_t phase, int64_t code, int64_t offset, int64_t *errors) {",
+    "static inline int tc_race(tc_shadow *shadow, int64_t span, int write, int64_t block, int64_t thread,",
+    "                         int64_t first, int64_t phase, int64_t code, int64_t offset, int64_t *errors) {",
+    "  if (!tc_inside(offset, span, -2 - code, errors)) return 0;",
+    "  tc_shadow *s = shadow + offset;",
     "  if (s->block > first && (s->block != block + 1 || (s->phase == phase && s->thread != thread))) {",
     "    if (errors[0] == 0) { errors[0] = code; errors[1] = offset; }",
     "  }",
     "  if (write) { s->block = block + 1; s->thread = thread; s->phase = phase; }",
+    "  return 1;",
     "}",
     "/* The same for a block's promoted buffer, reset when a block starts, with reads tracked too:",
     " * another thread of the block reading or writing an element written in the same barrier",
@@ -2756,16 +2782,13 @@ def _wide_buffers(p: _Printer, wide: Mapping[str, ScalarType], copy_in: frozense
     return prologue, epilogue
 
 
-def _shadows(p: _Printer, wide: Mapping[str, ScalarType]) -> tuple[list[str], list[str]]:
+def _shadows(p: _Printer) -> tuple[list[str], list[str]]:
     """The emulated target's shadow of every written tensor (:data:`EMULATION_HELPERS`): one entry
     per element offset the kernel can use, and the phase counter."""
     prologue = ["  int64_t tc_phase = 0; (void)tc_phase;"]
     epilogue = []
     for name in p.shadowed:
-        info = p.cdef.tensor(name)
-        shape = [s.evaluate(p.sizes) for s in info.shape]
-        strides = _contiguous(info, p.sizes) if name in wide else p.strides[name]
-        span = max(1, spanned_elements(shape, strides))
+        span = p.span(name)
         prologue.append(f"  tc_shadow *tc_sh_{name} = (tc_shadow *)calloc({span}, sizeof(tc_shadow));")
         prologue.append(f"  if (!tc_sh_{name}) {{ tc_errors[0] = -1; return; }}")
         epilogue.append(f"  free(tc_sh_{name});")

@@ -222,12 +222,12 @@ class GpuPrinter(_Printer):
             value = held if check is None else f"({check}, {held})"
             lvalue = self.held_lvalue(c.tensor, addr)
             race = self.race(c.tensor, addr, True)
-            text = f"{lvalue} = {value};" if race is None else f"{race}; {lvalue} = {value};"
+            text = f"{lvalue} = {value};" if race is None else f"if ({race}) {{ {lvalue} = {value}; }}"
         else:
             what = f"copy '{c.tensor}' into {buf.name}"
             race = self.race(c.tensor, addr, False)
             value = self.global_read(c.tensor, addr)
-            value = value if race is None else f"({race}, {value})"
+            value = value if race is None else f"({race} ? {value} : 0)"
             check = self.buffer_race(buf, index, True)
             text = f"{held} = {value};" if check is None else f"{check}; {held} = {value};"
         self.lines.append(f"{indent}/* {what} */")

@@ -305,10 +305,11 @@ class Specialization(_Compiled):
         else:
             args = self._arguments(inputs, outs, temps)
         # error slots: bounds checks, a failed allocation of the workspace, the emulation's races
-        errors = (ctypes.c_int64 * 2)()
+        # (slot 2: the emulated access was outside the tensor)
+        errors = (ctypes.c_int64 * 3)()
         self._fn(torch.get_num_threads(), errors, *args)
         if errors[0]:
-            self._raise_errors(int(errors[0]), int(errors[1]))
+            self._raise_errors(int(errors[0]), int(errors[1]), int(errors[2]))
         return tuple(outs)
 
     def _arguments(self, inputs, outs, temps) -> list:
@@ -328,19 +329,28 @@ class Specialization(_Compiled):
                 args.append(_scalar_value(self.cdef, name, inputs[i], self._scalar_types[i]))
         return args
 
-    def _raise_errors(self, code: int, value: int) -> None:
-        """The error the kernel reported in its error slots (``code`` non-zero)."""
+    def _raise_errors(self, code: int, value: int, outside: int = 0) -> None:
+        """The error the kernel reported in its error slots (``code`` non-zero; ``outside``: the
+        emulated target's access at element offset ``value`` left tensor number ``outside - 1``,
+        counting the written tensors, then the inputs)."""
         if code == -1:
             raise MemoryError(
                 f"{self.cdef.name}: the kernel could not allocate its work buffers (wide accumulators, "
                 "packed panels, temporaries)"
             )
+        written = (*self.cdef.outputs, *self.cdef.temporaries)
+        if outside:
+            inputs = [n for n in self.cdef.params if n not in self.cdef.scalars]
+            raise TCInternalError(
+                f"{self.cdef.name}: the CUDA mapping touches element offset {value} of "
+                f"'{(*written, *inputs)[outside - 1]}', outside the tensor (emulated target)"
+            )
         if code < 0:  # the emulated target's race check
-            index, tensors = -2 - code, (*self.cdef.outputs, *self.cdef.temporaries)
+            index = -2 - code
             what = (
-                f"'{tensors[index]}'"
-                if index < len(tensors)
-                else f"the shared-memory buffer '{self.meta.buffers[index - len(tensors)]}'"
+                f"'{written[index]}'"
+                if index < len(written)
+                else f"the shared-memory buffer '{self.meta.buffers[index - len(written)]}'"
             )
             raise TCInternalError(
                 f"{self.cdef.name}: the CUDA mapping lets two threads or blocks touch element offset "

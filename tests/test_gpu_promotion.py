@@ -313,7 +313,7 @@ def test_a_group_copies_in_only_what_it_reads_before_writing(memory: str) -> Non
 #: ``T(i, j - 1)`` under its guard: the read's access relation reaches ``T[i, -1]`` at ``j = 0``,
 #: though the program never evaluates it there. Copied in, that element was read from before the
 #: tensor (AddressSanitizer's heap-buffer-overflow in a fuzzed emulated kernel, in the shadow of
-#: the emulation's race check).
+#: the emulation's race check; without the sanitizer, the race check now reports it).
 SHIFTED = """
 def shifted(float(N, M) X) -> (T, O) {
     T(i, j) = X(i, j) * 2.0
@@ -347,6 +347,27 @@ def test_a_guarded_read_outside_the_tensor_is_not_copied_in(memory: str, copies:
         t, o = _run(kernel, (x,), opts, order)
         torch.testing.assert_close(t, 2 * x)
         torch.testing.assert_close(o, shifted + 2 * x)
+
+
+def test_the_emulation_reports_an_access_outside_a_tensor(monkeypatch) -> None:
+    """A broken promotion whose copies are not clipped to the tensor: the private copy in reads
+    ``T[i, -1]`` (a written tensor), the matmul's last tiles copy rows of ``A`` past its end (an
+    input). The emulated target reports each instead of making the access (before its race
+    check's shadow of ``T``, past the end of ``A``'s storage)."""
+    monkeypatch.setattr(promotion, "_clipped", lambda copies, outer, bounds: list(copies))
+    kernel = tcjit.define(SHIFTED.replace("def shifted(", "def shifted_unclipped("))
+    opts = SHIFTED_OPTIONS.use_private_memory(True)
+    with pytest.raises(tcjit.TCInternalError, match="element offset -1 of 'T', outside the tensor"):
+        _run(kernel, (torch.randn(9, 11),), opts)
+
+    def unbounded(tensor, shape, ctx):
+        return isl.Set.read_from_str(ctx, f"{{ {tensor}[{', '.join(f'a{i}' for i in range(len(shape)))}] }}")
+
+    monkeypatch.setattr(promotion, "_tensor_bounds", unbounded)
+    kernel = tcjit.define(MATMUL.source.replace("def matmul(", "def matmul_unclipped("))
+    a, b = torch.randn(13, 11), torch.randn(11, 9)
+    with pytest.raises(tcjit.TCInternalError, match="of 'A', outside the tensor"):
+        _run(kernel, (a, b), PROMOTED["shared"])
 
 
 def test_the_barrier_before_the_write_back_is_needed(monkeypatch) -> None:
