@@ -1,0 +1,215 @@
+"""Process replay: the generated source of a fixed corpus, to show that a restructuring changed none.
+
+The corpus: every suite kernel at its first two small sizes and its large size, under the default
+options and each preset; and every program the oracle's tests (tests/test_reference_programs.py)
+run, at the sizes they run it, under the default options. Each is lowered for ``cpu`` at vector
+widths of 32 and 64 bytes (the generated C and the CPU defaults depend on the host's width, so both
+are fixed here), for ``cuda`` and for ``cuda-emulated``, with contiguous tensors; nothing is
+compiled. An item whose lowering raises records the error's class and message instead.
+
+Each item's source has a digest; scripts/replay_digests.txt holds them, headed by the digest of the
+whole corpus, so that the file is the same on every machine at the same commit::
+
+    python scripts/replay.py              # compare with the committed digests: exit 1 if any differ
+    python scripts/replay.py --update     # rewrite them (say in the commit message which and why)
+    python scripts/replay.py --dump DIR   # every source into DIR, to diff two commits' dumps
+    python scripts/replay.py -k matmul    # only the items whose name contains "matmul"
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import multiprocessing
+import sys
+import warnings
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DIGESTS = ROOT / "scripts" / "replay_digests.txt"
+TARGETS = (("cpu", 32), ("cpu", 64), ("cuda", 0), ("cuda-emulated", 0))
+
+
+@dataclass(frozen=True)
+class Item:
+    """One program of the corpus at one size, under one option set: ``options`` is ``default``
+    or a preset's name."""
+
+    name: str
+    source: str
+    entry: str | None
+    sizes: tuple[tuple[str, int], ...]
+    options: str
+
+    def label(self, target: str, width: int) -> str:
+        sizes = ",".join(f"{k}={v}" for k, v in self.sizes)
+        where = f"{target}@{width}" if width else target
+        return f"{self.name} [{sizes}] {self.options} {where}"
+
+
+def suite_items() -> Iterator[Item]:
+    from tcjit import suite
+    from tcjit.mapping.options import PRESETS
+
+    for k in suite.SUITE.values():
+        for sizes in [*k.small_sizes[:2], k.large_size]:
+            for options in ("default", *PRESETS):
+                yield Item(f"suite/{k.name}", k.source, k.entry, tuple(sorted(sizes.items())), options)
+
+
+def program_items() -> Iterator[Item]:
+    """The programs the oracle's tests run, recorded by running them with a stand-in for the
+    oracle that notes each program and the sizes its inputs bind, then evaluates it."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import test_compiled_programs as TCP
+        import test_reference_programs as TRP
+
+    from tcjit import TCError, reference
+    from tcjit.binding import bind
+    from tcjit.polyhedral.lang.check import check_source
+
+    seen: dict[tuple, Item] = {}
+
+    class Recorder:
+        def evaluate(self, source, entry=None, *inputs, outputs=None, **kwargs):
+            try:
+                program = check_source(source)
+                cdef = program.entry(entry)
+                sizes = bind(cdef, inputs, outputs).sizes
+            except TCError:
+                sizes = None
+            if sizes is not None:
+                key = (source, entry, tuple(sorted(sizes.items())))
+                tag = hashlib.sha256(f"{source}\0{entry}".encode()).hexdigest()[:6]
+                seen.setdefault(key, Item(f"program/{cdef.name}-{tag}", source, entry, key[2], "default"))
+            return reference.evaluate(source, entry, *inputs, outputs=outputs, **kwargs)
+
+    TRP.reference = Recorder()
+    try:
+        for name, kwargs, _, _ in TCP.PROGRAM_CASES:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    getattr(TRP, name)(**kwargs)
+                except Exception:  # a test's own failure is not the corpus's business
+                    pass
+    finally:
+        TRP.reference = reference
+    yield from seen.values()
+
+
+def generate(item: Item, target: str, width: int) -> str:
+    """The generated source of ``item`` for ``target`` (``width``: the CPU's vector bytes), or
+    the error its lowering raises."""
+    from tcjit.mapping.cuda_printer import lower_cuda
+    from tcjit.mapping.defaults import default_options
+    from tcjit.mapping.emulation import lower_emulated
+    from tcjit.mapping.lower import contiguous_strides, lower_cpu
+    from tcjit.mapping.options import MappingOptions
+    from tcjit.polyhedral.lang.check import check_source
+
+    try:
+        cdef = check_source(item.source).entry(item.entry)
+        sizes = dict(item.sizes)
+        if item.options == "default":
+            chosen = {"vector_bytes": width} if target == "cpu" else {}
+            opts = default_options(cdef, sizes, target, **chosen)
+        else:
+            opts = MappingOptions(item.options)
+        values = opts.validate(target).values
+        shapes = {t.name: tuple(int(s.evaluate(sizes)) for s in t.shape) for t in cdef.tensor_infos}
+        strides = {name: contiguous_strides(shape) for name, shape in shapes.items()}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if target == "cpu":
+                return lower_cpu(cdef, sizes, strides, values, vector_bytes=width).source
+            if target == "cuda-emulated":
+                return lower_emulated(cdef, sizes, strides, values).source
+            return lower_cuda(cdef, sizes, strides, values).source
+    except Exception as e:  # an error is part of what is replayed
+        return f"error: {type(e).__name__}: {e}"
+
+
+def _one(job: tuple[Item, str, int]) -> tuple[str, str]:
+    item, target, width = job
+    return item.label(target, width), generate(item, target, width)
+
+
+def corpus(only: str = "") -> list[Item]:
+    """The corpus; ``only`` starting with ``suite/`` leaves out the programs (recording them runs
+    the oracle's tests)."""
+    return [*suite_items(), *(program_items() if not only.startswith("suite/") else ())]
+
+
+def digests(jobs, processes: int, dump: Path | None) -> dict[str, str]:
+    out = {}
+
+    def record(results) -> None:
+        for label, text in results:
+            out[label] = hashlib.sha256(text.encode()).hexdigest()[:16]
+            if dump is not None:
+                safe = "".join(c if c.isalnum() or c in "=,.@-" else "_" for c in label)
+                (dump / f"{safe}.txt").write_text(text)
+
+    if processes <= 1:
+        record(map(_one, jobs))
+    else:
+        with multiprocessing.get_context("spawn").Pool(processes) as pool:
+            record(pool.imap(_one, jobs, chunksize=4))
+    return out
+
+
+def render(found: Mapping[str, str]) -> str:
+    lines = [f"{d} {label}" for label, d in sorted(found.items())]
+    whole = hashlib.sha256("\n".join(lines).encode()).hexdigest()
+    return f"# corpus {whole} ({len(lines)} items; scripts/replay.py)\n" + "\n".join(lines) + "\n"
+
+
+def read_digests(path: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if not path.exists():
+        return out
+    for line in path.read_text().splitlines():
+        if line and not line.startswith("#"):
+            digest, label = line.split(" ", 1)
+            out[label] = digest
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--update", action="store_true", help="rewrite scripts/replay_digests.txt")
+    ap.add_argument("--dump", type=Path, help="write every generated source into this folder")
+    ap.add_argument("-k", default="", help="only the items whose label contains this")
+    ap.add_argument("-j", type=int, default=max(1, multiprocessing.cpu_count()), help="processes")
+    args = ap.parse_args(argv)
+    if args.update and args.k:
+        ap.error("--update replays the whole corpus: leave out -k")
+    if args.dump:
+        args.dump.mkdir(parents=True, exist_ok=True)
+    jobs = [(i, t, w) for i in corpus(args.k) for t, w in TARGETS if args.k in i.label(t, w)]
+    found = digests(jobs, args.j, args.dump)
+    if args.update:
+        DIGESTS.write_text(render(found))
+        print(f"replay: {len(found)} items written to {DIGESTS.relative_to(ROOT)}")
+        return 0
+    want = read_digests(DIGESTS)
+    if not args.k:
+        missing = sorted(set(want) - set(found))
+        for label in missing:
+            print(f"gone:    {label}")
+    else:
+        missing = []
+    changed = sorted(label for label in found if want.get(label) != found[label])
+    for label in changed:
+        print(f"{'changed' if label in want else 'new'}: {label}")
+    print(f"replay: {len(found)} items, {len(changed)} changed or new, {len(missing)} gone")
+    return 1 if changed or missing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
