@@ -28,87 +28,23 @@ from __future__ import annotations
 
 import re
 
-from .c_prelude import _FMINMAX, _HALF, _HEAD, _INDEX, _MATH, _integers, _via_double
+from .c_prelude import SHARED_PIECES, SHARED_TAIL, integer_functions, prelude_piece
 
 __all__ = ["CUDA_PRELUDE", "prelude_functions"]
 
-_CUDA_HEAD = r"""/* ---- tcjit CUDA prelude: TC value semantics in CUDA C++ (tcjit.mapping.cuda_prelude) */
-#ifndef TC_PRELUDE_INCLUDED
-#define TC_PRELUDE_INCLUDED 1
-
-#if defined(__CUDACC_RTC__) /* NVRTC: no standard headers */
-typedef signed char int8_t;
-typedef short int16_t;
-typedef int int32_t;
-typedef long long int64_t;
-typedef unsigned char uint8_t;
-typedef unsigned short uint16_t;
-typedef unsigned int uint32_t;
-typedef unsigned long long uint64_t;
-#else
-#include <stdint.h>
-#endif
-#ifndef INT64_C
-#define INT64_C(c) c##LL
-#endif
-#ifndef UINT64_C
-#define UINT64_C(c) c##ULL
-#endif
-#ifndef INT64_MAX
-#define INT64_MAX INT64_C(0x7FFFFFFFFFFFFFFF)
-#endif
-#ifndef INT64_MIN
-#define INT64_MIN (-INT64_MAX - 1)
-#endif
-#ifndef UINT64_MAX
-#define UINT64_MAX UINT64_C(0xFFFFFFFFFFFFFFFF)
-#endif
-#ifndef INFINITY
-#define INFINITY __int_as_float(0x7F800000)
-#endif
-#ifndef NAN
-#define NAN __int_as_float(0x7FC00000)
-#endif
-#ifndef HUGE_VALF
-#define HUGE_VALF __int_as_float(0x7F800000)
-#endif
-#ifndef HUGE_VAL
-#define HUGE_VAL __longlong_as_double(0x7FF0000000000000LL)
-#endif
-
-#define TC_FN static __device__ __forceinline__
-#define TC_NO_FLOAT16 1 /* no _Float16 in CUDA: the bit-level half conversions below */
-/* Most helpers go unused in a given kernel: no warning 177 ("declared but never referenced"). */
-#pragma nv_diagnostic push
-#pragma nv_diag_suppress 177
-
-"""
-
-# The C head's constants (TC_PI_HI ... TC_LN2): everything from the first of them on.
-_CONSTANTS = _HEAD[_HEAD.index("#define TC_PI_HI") :]
-
-_C_LGAMMA = re.compile(r"/\* lgamma\(x\) = .*?\nTC_FN float tc_lgamma_f32\(float x\) \{.*?\n\}\n", re.S)
-
-_CUDA_LGAMMA = """/* lgamma(x) = log|Gamma(x)| (+inf at the poles): CUDA's lgamma, which writes no signgam
- * and is thread-safe on the device. The float version computes in double, as on the CPU. */
-TC_FN double tc_lgamma_f64(double x) { return lgamma(x); }
-TC_FN float tc_lgamma_f32(float x) { return (float)lgamma((double)x); }
-"""
-
-
-_C_END = "#endif /* TC_PRELUDE_INCLUDED */"
-
-
-def _math() -> str:
-    text, n = _C_LGAMMA.subn(lambda _: _CUDA_LGAMMA, _MATH)
-    if n != 1 or "lgamma_r" in text or text.count(_C_END) != 1:
-        raise AssertionError("the C prelude's lgamma helpers changed: update tcjit.mapping.cuda_prelude")
-    text = text.replace(_C_END, "#pragma nv_diagnostic pop\n" + _C_END)
-    return text.replace("{via_double}\n", _via_double())
-
-
-#: The CUDA C++ text every generated ``.cu`` source starts with (after its header comment).
-CUDA_PRELUDE: str = _CUDA_HEAD + _CONSTANTS + _integers() + _FMINMAX + _INDEX + _HALF + _math()
+#: The CUDA C++ text every generated ``.cu`` source starts with (after its header comment): the C
+#: prelude's files with ``cuda_head.cuh`` for its head and ``lgamma.cuh`` for its ``lgamma``, and the
+#: diagnostics ``cuda_head.cuh`` silences restored before the end.
+CUDA_PRELUDE: str = (
+    prelude_piece("cuda_head.cuh")
+    + prelude_piece("constants.h")
+    + integer_functions()
+    + "".join(map(prelude_piece, SHARED_PIECES))
+    + prelude_piece("lgamma.cuh")
+    + "".join(map(prelude_piece, SHARED_TAIL))
+    + "#pragma nv_diagnostic pop\n"
+    + prelude_piece("end.h")
+)
 
 
 def prelude_functions(text: str) -> list[str]:

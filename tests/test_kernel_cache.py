@@ -529,6 +529,13 @@ def test_the_key_holds_a_digest_of_the_compiler_sources(tmp_path, monkeypatch) -
         (tmp_path / "printer.py").write_text("A = 2\n")
         compiler.code_identity.cache_clear()
         assert compiler.code_identity() != before
+        (tmp_path / "prelude").mkdir()  # the C prelude's files count too
+        (tmp_path / "prelude" / "half.h").write_text("/* one */\n")
+        compiler.code_identity.cache_clear()
+        before = compiler.code_identity()
+        (tmp_path / "prelude" / "half.h").write_text("/* two */\n")
+        compiler.code_identity.cache_clear()
+        assert compiler.code_identity() != before
     finally:
         monkeypatch.undo()
         compiler.code_identity.cache_clear()

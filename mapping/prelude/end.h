@@ -1,0 +1,2 @@
+#endif /* TC_PRELUDE_INCLUDED */
+/* ---- end of the tcjit prelude ---- */
