@@ -33,6 +33,7 @@ from ..polyhedral.lang.checked import CheckedDef, CheckedStatement
 from ..polyhedral.lang.types import SCALAR_TYPES, ScalarType, common_type
 from ..polyhedral.scop import ScopStatement
 from . import ir
+from .accumulation import LONG_SUM
 from .barriers import needless_barriers
 from .c_prelude import PRELUDE, builtin_callee, int_suffix
 from .packing import Pack, contiguous_strides, spanned_elements
@@ -731,7 +732,7 @@ class _Printer:
         """``(type, dimension)`` if the chain tile's update can run in vector registers along loop
         ``vloop``: a ``+=`` of float32 or float64 values into a tensor of that type (or of float32
         ones accumulated in float64, a long sum, where ``vloop`` runs a known number of times
-        below :data:`.lower.LONG_SUM`: one run is the shortest float32 block
+        below :data:`.accumulation.LONG_SUM`: one run is the shortest float32 block
         :meth:`_chain_vector` may use), one dimension moving by one along ``vloop``
         and a right-hand side :meth:`_vector_value` accepts; None otherwise (and in the
         emulated target, which checks races per element)."""
@@ -744,7 +745,6 @@ class _Printer:
         if t.name not in ("float32", "float64") or st.value_type != t:
             return None
         if et != t:
-            from .lower import LONG_SUM  # lower imports this module
 
             runs_of = _extent(vloop)
             if not (t.name == "float32" and et.name == "float64") or runs_of is None or runs_of >= LONG_SUM:
@@ -792,11 +792,11 @@ class _Printer:
         to +0 (bitwise, so that NaN and infinities in them count nothing), or scalar updates of
         single lanes when the loop is shorter than a vector.
 
-        A float32 sum accumulated in float64 (a long sum, :data:`.lower.LONG_SUM`) is blocked:
+        A float32 sum accumulated in float64 (a long sum, :data:`.accumulation.LONG_SUM`) is blocked:
         each run of ``vloop`` sums in float32 vectors, which are then converted and added into
         float64 vectors of partial sums. Each float32 partial thus sums at most one run of
         ``vloop`` (a row of a convolution's output: tens of terms), far fewer than the
-        :data:`.lower.LONG_SUM` terms below which float32 sums are accurate enough everywhere else
+        :data:`.accumulation.LONG_SUM` terms below which float32 sums are accurate enough everywhere else
         in tcjit, and the long sum itself is carried in float64."""
         t, vdim = plan
         first = runs[0]
@@ -1848,10 +1848,9 @@ def _extent(loop: ir.For) -> int | None:
 def _float32_block(loops: Sequence[ir.For], vloop: ir.For) -> int:
     """Where a chain tile of a float32 sum held in float64 starts its float32 partial sums: the
     number of ``loops`` (outermost first) outside them. The partials sum the loops inside, as
-    many of them as keep an output's terms per block below :data:`.lower.LONG_SUM` (a float32 sum
+    many of them as keep an output's terms per block below :data:`.accumulation.LONG_SUM` (a float32 sum
     that long is accurate enough everywhere in tcjit): a convolution's whole ``h`` x ``w``
     plane, or, where the bounds are not constants, one run of ``vloop``."""
-    from .lower import LONG_SUM  # lower imports this module
 
     terms = _extent(vloop)
     if terms is None:

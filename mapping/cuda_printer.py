@@ -48,18 +48,18 @@ from ..polyhedral.lang.types import ScalarType
 from ..polyhedral.names import entry_symbol
 from ..polyhedral.scop import ScopStatement
 from . import ir
+from .accumulation import wide_accumulators
 from .c_printer import BoundsCheck, CParam, _combine, _float_literal
 from .c_printer import _ctype as c_compute_type
 from .cuda_prelude import CUDA_PRELUDE
 from .emulation import fission
-from .gpu import BLOCK_IDS, SYNC_MARK, THREAD_IDS
+from .gpu import BLOCK_IDS, THREAD_IDS
 from .gpu_printer import GpuPrinter
 from .lower import (
     kernel_header,
     kernel_params,
     kernel_stages,
     lower_gpu,
-    wide_accumulators,
 )
 from .reduction import SHUFFLED_TYPES, BlockReduction
 
@@ -176,7 +176,7 @@ class _CudaPrinter(GpuPrinter):
         return re.sub(r"^(-?0x[0-9a-f])(?:\.0*|(\.[0-9a-f]*?)0*)p", r"\1\2p", text)
 
     def node(self, n: ir.Node | None, indent: str) -> None:
-        if isinstance(n, ir.Mark) and n.name == SYNC_MARK:
+        if isinstance(n, ir.Mark) and n.name == ir.SYNC_MARK:
             self.node(n.body, indent)
             self.lines.append(f"{indent}__syncthreads();")
         elif isinstance(n, ir.Mark) and n.name in self.reductions:

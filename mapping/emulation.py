@@ -34,8 +34,9 @@ from ..polyhedral.errors import TCInternalError
 from ..polyhedral.lang.checked import CheckedDef
 from ..polyhedral.names import entry_symbol
 from . import ir
+from .accumulation import wide_accumulators
 from .c_printer import CParam, _float_literal, _int_literal, print_kernel, stack_array
-from .gpu import SYNC_MARK, THREAD_IDS
+from .gpu import THREAD_IDS
 from .gpu_printer import GpuPrinter
 from .lower import (
     CpuKernelSource,
@@ -43,7 +44,6 @@ from .lower import (
     kernel_params,
     kernel_stages,
     lower_gpu,
-    wide_accumulators,
 )
 
 __all__ = ["ORDERS", "fission", "lower_emulated"]
@@ -56,7 +56,7 @@ def _has_barrier(node: ir.Node | None) -> bool:
     if node is None or isinstance(node, ir.Run):
         return False
     if isinstance(node, ir.Mark):
-        return node.name == SYNC_MARK or _has_barrier(node.body)
+        return node.name == ir.SYNC_MARK or _has_barrier(node.body)
     if isinstance(node, ir.For):
         return _has_barrier(node.body)
     if isinstance(node, ir.If):
@@ -79,9 +79,9 @@ def fission(node: ir.Node, block: tuple[int, int, int]) -> ir.Node:
     if not _has_barrier(node):
         return ir.Threads(block, node)
     if isinstance(node, ir.Mark):
-        if node.name != SYNC_MARK:
+        if node.name != ir.SYNC_MARK:
             return ir.Mark(node.name, fission(node.body, block))
-        barrier = ir.Mark(SYNC_MARK, ir.Block(()))
+        barrier = ir.Mark(ir.SYNC_MARK, ir.Block(()))
         if node.body == ir.Block(()):
             return barrier
         return _flat(ir.Block((fission(node.body, block), barrier)))

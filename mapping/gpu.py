@@ -55,7 +55,6 @@ from .reduction import (
 
 __all__ = [
     "BLOCK_IDS",
-    "SYNC_MARK",
     "SYNC_PREFIX",
     "THREAD0_MARK",
     "THREAD_IDS",
@@ -68,9 +67,6 @@ __all__ = [
 
 BLOCK_IDS = ("b0", "b1", "b2")
 THREAD_IDS = ("t0", "t1", "t2")
-
-#: The mark the printers turn into ``__syncthreads()`` after the marked subtree.
-SYNC_MARK = "sync"
 
 #: Statements named with this prefix and a number are barriers (``__syncthreads()``); the
 #: mapper adds them as extension nodes. :func:`barriers` turns them into ``sync`` marks.
@@ -636,7 +632,7 @@ def launch_bodies(plan: GpuPlan, params: Mapping[str, int]) -> list:
 def barriers(node):
     """Kernel IR ``node`` with the mapper's barrier statements as ``sync`` marks around nothing."""
     return ir.map_runs(
-        node, lambda r: ir.Mark(SYNC_MARK, ir.Block(())) if r.statement.startswith(SYNC_PREFIX) else r
+        node, lambda r: ir.Mark(ir.SYNC_MARK, ir.Block(())) if r.statement.startswith(SYNC_PREFIX) else r
     )
 
 

@@ -34,6 +34,7 @@ from ..polyhedral.errors import TCInternalError
 from ..polyhedral.names import isl_name
 
 __all__ = [
+    "SYNC_MARK",
     "Block",
     "Blocks",
     "Buffer",
@@ -113,8 +114,15 @@ class Run:
 
 @dataclass(frozen=True)
 class Mark:
+    """``body`` marked ``name``: :data:`SYNC_MARK`, or a mark of the mapper's own."""
+
     name: str
     body: Node
+
+
+#: The mark of a barrier: the printers turn it into ``__syncthreads()`` after the marked subtree
+#: (the emulation into a change of barrier phase).
+SYNC_MARK = "sync"
 
 
 @dataclass(frozen=True)

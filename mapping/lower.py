@@ -29,11 +29,11 @@ from ..polyhedral.errors import TCBoundsError
 from ..polyhedral.lang import ast as A
 from ..polyhedral.lang.checked import CheckedDef
 from ..polyhedral.lang.ranges import affine_form
-from ..polyhedral.lang.types import SCALAR_TYPES, ScalarType
 from ..polyhedral.names import entry_symbol, isl_name, tc_names_in
 from ..polyhedral.schedule import bands, check_legality, member_extent, schedule, tile
 from ..polyhedral.scop import Dependences, Scop, build_scop, compute_dependences, instance_text
 from . import ir
+from .accumulation import wide_accumulators
 from .c_printer import BoundsCheck, CParam, c_storage_type, print_kernel
 from .cpu import hoist_initialisations, initialised_in_place, map_cpu
 from .gpu import GpuKernelPlan, GpuPlan, launch_bodies, map_gpu
@@ -42,7 +42,6 @@ from .parts import place_parts
 from .promotion import TensorInfo
 
 __all__ = [
-    "LONG_SUM",
     "CpuKernelSource",
     "GpuLowering",
     "Prepared",
@@ -51,7 +50,6 @@ __all__ = [
     "lower_gpu",
     "prepare",
     "tiled_schedule",
-    "wide_accumulators",
 ]
 
 
@@ -247,46 +245,6 @@ def covered_initialisations(scop: Scop, fixed: isl.Set) -> frozenset[str]:
         and update in written
         and written[s.name].is_subset(written[update])
     )
-
-
-#: Sums of at least this many terms per element accumulate float32 in float64.
-LONG_SUM = 1 << 14
-
-
-def wide_accumulators(cdef: CheckedDef, sizes: Mapping[str, int]) -> dict[str, ScalarType]:
-    """Tensors whose sums the kernel accumulates in a wider type than they are stored in.
-
-    float16 and bfloat16 targets of ``+=``/``*=`` accumulate in float32, float32 targets of sums
-    with :data:`LONG_SUM` terms or more per element in float64: adding millions of float32 terms
-    one by one loses every digit (the oracle, like torch, keeps them). The tensor lives in the
-    wide buffer for the whole kernel and is rounded to its type once, at the end.
-
-    Blocked summation: the register tile over a chain of reductions (``c_printer``,
-    ``_chain_vector``) adds float32 products in float32 vector partial sums over blocks of fewer
-    than :data:`LONG_SUM` terms per element (a convolution's ``h`` x ``w`` plane, or one row of
-    ``w``), then adds each block, converted, into float64 partial sums. Each float32 partial is
-    then no longer than the sums this rule leaves in float32 anywhere else, and the long sum is
-    carried in float64, so the accuracy argument above holds for it too.
-    """
-    terms: dict[str, int] = {}
-    for st in cdef.statements:
-        if st.op in ("+=", "*=") and cdef.tensor(st.tensor).dtype.is_float:
-            n = (
-                math.prod(
-                    max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes)) for r in st.ranges[len(st.lhs_vars) :]
-                )
-                if st.plain_lhs
-                else math.prod(max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes)) for r in st.ranges)
-            )
-            terms[st.tensor] = terms.get(st.tensor, 0) + n
-    wide = {}
-    for name, n in terms.items():
-        t = cdef.tensor(name).dtype
-        if t.is_half:
-            wide[name] = SCALAR_TYPES["float32"] if n < LONG_SUM else SCALAR_TYPES["float64"]
-        elif t.name == "float32" and n >= LONG_SUM:
-            wide[name] = SCALAR_TYPES["float64"]
-    return wide
 
 
 def tiled_schedule(

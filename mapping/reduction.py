@@ -127,10 +127,9 @@ def expand_trees(node: ir.Node, reductions: Mapping[str, BlockReduction]) -> ir.
     """Kernel IR ``node`` with each tree statement (by name in ``reductions``) replaced by its
     steps, a barrier (``sync`` mark) before each; when the width is a multiple of 32, the steps
     below 32 are inside a mark :attr:`BlockReduction.warp` (one warp's work)."""
-    from .gpu import SYNC_MARK  # a cycle otherwise: gpu maps the reductions
 
     def sync() -> ir.Node:
-        return ir.Mark(SYNC_MARK, ir.Block(()))
+        return ir.Mark(ir.SYNC_MARK, ir.Block(()))
 
     def tree(red: BlockReduction) -> ir.Node:
         head: list[ir.Node] = []

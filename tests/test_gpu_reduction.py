@@ -203,7 +203,7 @@ def _without_barriers(which):
             drop = {
                 i
                 for i, c in enumerate(kids)
-                if isinstance(c, ir.Mark) and c.name == gpu.SYNC_MARK and which(i, runs)
+                if isinstance(c, ir.Mark) and c.name == ir.SYNC_MARK and which(i, runs)
             }
             return ir.Block(tuple(c for i, c in enumerate(kids) if i not in drop))
         if isinstance(node, ir.Mark):

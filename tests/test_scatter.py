@@ -22,7 +22,7 @@ import torch
 
 import tcjit
 from tcjit import TCBoundsError, TCInternalError, TCSemanticError
-from tcjit.mapping import lower
+from tcjit.mapping import accumulation, lower
 from tcjit.mapping.options import MappingOptions
 from tcjit.polyhedral.lang.check import check_source
 from tcjit.polyhedral.schedule import bands
@@ -226,7 +226,7 @@ def test_a_long_float32_sum_into_given_outputs(target: str) -> None:
     """Sums this long accumulate in float64 buffers (``wide_accumulators``): a plain ``+=`` must
     start them from the given tensor, ``+=!`` from zero."""
     B, D, V = 4096, 4, 3
-    assert B * D >= lower.LONG_SUM
+    assert B * D >= accumulation.LONG_SUM
     with pytest.warns(tcjit.TCWarning):
         plain = _emb(op="+=")
     I, dO = _indices(B, V, seed=16), _randn(B, D, dtype=torch.float32, seed=17)

@@ -546,7 +546,7 @@ class _DefChecker:
             if isinstance(node, A.FloatLit):
                 raise self.err(TCTypeError, f"{what} must be an integer, got a float", node.span)
             if isinstance(node, A.DimSize):
-                self._dim_size_check(node)
+                self.dim_size_check(node)
             if isinstance(node, A.Ident) and node.name not in self.size_spans:
                 if node.name in self.scalars:
                     raise self.err(
@@ -566,7 +566,8 @@ class _DefChecker:
             )
         return a.rest
 
-    def _dim_size_check(self, node: A.DimSize) -> TensorInfo:
+    def dim_size_check(self, node: A.DimSize) -> TensorInfo:
+        """The tensor ``T.dim`` names, checked: a tensor defined before, and one of its dimensions."""
         t = self.tensors.get(node.tensor)
         if t is None or node.tensor not in self.defined:
             raise self.err(TCNameError, f"'{node.tensor}.{node.dim}' refers to no defined tensor", node.span)

@@ -7,18 +7,35 @@ its definition checker for names and for errors, so that messages point into the
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from ..errors import TCNameError, TCSemanticError, TCTypeError
+from ..errors import Span, TCError, TCNameError, TCSemanticError, TCTypeError
 from . import ast as A
 from .builtins import BUILTINS, LANGUAGE_FUNCTIONS
+from .checked import ScalarArg, TensorInfo
 from .types import BOOL, INT32, INT64, SCALAR_TYPES, ScalarType, common_type
 
-if TYPE_CHECKING:
-    from .check import _DefChecker
+__all__ = ["DefScope", "Ty", "Typer"]
 
-__all__ = ["Ty", "Typer"]
+
+class DefScope(Protocol):
+    """What typing reads of the definition being checked (the checker's state): its sizes,
+    scalars and tensors, the outputs it declares, the tensors defined so far, and its errors."""
+
+    d: A.Def
+    size_spans: Mapping[str, Span]
+    scalars: Mapping[str, ScalarArg]
+    tensors: Mapping[str, TensorInfo]
+    declared_outputs: Mapping[str, A.Return]
+    defined: set[str]
+
+    def err(self, cls: type[TCError], message: str, span: Span | None, hint: str | None = None) -> TCError:
+        """The error ``cls`` pointing at ``span`` of the source."""
+
+    def dim_size_check(self, node: A.DimSize) -> TensorInfo:
+        """The tensor ``T.dim`` names, checked."""
 
 
 @dataclass(frozen=True)
@@ -32,7 +49,7 @@ class Ty:
 class Typer:
     """Types expressions of one statement; weak literals adopt the type of their partners."""
 
-    def __init__(self, dc: _DefChecker, index_set: set[str], float_type: ScalarType):
+    def __init__(self, dc: DefScope, index_set: set[str], float_type: ScalarType):
         self.dc = dc
         self.index_set = index_set
         self.float_type = float_type
@@ -104,7 +121,7 @@ class Typer:
         if isinstance(e, A.FloatLit):
             return replace(e, dtype=self.float_type), Ty(self.float_type, "float")
         if isinstance(e, A.DimSize):
-            self.dc._dim_size_check(e)
+            self.dc.dim_size_check(e)
             return replace(e, dtype=INT64), Ty(INT64, "idx")
         if isinstance(e, A.Ident):
             return self.ident(e)
