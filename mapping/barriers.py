@@ -2,7 +2,7 @@
 
 The CPU printer runs consecutive top-level parallel loops in one team of threads, each shared out
 by an ``omp for`` whose closing barrier keeps the loops in order (:meth:`~tcjit.mapping.c_printer.
-_Printer.top`). A barrier costs more than its own time: every thread waits there for the slowest,
+CPrinter.top`). A barrier costs more than its own time: every thread waits there for the slowest,
 so a thread that runs late in each loop (the one that ran Python between the kernels, its caches
 cold) sets the pace of every loop. Where each thread only touches, in the next loop, what it
 touched itself in the loops since the last barrier, the barrier orders nothing and goes
@@ -27,7 +27,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from . import ir
-from .parts import _Interval, _subscript, accesses, constant_interval, constant_range, run_dims, walk_runs
+from .parts import (
+    Interval,
+    accesses,
+    constant_interval,
+    constant_range,
+    run_dims,
+    subscript_bounds,
+    walk_runs,
+)
 
 MAX_ITERATIONS = 64
 """Loops of more iterations keep their barriers (the check compares every pair of iterations)."""
@@ -40,14 +48,14 @@ def footprint(
     node: ir.Node | None,
     statements: Mapping[str, object],
     sizes: Mapping[str, int],
-    env: dict[str, _Interval],
+    env: dict[str, Interval],
     out: dict[str, tuple[list[_Box], list[_Box]]],
 ) -> bool:
     """Add to ``out`` (tensor -> ``(read boxes, written boxes)``) what the code below ``node``
     touches, the loops above it bounded (or fixed) in ``env``; False where a bound is not a
     constant (a subscript or loop bound that is not affine)."""
 
-    def visit(run: ir.Run, env: dict[str, _Interval]) -> bool:
+    def visit(run: ir.Run, env: dict[str, Interval]) -> bool:
         st = statements[run.statement]
         dims = run_dims(st, run, env)
         if dims is None:
@@ -55,7 +63,7 @@ def footprint(
         reads, writes = accesses(st)
         for k, touched in ((0, reads), (1, writes)):
             for tensor, args in touched:
-                box = tuple(constant_interval(_subscript(e, dims, sizes)) for e in args)
+                box = tuple(constant_interval(subscript_bounds(e, dims, sizes)) for e in args)
                 if any(b is None for b in box):
                     return False
                 out.setdefault(tensor, ([], []))[k].append(box)  # type: ignore[arg-type]

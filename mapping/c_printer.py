@@ -66,7 +66,7 @@ def c_storage_type(t: ScalarType) -> str:
     return _STORAGE[t.name]
 
 
-def _ctype(t: ScalarType) -> str:
+def c_compute_type(t: ScalarType) -> str:
     """The C type values of type ``t`` are computed in."""
     return "float" if t.is_half else _STORAGE[t.name]
 
@@ -96,17 +96,21 @@ class BoundsCheck:
 
 
 # ------------------------------------------------------------------------------------ expressions
-def _float_literal(value: float, t: ScalarType) -> str:
+def c_float_literal(value: float, t: ScalarType) -> str:
+    """C for the literal ``value`` of float type ``t`` (exact: hexadecimal; NaN and infinities as
+    expressions and macros of the prelude)."""
     if math.isnan(value):
-        return "(0.0 / 0.0)" if _ctype(t) == "double" else "(0.0f / 0.0f)"
+        return "(0.0 / 0.0)" if c_compute_type(t) == "double" else "(0.0f / 0.0f)"
     if math.isinf(value):
-        inf = "HUGE_VAL" if _ctype(t) == "double" else "HUGE_VALF"
+        inf = "HUGE_VAL" if c_compute_type(t) == "double" else "HUGE_VALF"
         return inf if value > 0 else f"(-{inf})"
     text = float(value).hex()
-    return text if _ctype(t) == "double" else f"{text}f"
+    return text if c_compute_type(t) == "double" else f"{text}f"
 
 
-def _int_literal(value: int, t: ScalarType) -> str:
+def c_int_literal(value: int, t: ScalarType) -> str:
+    """C for the literal ``value`` of integer or bool type ``t`` (wrapped into an unsigned type's
+    range; the 64-bit types through their macros, ``INT64_MIN`` spelled so)."""
     if t.kind == "bool":
         return "true" if value else "false"
     if t.name == "uint64":
@@ -117,8 +121,8 @@ def _int_literal(value: int, t: ScalarType) -> str:
         return f"INT64_C({value})"
     if t.kind == "uint":
         value %= 1 << t.bits
-        return f"(({_ctype(t)}){value}u)"
-    return f"(({_ctype(t)}){value})"
+        return f"(({c_compute_type(t)}){value}u)"
+    return f"(({c_compute_type(t)}){value})"
 
 
 def convert(code: str, src: ScalarType, dst: ScalarType) -> str:
@@ -140,14 +144,14 @@ def convert(code: str, src: ScalarType, dst: ScalarType) -> str:
         wide = f"(double)({code})"
         if dst.name == "uint64":
             return f"tc_f64_to_u64({wide})"
-        return f"(({_ctype(dst)})tc_f64_to_i64({wide}))"
-    return f"(({_ctype(dst)})({code}))"
+        return f"(({c_compute_type(dst)})tc_f64_to_i64({wide}))"
+    return f"(({c_compute_type(dst)})({code}))"
 
 
-class _Exprs:
+class ExprPrinter:
     """Prints typed TC expressions of one statement."""
 
-    def __init__(self, printer: _Printer, st: CheckedStatement):
+    def __init__(self, printer: CPrinter, st: CheckedStatement):
         self.p = printer
         self.st = st
         self.cdef = printer.cdef
@@ -155,7 +159,7 @@ class _Exprs:
     def value(self, e: A.Expr) -> str:
         t = e.dtype
         if isinstance(e, A.IntLit):
-            return _int_literal(e.value, t) if t.is_integral else self.p.float_literal(float(e.value), t)
+            return c_int_literal(e.value, t) if t.is_integral else self.p.float_literal(float(e.value), t)
         if isinstance(e, A.FloatLit):
             return self.p.float_literal(e.value, t)
         if isinstance(e, A.Ident):
@@ -163,12 +167,12 @@ class _Exprs:
                 return convert(f"i_{e.name}", INT64, t)
             if e.kind == "size":
                 n = self.p.sizes[e.name]
-                return _int_literal(n, t) if t.is_integral else self.p.float_literal(float(n), t)
+                return c_int_literal(n, t) if t.is_integral else self.p.float_literal(float(n), t)
             src = self.cdef.scalars[e.name].dtype
             return convert(f"s_{e.name}", src, t)
         if isinstance(e, A.DimSize):
             n = self.cdef.tensor(e.tensor).shape[e.dim].evaluate(self.p.sizes)
-            return _int_literal(n, t) if t.is_integral else self.p.float_literal(float(n), t)
+            return c_int_literal(n, t) if t.is_integral else self.p.float_literal(float(n), t)
         if isinstance(e, A.Access):
             return self.p.access_value(e, self, t)
         if isinstance(e, A.Cast):
@@ -194,7 +198,7 @@ class _Exprs:
             args = [convert(self.value(a), a.dtype, t) for a in e.args]
             if e.func in LANGUAGE_FUNCTIONS:
                 return _minmax(e.func, args[0], args[1], t)
-            return f"{builtin_callee(e.func, _ctype(t))}({', '.join(args)})"
+            return f"{builtin_callee(e.func, c_compute_type(t))}({', '.join(args)})"
         raise TCInternalError(f"cannot print {e!r}")
 
     def binary(self, e: A.Binary) -> str:
@@ -243,13 +247,13 @@ class _Exprs:
         return f"((int64_t)({v}))"
 
 
-class _VectorExprs(_Exprs):
-    """Prints the right-hand side of a vector register tile (:meth:`_Printer.vector_tile`): an
+class _VectorExprs(ExprPrinter):
+    """Prints the right-hand side of a vector register tile (:meth:`CPrinter.vector_tile`): an
     access that moves along the vector dimension is a vector load of ``vtype`` (GCC's vector
     extension, unaligned, may alias its element type); everything else is a scalar, which the
     vector arithmetic broadcasts."""
 
-    def __init__(self, printer: _Printer, st: CheckedStatement, vdim: str, vtype: str):
+    def __init__(self, printer: CPrinter, st: CheckedStatement, vdim: str, vtype: str):
         super().__init__(printer, st)
         self.vdim = vdim
         self.vtype = vtype
@@ -281,29 +285,35 @@ def _wrapping(op: str, a: str, b: str, t: ScalarType) -> str:
     ``p[i]``, and with it most vectorisation.
     """
     u = "uint64_t" if t.bits > 32 else "uint32_t"
-    return f"(({_ctype(t)})(({u})({a}) {op} ({u})({b})))"
+    return f"(({c_compute_type(t)})(({u})({a}) {op} ({u})({b})))"
 
 
 def _minmax(op: str, a: str, b: str, t: ScalarType) -> str:
     if t.is_float:
-        fn = builtin_callee("fmin" if op == "min" else "fmax", "double" if _ctype(t) == "double" else "float")
+        fn = builtin_callee(
+            "fmin" if op == "min" else "fmax", "double" if c_compute_type(t) == "double" else "float"
+        )
         return f"{fn}({a}, {b})"
     if t.kind == "bool":
         return f"(({a}) && ({b}))" if op == "min" else f"(({a}) || ({b}))"
     return f"tc_{op}_{int_suffix(t.name)}({a}, {b})"
 
 
-def _identity(op: str, t: ScalarType) -> str:
+def reduction_identity(op: str, t: ScalarType) -> str:
+    """C for the value a reduction ``op`` (``+=``, ``*=``, ``min=``, ``max=``) of type ``t``
+    starts from: what the language's ``!`` initialisation writes."""
     if op == "+=":
-        return _int_literal(0, t) if t.is_integral else _float_literal(0.0, t)
+        return c_int_literal(0, t) if t.is_integral else c_float_literal(0.0, t)
     if op == "*=":
-        return _int_literal(1, t) if t.is_integral else _float_literal(1.0, t)
+        return c_int_literal(1, t) if t.is_integral else c_float_literal(1.0, t)
     if t.is_float:
-        return _float_literal(math.inf if op == "min=" else -math.inf, t)
-    return _int_literal(t.max_value if op == "min=" else t.min_value, t)
+        return c_float_literal(math.inf if op == "min=" else -math.inf, t)
+    return c_int_literal(t.max_value if op == "min=" else t.min_value, t)
 
 
-def _combine(op: str, acc: str, v: str, t: ScalarType) -> str:
+def combine_update(op: str, acc: str, v: str, t: ScalarType) -> str:
+    """C combining ``v`` into the accumulator value ``acc`` by reduction ``op`` in type ``t``
+    (integers wrap; min and max of floats ignore NaN, as the prelude's fmin/fmax)."""
     if op in ("+=", "*="):
         sym = op[0]
         if t.is_float:
@@ -324,15 +334,15 @@ def _fold_lanes(op: str, lanes_of: str, lanes: int, t: ScalarType) -> str:
     tmm a third of its time. The lanes are partial sums in an order the strip-mining chose, so
     the tree's order is as good a one (and for sums, a more accurate one)."""
     if lanes < 2 or lanes & (lanes - 1):
-        combine = _combine(op, "tc_s", f"{lanes_of}[tc_l]", t)
+        combine = combine_update(op, "tc_s", f"{lanes_of}[tc_l]", t)
         return f"for (int tc_l = 0; tc_l < {lanes}; tc_l++) tc_s = {combine};"
     levels = []
     w = lanes // 2
     while w >= 1:
-        combine = _combine(op, f"{lanes_of}[tc_l]", f"{lanes_of}[tc_l + {w}]", t)
+        combine = combine_update(op, f"{lanes_of}[tc_l]", f"{lanes_of}[tc_l + {w}]", t)
         levels.append(f"for (int tc_l = 0; tc_l < {w}; tc_l++) {lanes_of}[tc_l] = {combine};")
         w //= 2
-    return " ".join(levels) + f" tc_s = {_combine(op, 'tc_s', f'{lanes_of}[0]', t)};"
+    return " ".join(levels) + f" tc_s = {combine_update(op, 'tc_s', f'{lanes_of}[0]', t)};"
 
 
 # ------------------------------------------------------------------------------------------ printer
@@ -343,10 +353,13 @@ def stack_array(ctype: str, declarator: str) -> str:
     return f"{ctype} {declarator} TC_STACK_ALIGNED;"
 
 
-class _Printer:
+class CPrinter:
+    """Prints one kernel's IR as C (the CPU target; the GPU printers derive from it): statements,
+    loops, register tiles, OpenMP regions, and the emulated target's checks."""
+
     #: C for a float literal of a value of type ``t`` in an expression (the CUDA printer rounds it to
     #: the type first: its compilers warn about digits the type cannot hold).
-    float_literal = staticmethod(_float_literal)
+    float_literal = staticmethod(c_float_literal)
 
     def __init__(
         self,
@@ -395,7 +408,7 @@ class _Printer:
         self.sites: Mapping[str, Site] = {}  # marks that fill a part of a packed input (:mod:`.packing`)
 
     # --------------------------------------------------------------------------------- memory
-    def address(self, tensor: str, args: Sequence[A.Expr], ex: _Exprs, node) -> str:
+    def address(self, tensor: str, args: Sequence[A.Expr], ex: ExprPrinter, node) -> str:
         """C for the offset of element ``args`` of ``tensor``; ``node`` is the access (a read) or
         the statement (the element it writes), for the messages of run-time bounds checks."""
         info = self.cdef.tensor(tensor)
@@ -457,7 +470,7 @@ class _Printer:
         strides = _contiguous(info, self.sizes) if tensor in self.wide else self.strides[tensor]
         return max(1, spanned_elements(shape, strides))
 
-    def access_value(self, e: A.Access, ex: _Exprs, want: ScalarType) -> str:
+    def access_value(self, e: A.Access, ex: ExprPrinter, want: ScalarType) -> str:
         """The value of the element access ``e`` reads, as ``want`` (the GPU printers redirect
         promoted accesses)."""
         return self.load(e.tensor, self.address(e.tensor, e.args, ex, e), want)
@@ -543,11 +556,11 @@ class _Printer:
             return tuple(A.Ident(d, kind="index", dtype=INT64) for d in scop_st.dims)
         return tuple(st.lhs)
 
-    def lhs_address(self, sname: str, ex: _Exprs) -> str:
+    def lhs_address(self, sname: str, ex: ExprPrinter) -> str:
         st = self.statements[sname].source
         return self.address(st.tensor, self.lhs_args(sname), ex, st.source)
 
-    def lhs(self, sname: str, ex: _Exprs) -> tuple[Callable[[ScalarType], str], Callable[[str], str]]:
+    def lhs(self, sname: str, ex: ExprPrinter) -> tuple[Callable[[ScalarType], str], Callable[[str], str]]:
         """How an instance of ``sname`` reads (as a type) and writes (a value) the element it
         updates (the GPU printers redirect promoted ones)."""
         tensor = self.statements[sname].source.tensor
@@ -558,17 +571,17 @@ class _Printer:
         """The C statement performing one instance of ``sname`` (index variables bound)."""
         scop_st = self.statements[sname]
         st = scop_st.source
-        ex = _Exprs(self, st)
+        ex = ExprPrinter(self, st)
         t = self.cdef.tensor(st.tensor).dtype
         et = self.element_type(st.tensor).compute
         load, store = self.lhs(sname, ex)
         if scop_st.kind == "init":
-            return store(_identity(st.op, et))
+            return store(reduction_identity(st.op, et))
         value = convert(convert(ex.value(st.rhs), st.value_type, t), t, et)
         if scop_st.kind == "assign":
             return store(value)
         old = load(et)
-        return store(_combine(st.op, old, f"({value})", et))
+        return store(combine_update(st.op, old, f"({value})", et))
 
     def run(self, node: ir.Run, indent: str) -> None:
         acc = self.accumulator
@@ -577,10 +590,10 @@ class _Printer:
             st = scop_st.source
             et = self.element_type(st.tensor).compute
             t = self.cdef.tensor(st.tensor).dtype
-            value = convert(convert(_Exprs(self, st).value(st.rhs), st.value_type, t), t, et)
+            value = convert(convert(ExprPrinter(self, st).value(st.rhs), st.value_type, t), t, et)
             self.lines.append(f"{indent}{self.comment(node.statement)}")
             self.lines.append(f"{indent}{{ {self.bindings(node.statement, node.args)}")
-            self.lines.append(f"{indent}  {acc.ref} = {_combine(st.op, acc.ref, f'({value})', et)}; }}")
+            self.lines.append(f"{indent}  {acc.ref} = {combine_update(st.op, acc.ref, f'({value})', et)}; }}")
             return
         self.lines.append(f"{indent}{self.comment(node.statement)}")
         self.lines.append(f"{indent}{{ {self.bindings(node.statement, node.args)}")
@@ -745,7 +758,6 @@ class _Printer:
         if t.name not in ("float32", "float64") or st.value_type != t:
             return None
         if et != t:
-
             runs_of = _extent(vloop)
             if not (t.name == "float32" and et.name == "float64") or runs_of is None or runs_of >= LONG_SUM:
                 return None  # float32 blocks need runs of a known length below LONG_SUM
@@ -803,7 +815,7 @@ class _Printer:
         st = self.statements[first.statement].source
         et = self.element_type(st.tensor)
         wide = et != t
-        ct, ect = _ctype(t), _ctype(et)
+        ct, ect = c_compute_type(t), c_compute_type(et)
         lanes = self.lanes(t)
         vt = self._vtype(ct, lanes)
         wt = self._vtype(ect, lanes)
@@ -814,7 +826,7 @@ class _Printer:
         dims = "".join(f"[{e}]" for e in extents)
         nest = list(points)
         vex = _VectorExprs(self, st, vdim, vt)
-        sex = _Exprs(self, st)
+        sex = ExprPrinter(self, st)
         addr = self.address(st.tensor, st.lhs, sex, st.source)
         lhs_bind = self.bindings(first.statement, first.args, set(st.lhs_vars))
         loops = ", ".join([loop.var, *(c.var for c in chain), vloop.var])
@@ -885,11 +897,11 @@ class _Printer:
         first = runs[0]
         st = self.statements[first.statement].source
         et = self.element_type(st.tensor).compute
-        ct = _ctype(et)
+        ct = c_compute_type(et)
         lanes = self.lanes(self.element_type(st.tensor))
         idx = "".join(f"[{p.var}]" for p in points if not p.degenerate)
         dims = "".join(f"[{e}]" for e in extents) + f"[{lanes}]"
-        ex = _Exprs(self, st)
+        ex = ExprPrinter(self, st)
         addr = self.address(st.tensor, st.lhs, ex, st.source)
         lhs_bind = self.bindings(first.statement, first.args, set(st.lhs_vars))
         loops = ", ".join([loop.var, *(c.var for c in chain), vloop.var])
@@ -898,7 +910,7 @@ class _Printer:
             f" '{st.tensor}' kept in {name} across loops {loops} */"
         )
         self.lines.append(f"{indent}  {stack_array(ct, name + dims)}")
-        zero = _identity(st.op, et)
+        zero = reduction_identity(st.op, et)
         self.point_nest(
             points, f"for (int tc_l = 0; tc_l < {lanes}; tc_l++) {name}{idx}[tc_l] = {zero};", indent + "  "
         )
@@ -906,7 +918,7 @@ class _Printer:
         self._lane_strips(vloop, points, node, first.statement, f"{name}{idx}", lanes, inner)
         self.accumulator = None
         self.lines.extend(reversed(closing))
-        combine = _combine(st.op, "tc_s", f"{name}{idx}[tc_l]", et)
+        combine = combine_update(st.op, "tc_s", f"{name}{idx}[tc_l]", et)
         self._store_lane_sums(st, addr, et, lanes, combine, points, lhs_bind, indent)
 
     def _store_lane_sums(self, st, addr, et, lanes: int, combine: str, points, lhs_bind, indent) -> None:
@@ -914,7 +926,7 @@ class _Printer:
         combined with the tile's ``lanes`` partial sums (``combine``: an expression of ``tc_s`` and
         lane ``tc_l``, in element type ``et``) and stored back; then the tile's block closes."""
         finish = (
-            f"{_ctype(et)} tc_s = {self.load(st.tensor, addr, et)};"
+            f"{c_compute_type(et)} tc_s = {self.load(st.tensor, addr, et)};"
             f" for (int tc_l = 0; tc_l < {lanes}; tc_l++) tc_s = {combine};"
             f" {self.store(st.tensor, addr, 'tc_s')}"
         )
@@ -966,11 +978,11 @@ class _Printer:
         first = runs[0]
         st = self.statements[first.statement].source
         et = self.element_type(st.tensor).compute
-        ct = _ctype(et)
+        ct = c_compute_type(et)
         lanes = self.lanes(self.element_type(st.tensor)) if dot else 1
         idx = "".join(f"[{p.var}]" for p in points if not p.degenerate)
         dims = "".join(f"[{e}]" for e in extents) + (f"[{lanes}]" if dot else "")
-        ex = _Exprs(self, st)
+        ex = ExprPrinter(self, st)
         addr = self.address(st.tensor, st.lhs, ex, st.source)
         lhs_bind = self.bindings(first.statement, first.args, set(st.lhs_vars))
         form = f"dot-product form, {lanes} lanes" if dot else "outer-product form"
@@ -979,7 +991,8 @@ class _Printer:
         )
         self.lines.append(f"{indent}  {stack_array(ct, name + dims)}")
         if dot:
-            start = f"for (int tc_l = 0; tc_l < {lanes}; tc_l++) {name}{idx}[tc_l] = {_identity(st.op, et)};"
+            zero = reduction_identity(st.op, et)
+            start = f"for (int tc_l = 0; tc_l < {lanes}; tc_l++) {name}{idx}[tc_l] = {zero};"
         else:
             start = f"{name}{idx} = {self.load(st.tensor, addr, et)};"
         self.point_nest(points, f"{lhs_bind} {start}", indent + "  ")
@@ -1178,7 +1191,7 @@ class _Printer:
 
     def vector_type(self, t: ScalarType) -> str:
         """The name of the vector type of ``t`` (:attr:`lanes` of them), declared in the kernel."""
-        ctype = _ctype(t)
+        ctype = c_compute_type(t)
         vtype = f"tc_v{self.lanes(t)}{'f32' if ctype == 'float' else 'f64'}"
         self.vector_types[vtype] = (ctype, self.lanes(t) * _ctype_size(t))
         return vtype
@@ -1296,8 +1309,8 @@ class _Printer:
             return False  # the sum reads its own target: keep every update in memory, in order
         t = self.cdef.tensor(st.tensor).dtype
         et = self.element_type(st.tensor).compute
-        ct = _ctype(et)
-        ex = _Exprs(self, st)
+        ct = c_compute_type(et)
+        ex = ExprPrinter(self, st)
         addr = self.address(st.tensor, st.lhs, ex, st.source)
         rest = set(scop_st.dims) - set(st.lhs_vars)
         value = convert(convert(ex.value(st.rhs), st.value_type, t), t, et)
@@ -1321,7 +1334,7 @@ class _Printer:
             self.lines.append(f"{indent}  {pragma}")
         self.lines.append(f"{indent}  {self.loop_header(loop)} {{")
         self.lines.append(f"{indent}    {self.bindings(run.statement, run.args, rest)}")
-        self.lines.append(f"{indent}    tc_acc = {_combine(st.op, 'tc_acc', f'({value})', et)};")
+        self.lines.append(f"{indent}    tc_acc = {combine_update(st.op, 'tc_acc', f'({value})', et)};")
         self.lines.append(f"{indent}  }}")
         self.lines.append(f"{indent}  {finish} }}")
         return True
@@ -1682,9 +1695,9 @@ class _Printer:
         if count > MAX_PARTIALS:
             return False
         et = self.element_type(st.tensor).compute
-        ct = _ctype(et)
-        identity = _identity(st.op, et)
-        addr = self.address(st.tensor, st.lhs, _Exprs(self, st), st.source)
+        ct = c_compute_type(et)
+        identity = reduction_identity(st.op, et)
+        addr = self.address(st.tensor, st.lhs, ExprPrinter(self, st), st.source)
         first = runs[0]
         self.lines.append(
             f"{indent}{{ /* parallel reduction: '{st.tensor}' in {count} partial results over loop"
@@ -1709,7 +1722,7 @@ class _Printer:
         )
         self.lines.append(f"{indent}    tc_part[{slot}] = {call};")
         self.lines.append(f"{indent}  }}")
-        combine = _combine(st.op, "tc_s", "tc_part[tc_k]", et)
+        combine = combine_update(st.op, "tc_s", "tc_part[tc_k]", et)
         self.lines.append(
             f"{indent}  {{ {self.bindings(first.statement, first.args, set(st.lhs_vars))}"
             f" {ct} tc_s = {self.load(st.tensor, addr, et)};"
@@ -1747,7 +1760,7 @@ class _Accumulator:
 
 
 def _ctype_size(t: ScalarType) -> int:
-    return {"double": 8, "float": 4}.get(_ctype(t), max(1, t.bits // 8))
+    return {"double": 8, "float": 4}.get(c_compute_type(t), max(1, t.bits // 8))
 
 
 def _emulated(node: ir.Node) -> bool:
@@ -1993,7 +2006,7 @@ def print_kernel(
     copy_in: frozenset[str] = frozenset(),
     header: str = "",
     vector_bytes: int = 32,
-    printer: Callable[..., _Printer] | None = None,
+    printer: Callable[..., CPrinter] | None = None,
     packs: Mapping[str, Pack] | None = None,
     parallel: bool = True,
     foldable: frozenset[str] = frozenset(),
@@ -2017,7 +2030,7 @@ def print_kernel(
     ``foldable``: ``!`` initialisations (``S0_init``) whose update writes every element they write
     (:func:`~tcjit.mapping.lower.lower_cpu` proves it); one is left out of the kernel when every
     register tile of its update holds whole sums and starts them from zero
-    or from zero at their first chunk (:meth:`_Printer.tile_start`): the kernel is printed again
+    or from zero at their first chunk (:meth:`CPrinter.tile_start`): the kernel is printed again
     without it.
 
     ``held``: tensors of ``params`` (temporaries; name -> elements) the kernel keeps in a workspace
@@ -2032,8 +2045,8 @@ def print_kernel(
     parts = dict(parts or {})
     emulated = _emulated(body)
 
-    def printed(tree: ir.Node) -> _Printer:
-        p = (printer or _Printer)(cdef, statements, sizes, strides, checked, wide)
+    def printed(tree: ir.Node) -> CPrinter:
+        p = (printer or CPrinter)(cdef, statements, sizes, strides, checked, wide)
         p.symbol = symbol
         p.vector_bytes = vector_bytes
         p.foldable = frozenset(name.removesuffix("_init") for name in foldable)
@@ -2062,8 +2075,8 @@ def print_kernel(
                 p.signature.append(f"{q.ctype} s_{q.name}")
                 p.arguments.append(f"s_{q.name}")
         for name, wt in wide.items():
-            p.aliases.append(f"{_ctype(wt)} *restrict w_{name} = wp_{name};")
-            p.signature.append(f"{_ctype(wt)} *restrict w_{name}")
+            p.aliases.append(f"{c_compute_type(wt)} *restrict w_{name} = wp_{name};")
+            p.signature.append(f"{c_compute_type(wt)} *restrict w_{name}")
             p.arguments.append(f"wp_{name}")
         if emulated:
             p.shadowed = [*cdef.outputs, *cdef.temporaries]
@@ -2597,7 +2610,7 @@ def _part_ahead(name: str, pack: Pack, part: Part, ct: str) -> list[str]:
 
 
 def _panels(
-    p: _Printer, packs: Mapping[str, Pack], parallel: bool, parts: Mapping[str, Part]
+    p: CPrinter, packs: Mapping[str, Pack], parallel: bool, parts: Mapping[str, Part]
 ) -> tuple[list[str], list[str], list[str], list[str], list[str]]:
     """C for each packed input's transposed panel (:mod:`.packing`): the helpers every part of
     the source needs (the block transposers, the functions that fill the ``parts``), the
@@ -2741,7 +2754,7 @@ def _panels(
     )
 
 
-def _wide_buffers(p: _Printer, wide: Mapping[str, ScalarType], copy_in: frozenset[str], cleanup: str = ""):
+def _wide_buffers(p: CPrinter, wide: Mapping[str, ScalarType], copy_in: frozenset[str], cleanup: str = ""):
     """C that allocates each widened tensor's buffer (copying the tensor in when it is read before
     written) and, at the end, rounds it back into the tensor and frees it. ``cleanup``: C that
     frees what was allocated before, run when an allocation fails."""
@@ -2751,7 +2764,7 @@ def _wide_buffers(p: _Printer, wide: Mapping[str, ScalarType], copy_in: frozense
         info = p.cdef.tensor(name)
         shape = [s.evaluate(p.sizes) for s in info.shape]
         count = math.prod(shape)
-        ct = _ctype(wt)
+        ct = c_compute_type(wt)
         loops, subs = [], []
         for k, n in enumerate(shape):
             loops.append(f"for (int64_t e{k} = 0; e{k} < {n}; e{k} += 1)")
@@ -2781,7 +2794,7 @@ def _wide_buffers(p: _Printer, wide: Mapping[str, ScalarType], copy_in: frozense
     return prologue, epilogue
 
 
-def _shadows(p: _Printer) -> tuple[list[str], list[str]]:
+def _shadows(p: CPrinter) -> tuple[list[str], list[str]]:
     """The emulated target's shadow of every written tensor (:data:`EMULATION_HELPERS`): one entry
     per element offset the kernel can use, and the phase counter."""
     prologue = ["  int64_t tc_phase = 0; (void)tc_phase;"]

@@ -136,7 +136,7 @@ def carries_dependence(node: isl.ScheduleNode, member: int, deps: isl.UnionMap) 
     return False
 
 
-def _spread(node: isl.ScheduleNode, member: int) -> int | None:
+def member_spread(node: isl.ScheduleNode, member: int) -> int | None:
     """Most values member ``member`` takes for fixed outer loops (None if unbounded)."""
     outer = _member_map(node, range(member))
     mupa = node.band_get_partial_schedule()
@@ -150,7 +150,8 @@ def _spread(node: isl.ScheduleNode, member: int) -> int | None:
     return int(top.to_python()) + 1 if top.is_int() else None
 
 
-def _statements_of(node: isl.ScheduleNode) -> list[str]:
+def statements_of(node: isl.ScheduleNode) -> list[str]:
+    """The names of the statements in ``node``'s domain, sorted."""
     lst = node.get_domain().get_set_list()
     return sorted({lst.get_at(i).get_tuple_name() for i in range(lst.n_set())})
 
@@ -226,7 +227,7 @@ class _Mapper:
         """How well the accesses walk memory if ``member`` is the vector loop, each statement
         weighted by its share of the band's instances (a bias add fused behind a contraction
         must not decide the contraction's vector loop)."""
-        stmts = _statements_of(node)
+        stmts = statements_of(node)
         weights = {s: self.instances.get(s, 1) for s in stmts}
         total = sum(weights.values()) or 1
         score = 0.0
@@ -260,7 +261,7 @@ class _Mapper:
         """Permute, register-tile, unroll and mark the innermost band of every branch."""
         done = 0
         while True:
-            todo = [b for b in bands(sched) if not _has_band_below(b)]
+            todo = [b for b in bands(sched) if not has_band_below(b)]
             if done >= len(todo):
                 return sched
             node = self._sink_short(todo[done])
@@ -313,9 +314,7 @@ class _Mapper:
                 kind = "reduction" if kind == "simd_reduction" else None
             if kind:
                 node = node.insert_mark(loop_mark(kind, node))
-                self.decisions.append(
-                    f"{kind}: innermost member {last} of a band over {_statements_of(node)}"
-                )
+                self.decisions.append(f"{kind}: innermost member {last} of a band over {statements_of(node)}")
             sched = node.get_schedule()
 
     def _register_tile(self, node: isl.ScheduleNode, options) -> isl.Schedule | None:
@@ -426,7 +425,7 @@ class _Mapper:
         """
         if not options.vectorize:
             return None
-        names = _statements_of(node)
+        names = statements_of(node)
         if len(names) != 1:
             return None
         stmt = names[0]
@@ -467,7 +466,7 @@ class _Mapper:
         # a weight gradient's batch loop n then walks d_O and I one image at a time, which stays
         # in cache for every tile, and the tiles' sums are added into the outputs once per image.
         # The band's first free member stays outermost (the parallel loop; a group's g).
-        below = math.prod(_spread(b, j) or 2 for b in path[:-1] for j in range(b.band_n_member()))
+        below = math.prod(member_spread(b, j) or 2 for b in path[:-1] for j in range(b.band_n_member()))
         hoist = bool(reductions) and top is not node and len(free) > 2 and below >= HOIST_CHAIN_TERMS
         if hoist:
             order = free[:1] + reductions + free[1:]
@@ -492,7 +491,7 @@ class _Mapper:
         marked = False
         while True:
             for j in range(node.band_n_member()):
-                if (_spread(node, j) or 2) > 1:
+                if (member_spread(node, j) or 2) > 1:
                     if j > 0:
                         node = node.band_split(j).child(0)
                     if node.band_n_member() > 1:
@@ -500,12 +499,12 @@ class _Mapper:
                     node = node.insert_mark(loop_mark("accumulate", node)).child(0)
                     marked = True
                     break
-            if marked or not _has_band_below(node):
+            if marked or not has_band_below(node):
                 break
             node = node.child(0)
         if not marked:
             return None
-        while _has_band_below(node):
+        while has_band_below(node):
             node = node.child(0)
             while node.get_type() != isl.schedule_node_type.band:
                 node = node.child(0)
@@ -551,7 +550,7 @@ class _Mapper:
                 extents.append(1)
                 continue
             moves.append([s != 0 for s in self._access_steps(stmt, st.dims[k])[1:]])
-            extents.append(_spread(node, j) or 1)
+            extents.append(member_spread(node, j) or 1)
         if not nops:
             return None
         choices = [range(1, min(DOT_TILE + 1, e) + 1) for e in extents]
@@ -586,7 +585,7 @@ class _Mapper:
 
     def _reused_along(self, node: isl.ScheduleNode, member: int) -> bool:
         """Whether some operand read by the band's statements stays put along ``member``."""
-        for stmt in _statements_of(node):
+        for stmt in statements_of(node):
             st = self.scop.statement(stmt)
             k = _member_dim(node, member, stmt, len(st.dims))
             if k is None or st.kind == "init":
@@ -603,7 +602,7 @@ class _Mapper:
         while True:
             total = 1
             for j in range(node.band_n_member()):
-                spread = _spread(node, j)
+                spread = member_spread(node, j)
                 if spread is None:
                     return node
                 total *= spread
@@ -638,7 +637,7 @@ class _Mapper:
         for j in reversed(range(n)):
             if node.band_member_get_coincident(j):
                 continue
-            spread = _spread(node, j)
+            spread = member_spread(node, j)
             if spread is None or spread > SHORT_REDUCTION or total * spread > SHORT_REDUCTION:
                 continue
             found.append(j)
@@ -652,7 +651,7 @@ class _Mapper:
             return node
         total = 1
         for j in reversed(range(node.band_n_member())):
-            spread = _spread(node, j)
+            spread = member_spread(node, j)
             if spread is None:
                 break
             total *= spread
@@ -670,7 +669,7 @@ class _Mapper:
         if not carries_dependence(node, member, self.deps):
             return "simd"
         found = False
-        for name in _statements_of(node):
+        for name in statements_of(node):
             st = self.scop.statement(name)
             k = _member_dim(node, member, name, len(st.dims))
             if k is None:
@@ -685,7 +684,7 @@ class _Mapper:
         threads: ``parallel`` if it carries no dependence, ``parallel_reduction`` if it walks a
         reduction dimension of the band's only statement (see :meth:`_reduction_only`)."""
         for j in range(node.band_n_member()):
-            if (_spread(node, j) or 2) > 1:
+            if (member_spread(node, j) or 2) > 1:
                 if not carries_dependence(node, j, self.deps):
                     return j, "parallel"
                 return (j, "parallel_reduction") if self._reduction_only(node, j) else None
@@ -698,7 +697,7 @@ class _Mapper:
         Its iterations can then run in threads, each computing a partial result, combined after
         them in iteration order (the printer checks the loop nest below and falls back to a
         serial loop)."""
-        names = _statements_of(node)
+        names = statements_of(node)
         if len(names) != 1:
             return False
         st = self.scop.statement(names[0])
@@ -729,7 +728,7 @@ class _Mapper:
                 node = below
                 p = self._parallel_member(node)
             if p is None:
-                self.decisions.append(f"parallel: no parallel member in the band over {_statements_of(node)}")
+                self.decisions.append(f"parallel: no parallel member in the band over {statements_of(node)}")
                 continue
             p, kind = p
             if p > 0:
@@ -738,7 +737,7 @@ class _Mapper:
                 node = node.band_split(1)
             node = node.insert_mark(loop_mark(kind, node))
             what = "parallel" if kind == "parallel" else "parallel reduction (partial results in threads)"
-            self.decisions.append(f"{what}: member {p} of the outermost band over {_statements_of(node)}")
+            self.decisions.append(f"{what}: member {p} of the outermost band over {statements_of(node)}")
             sched = node.get_schedule()
 
 
@@ -840,7 +839,9 @@ def loop_mark(kind: str, band: isl.ScheduleNode) -> isl.Id:
     return isl.Id(f"{kind}@{band.get_schedule_depth()}", context=band.get_ctx())
 
 
-def _has_band_below(node: isl.ScheduleNode) -> bool:
+def has_band_below(node: isl.ScheduleNode) -> bool:
+    """Whether some descendant of schedule node ``node`` is a band."""
+
     def visit(n: isl.ScheduleNode) -> bool:
         for i in range(n.n_children()):
             c = n.child(i)
@@ -883,7 +884,7 @@ def hoist_initialisations(
             return sched
         node = todo[done]
         done += 1
-        names = _statements_of(node)
+        names = statements_of(node)
         inits = [n for n in names if n.endswith("_init")]
         if not inits or len(inits) == len(names):
             continue
@@ -894,7 +895,7 @@ def hoist_initialisations(
         candidates = []
         pooling = all(n[: -len("_init")] in windows for n in inits)
         if window and pooling and _reduction_points(domain, inits) <= window:
-            lead = _leading_coincident(node)
+            lead = leading_coincident(node)
             if lead == node.band_n_member():
                 continue  # a band over the outputs alone: each element is initialised below it
             if lead > 0:
@@ -939,7 +940,7 @@ def _beside_leaves(sequence: isl.ScheduleNode) -> bool:
 
     def loops(n: isl.ScheduleNode) -> bool:
         if n.get_type() == isl.schedule_node_type.band and any(
-            (_spread(n, j) or 2) > 1 for j in range(n.band_n_member())
+            (member_spread(n, j) or 2) > 1 for j in range(n.band_n_member())
         ):
             return True
         return any(loops(n.child(i)) for i in range(n.n_children()))
@@ -966,7 +967,8 @@ def _reduction_points(domain: isl.UnionSet, inits: Sequence[str]) -> int:
     return most
 
 
-def _leading_coincident(band: isl.ScheduleNode) -> int:
+def leading_coincident(band: isl.ScheduleNode) -> int:
+    """How many of ``band``'s outermost members are coincident (parallel), in a row."""
     n = 0
     while n < band.band_n_member() and band.band_member_get_coincident(n):
         n += 1

@@ -16,7 +16,7 @@ schedule, the GPU mapping of :mod:`.gpu`, one isl AST per launch over the block 
           t_C[i_m * 9 + i_n] = t_C[i_m * 9 + i_n] + (t_A[...] * t_B[...]); }
 
 Statements, their value semantics and the bounds checks of gathers are printed by the C printer's
-code (:class:`~tcjit.mapping.c_printer._Printer`), so both targets compute the same values; the
+code (:class:`~tcjit.mapping.c_printer.CPrinter`), so both targets compute the same values; the
 helpers they call come from :data:`~tcjit.mapping.cuda_prelude.CUDA_PRELUDE`. What differs:
 
 * a ``sync`` mark is ``__syncthreads()`` after its subtree; a ``thread0`` mark runs its body on
@@ -49,8 +49,7 @@ from ..polyhedral.names import entry_symbol
 from ..polyhedral.scop import ScopStatement
 from . import ir
 from .accumulation import wide_accumulators
-from .c_printer import BoundsCheck, CParam, _combine, _float_literal
-from .c_printer import _ctype as c_compute_type
+from .c_printer import BoundsCheck, CParam, c_compute_type, c_float_literal, combine_update
 from .cuda_prelude import CUDA_PRELUDE
 from .emulation import fission
 from .gpu import BLOCK_IDS, THREAD_IDS
@@ -172,7 +171,7 @@ class _CudaPrinter(GpuPrinter):
                 value = struct.unpack("<f", struct.pack("<f", value))[0]
             except OverflowError:  # rounds past the largest float
                 value = math.copysign(math.inf, value)
-        text = _float_literal(value, t)  # no trailing zero digits: 0x1.8p+1, 0x1p-1
+        text = c_float_literal(value, t)  # no trailing zero digits: 0x1.8p+1, 0x1p-1
         return re.sub(r"^(-?0x[0-9a-f])(?:\.0*|(\.[0-9a-f]*?)0*)p", r"\1\2p", text)
 
     def node(self, n: ir.Node | None, indent: str) -> None:
@@ -202,7 +201,7 @@ class _CudaPrinter(GpuPrinter):
         self.lines.append(f"{indent}  {ct} tc_v = {self.buffer_load(red.part, red.tensor, mine, et)};")
         for s in (16, 8, 4, 2, 1):
             other = f"__shfl_down_sync(0xffffffffu, tc_v, {s})"
-            self.lines.append(f"{indent}  tc_v = {_combine(red.op, 'tc_v', other, et)};")
+            self.lines.append(f"{indent}  tc_v = {combine_update(red.op, 'tc_v', other, et)};")
         store = self.buffer_store(red.part, red.tensor, ["t2", "t1", "0"], "tc_v")
         self.lines.append(f"{indent}  if (t0 == 0) {{ {store} }}")
         self.lines.append(f"{indent}}}")

@@ -35,7 +35,7 @@ from ..polyhedral.lang.checked import CheckedDef
 from ..polyhedral.names import entry_symbol
 from . import ir
 from .accumulation import wide_accumulators
-from .c_printer import CParam, _float_literal, _int_literal, print_kernel, stack_array
+from .c_printer import CParam, c_float_literal, c_int_literal, print_kernel, stack_array
 from .gpu import THREAD_IDS
 from .gpu_printer import GpuPrinter
 from .lower import (
@@ -218,7 +218,7 @@ class _EmulatedPrinter(GpuPrinter):
         if t.name == "bfloat16":
             return "((uint16_t)0x7fc0)"
         if t.is_float:
-            return _float_literal(math.nan, t)
+            return c_float_literal(math.nan, t)
         if t.kind == "bool":
             return "true"
-        return _int_literal(t.max_value if t.kind == "uint" else t.min_value, t)
+        return c_int_literal(t.max_value if t.kind == "uint" else t.min_value, t)

@@ -41,8 +41,8 @@ from ..polyhedral.lang import ast as A
 from ..polyhedral.schedule import bands, member_extent, node_at, node_path
 from ..polyhedral.scop import Dependences, Reduction, Scop
 from . import ir
-from .cpu import _has_band_below, _leading_coincident, _spread
-from .cpu import _statements_of as _names
+from .cpu import has_band_below, leading_coincident, member_spread
+from .cpu import statements_of as _names
 from .promotion import Copy, Graft, Promoted, TensorInfo, apply_grafts, promote_private, promote_shared
 from .reduction import (
     REDUCE_MARK,
@@ -142,7 +142,7 @@ def _coincident_iterations(band: isl.ScheduleNode) -> int:
     """How many values the leading coincident members of ``band`` take together at most (the
     product of their extents over the band's instances, whatever the parameters' values)."""
     total = 1
-    for i in range(_leading_coincident(band)):
+    for i in range(leading_coincident(band)):
         extent = member_extent(band, i)
         if extent is None:
             return 2  # unbounded: many
@@ -234,7 +234,7 @@ class _Mapper:
         if band is None:
             self.decisions.append(f"blocks: none (no band) for {_names(node_at(sched, path))}")
             return sched, [], None
-        n = min(_leading_coincident(band), len(grid_opt), 3)
+        n = min(leading_coincident(band), len(grid_opt), 3)
         self.spread = self._spread_reduction(band, n, grid_opt)
         if self.spread:
             n += 1
@@ -268,7 +268,7 @@ class _Mapper:
             if _is(node, isl.schedule_node_type.band):
                 if (
                     not under_block_band
-                    and _leading_coincident(node) > 0
+                    and leading_coincident(node) > 0
                     and self._sequential_within(node)
                     and not self._block_reduction_below(node)
                     and _coincident_iterations(node) > 1
@@ -286,7 +286,7 @@ class _Mapper:
                     return True
                 if under_block_band:
                     return False  # never the block band itself: nested bands are not both mapped
-                if _leading_coincident(node) == 0 and not (self.reduce and self._reduction_update(node)):
+                if leading_coincident(node) == 0 and not (self.reduce and self._reduction_update(node)):
                     return False
                 leaves.append(node_path(node))
                 return True
@@ -327,7 +327,7 @@ class _Mapper:
                 sched, n = reduced
                 used = max(used, n)
                 continue
-            first = _leading_coincident(node)
+            first = leading_coincident(node)
             n = min(first, len(block_opt), 3)
             members = list(range(first - n, first))  # innermost coincident ones
             if first < node.band_n_member():
@@ -428,14 +428,14 @@ class _Mapper:
         if not self.reduce or n >= min(len(grid_opt), 3) or n >= band.band_n_member():
             return False
         red = self._reduction_update(band)
-        if red is None or _leading_coincident(band) > n:
+        if red is None or leading_coincident(band) > n:
             return False
         tensor = self.scop.statement(red.statement).source.tensor
         if red.op != "+=" or self.scop.cdef.tensor(tensor).dtype.name not in ATOMIC_SUMS:
             return False
         blocks = 1
         for i in range(n):
-            blocks *= min(grid_opt[i], _spread(band, i) or grid_opt[i])
+            blocks *= min(grid_opt[i], member_spread(band, i) or grid_opt[i])
         return blocks < REDUCTION_BLOCKS
 
     def map_reduction(self, node: isl.ScheduleNode, block_opt) -> tuple[isl.Schedule, int] | None:
@@ -446,7 +446,7 @@ class _Mapper:
         if not self.reduce or block_opt[0] <= 1:
             return None
         red = self._reduction_update(node)
-        first = _leading_coincident(node)
+        first = leading_coincident(node)
         if red is None or first >= node.band_n_member():
             return None
         x = node.band_n_member() - 1  # the innermost member: consecutive threads, consecutive elements
@@ -534,12 +534,12 @@ class _Mapper:
         together (per thread, for fixed outer loops) are at most ``factor`` are unrolled by isl's
         AST generator. Loop types change no position in the tree."""
         for band in bands(sched):
-            if _has_band_below(band):
+            if has_band_below(band):
                 continue
             node = node_at(sched, node_path(band))
             total, done = 1, []
             for j in reversed(range(node.band_n_member())):
-                spread = _spread(node, j)
+                spread = member_spread(node, j)
                 if spread is None or total * spread > factor:
                     break
                 total *= spread

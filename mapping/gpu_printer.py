@@ -23,8 +23,15 @@ from ..polyhedral.lang import ast as A
 from ..polyhedral.lang.types import ScalarType
 from ..polyhedral.scop import Scop
 from . import ir
-from .c_printer import _combine, _Exprs, _identity, _Printer, c_storage_type, expr
-from .c_printer import _ctype as compute_type
+from .c_printer import (
+    CPrinter,
+    ExprPrinter,
+    c_compute_type,
+    c_storage_type,
+    combine_update,
+    expr,
+    reduction_identity,
+)
 from .gpu import GpuPlan
 from .promotion import Copy, Promoted
 from .reduction import BlockReduction
@@ -43,7 +50,7 @@ def promoted_references(plan: GpuPlan, scop: Scop) -> dict[tuple[str, int], Prom
     return out
 
 
-class GpuPrinter(_Printer):
+class GpuPrinter(CPrinter):
     """The C printer with promoted buffers (the CUDA printer and the emulated target's).
 
     :ivar promoted: redirected references by ``(statement, id(node))``.
@@ -81,7 +88,7 @@ class GpuPrinter(_Printer):
     def buffer_type(self, buf: ir.Buffer) -> str:
         """The C type of a buffer's elements: its tensor's as held (storage, or a wide sum's)."""
         wide = self.wide.get(buf.tensor)
-        return compute_type(wide) if wide else c_storage_type(self.cdef.tensor(buf.tensor).dtype)
+        return c_compute_type(wide) if wide else c_storage_type(self.cdef.tensor(buf.tensor).dtype)
 
     def element(self, buf: ir.Buffer, index: Sequence[str]) -> str:
         """C for element ``index`` of ``buf``."""
@@ -100,7 +107,7 @@ class GpuPrinter(_Printer):
             step *= n
         return " + ".join(reversed(terms)) or "0"
 
-    def local(self, p: Promoted, args: Sequence[A.Expr], ex: _Exprs) -> list[str]:
+    def local(self, p: Promoted, args: Sequence[A.Expr], ex: ExprPrinter) -> list[str]:
         """The buffer element a reference with subscripts ``args`` touches."""
         out = []
         for arg, off, stride in zip(args, p.offsets, p.strides):
@@ -122,13 +129,13 @@ class GpuPrinter(_Printer):
         return text if check is None else f"{check}; {text}"
 
     # ------------------------------------------------------------------------------ redirection
-    def access_value(self, e: A.Access, ex: _Exprs, want: ScalarType) -> str:
+    def access_value(self, e: A.Access, ex: ExprPrinter, want: ScalarType) -> str:
         p = self.promoted.get((self.current, id(e)))
         if p is None:
             return super().access_value(e, ex, want)
         return self.buffer_load(self.buffers[p.buffer], e.tensor, self.local(p, e.args, ex), want)
 
-    def lhs(self, sname: str, ex: _Exprs):
+    def lhs(self, sname: str, ex: ExprPrinter):
         st = self.statements[sname].source
         red = self.reductions.get(sname)
         if red is not None:  # a block reduction's update: into the thread's partial result
@@ -159,7 +166,7 @@ class GpuPrinter(_Printer):
         mine = ["t2", "t1", "t0"]
         if node.statement == red.init:
             return f"/* block reduction {red.number}: identity */ " + self.buffer_store(
-                red.acc, red.tensor, ["0"], _identity(red.op, et)
+                red.acc, red.tensor, ["0"], reduction_identity(red.op, et)
             )
         if node.statement == red.store:
             value = self.buffer_load(red.acc, red.tensor, ["0"], et)
@@ -170,7 +177,7 @@ class GpuPrinter(_Printer):
             s = expr(node.args[0])
             a = self.buffer_load(red.part, red.tensor, mine, et)
             b = self.buffer_load(red.part, red.tensor, ["t2", "t1", f"t0 + {s}"], et)
-            store = self.buffer_store(red.part, red.tensor, mine, _combine(red.op, a, b, et))
+            store = self.buffer_store(red.part, red.tensor, mine, combine_update(red.op, a, b, et))
             cond = f"t0 < {s} && t0 + {s} < {red.width}"
             return f"/* block reduction {red.number}: step {s} */ if ({cond}) {{ {store} }}"
         if node.statement == red.combine:
@@ -187,10 +194,10 @@ class GpuPrinter(_Printer):
         addition: blocks run one after the other here, nothing to check)."""
         if red.atomic:
             return self._store(
-                red.tensor, addr, _combine(red.op, self._load(red.tensor, addr, et), f"({value})", et)
+                red.tensor, addr, combine_update(red.op, self._load(red.tensor, addr, et), f"({value})", et)
             )
         old = self.load(red.tensor, addr, et)
-        return self.store(red.tensor, addr, _combine(red.op, old, f"({value})", et))
+        return self.store(red.tensor, addr, combine_update(red.op, old, f"({value})", et))
 
     # ------------------------------------------------------------------------------------ copies
     def run(self, node: ir.Run, indent: str) -> None:

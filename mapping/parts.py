@@ -4,7 +4,7 @@ A panel is filled by the loops that read it, a part at a time, into one small bu
 rather than whole before the loops: what BLAS libraries do with their packed blocks, so that the
 copy stays in the core's cache. :func:`place_parts` picks the loops from the loop tree isl built
 (:mod:`.ir`) and marks them; the C printer fills the part at each mark
-(:meth:`tcjit.mapping.c_printer._Printer.part`).
+(:meth:`tcjit.mapping.c_printer.CPrinter.part`).
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def _scale(a: _Aff, k: int) -> _Aff:
     return _aff({v: c * k for v, c in a[0]}, a[1] * k)
 
 
-_Interval = tuple[_Aff | None, _Aff | None]  # lowest and highest value (None: not affine)
+Interval = tuple[_Aff | None, _Aff | None]  # lowest and highest value (None: not affine)
 
 
 def _sum(a: _Aff | None, b: _Aff | None, sign: int = 1) -> _Aff | None:
@@ -104,7 +104,7 @@ def _times(a: _Aff | None, k: int) -> _Aff | None:
     return None if a is None else _scale(a, k)
 
 
-def _interval(e: ir.Expr, env: Mapping[str, _Interval]) -> _Interval:
+def _interval(e: ir.Expr, env: Mapping[str, Interval]) -> Interval:
     """Bounds of ``e`` as affine forms over the fixed variables (``env`` maps each variable to its
     bounds, a fixed one to itself); a bound that is not affine is None."""
     if isinstance(e, ir.Int):
@@ -148,7 +148,7 @@ def _extreme(a: _Aff | None, b: _Aff | None, pick) -> _Aff | None:
     return a if pick(a[1], b[1]) == a[1] else b
 
 
-def _loop_interval(loop: ir.For, env: Mapping[str, _Interval]) -> _Interval | None:
+def _loop_interval(loop: ir.For, env: Mapping[str, Interval]) -> Interval | None:
     """The bounds of ``loop``'s variable (``var <= e`` or ``var < e`` conditions)."""
     init = _interval(loop.init, env)
     if loop.degenerate:
@@ -162,7 +162,7 @@ def _loop_interval(loop: ir.For, env: Mapping[str, _Interval]) -> _Interval | No
     return lo, (_add(hi, _aff({}, 1), -1) if cond.op == "<" else hi)
 
 
-def _subscript(e: A.Expr, dims: Mapping[str, _Interval], sizes: Mapping[str, int]) -> _Interval | None:
+def subscript_bounds(e: A.Expr, dims: Mapping[str, Interval], sizes: Mapping[str, int]) -> Interval | None:
     """Bounds of a subscript of the source, its index variables bounded by ``dims``."""
     if isinstance(e, A.IntLit):
         c = _aff({}, int(e.value))
@@ -175,10 +175,10 @@ def _subscript(e: A.Expr, dims: Mapping[str, _Interval], sizes: Mapping[str, int
             return c, c
         return None
     if isinstance(e, A.Unary) and e.op == "-":
-        inner = _subscript(e.arg, dims, sizes)
+        inner = subscript_bounds(e.arg, dims, sizes)
         return None if inner is None else (_scale(inner[1], -1), _scale(inner[0], -1))
     if isinstance(e, A.Binary) and e.op in ("+", "-", "*"):
-        a, b = _subscript(e.lhs, dims, sizes), _subscript(e.rhs, dims, sizes)
+        a, b = subscript_bounds(e.lhs, dims, sizes), subscript_bounds(e.rhs, dims, sizes)
         if a is None or b is None:
             return None
         return _interval(ir.Op(e.op, (ir.Var("a"), ir.Var("b"))), {"a": a, "b": b})
@@ -206,7 +206,7 @@ def _reads(statement, tensor: str) -> list[tuple[A.Expr, ...]]:
     return [args for t, args in accesses(statement)[0] if t == tensor]
 
 
-def constant_interval(iv: _Interval | None) -> tuple[int, int] | None:
+def constant_interval(iv: Interval | None) -> tuple[int, int] | None:
     """``(lowest, highest)`` of bounds that are constants; None otherwise."""
     if iv is None or None in iv or iv[0][0] or iv[1][0]:  # type: ignore[index]
         return None
@@ -244,7 +244,7 @@ def affine(e: ir.Expr) -> _Aff | None:
 
 
 def walk_runs(
-    node: ir.Node | None, env: dict[str, _Interval], visit: Callable[[ir.Run, dict[str, _Interval]], bool]
+    node: ir.Node | None, env: dict[str, Interval], visit: Callable[[ir.Run, dict[str, Interval]], bool]
 ) -> bool:
     """Call ``visit(run, env)`` for every statement instance below ``node``, the loops between
     bounded in ``env`` (both branches of a condition); False where a loop's bounds are not affine,
@@ -271,7 +271,7 @@ def walk_runs(
     return False  # a node of another target
 
 
-def run_dims(statement, run: ir.Run, env: Mapping[str, _Interval]) -> dict[str, _Interval] | None:
+def run_dims(statement, run: ir.Run, env: Mapping[str, Interval]) -> dict[str, Interval] | None:
     """The bounds of an instance's dimensions over the loops bounded in ``env``; None where one is
     not affine."""
     dims = {}
@@ -287,14 +287,14 @@ def _box(
     node: ir.Node | None,
     tensor: str,
     statements: Mapping[str, object],
-    env: dict[str, _Interval],
+    env: dict[str, Interval],
     sizes: Mapping[str, int],
-    boxes: list[tuple[_Interval, ...]],
+    boxes: list[tuple[Interval, ...]],
 ) -> bool:
     """Add to ``boxes`` the bounds of every read of ``tensor`` below ``node``, per dimension, with
     the loops between bounded in ``env``; False where some bound is not affine."""
 
-    def visit(run: ir.Run, env: dict[str, _Interval]) -> bool:
+    def visit(run: ir.Run, env: dict[str, Interval]) -> bool:
         st = statements[run.statement]
         reads = _reads(st, tensor)
         if not reads:
@@ -303,7 +303,7 @@ def _box(
         if dims is None:
             return False
         for args in reads:
-            box = tuple(_subscript(e, dims, sizes) for e in args)
+            box = tuple(subscript_bounds(e, dims, sizes) for e in args)
             if any(b is None or None in b for b in box):
                 return False
             boxes.append(box)  # type: ignore[arg-type]
@@ -324,7 +324,7 @@ def _expr(a: _Aff) -> ir.Expr:
     return out
 
 
-def _trips(iv: _Interval, step: int) -> int | None:
+def _trips(iv: Interval, step: int) -> int | None:
     lo, hi = iv
     if lo[0] != hi[0]:
         return None
@@ -384,7 +384,7 @@ def _sites(
     total = math.prod(shape)
     Marks = dict[int, tuple[tuple[_Aff, ...], tuple[int, ...]]]
 
-    def visit(node: ir.Node | None, env: dict[str, _Interval], trips: int, marks: Marks) -> int | None:
+    def visit(node: ir.Node | None, env: dict[str, Interval], trips: int, marks: Marks) -> int | None:
         """Place sites below ``node`` (``trips``: how many times it runs) into ``marks``; the
         elements they fill in all, or None if some read would be left without one."""
         if node is None or not _reads_tensor(node, tensor, statements):
@@ -404,7 +404,7 @@ def _sites(
             return None
         fixed = {**env, node.var: (_aff({node.var: 1}, 0),) * 2}
         here, part = None, None
-        boxes: list[tuple[_Interval, ...]] = []
+        boxes: list[tuple[Interval, ...]] = []
         if _box(node.body, tensor, statements, fixed, sizes, boxes) and boxes:
             part = _union(boxes, shape)
             if part is not None:

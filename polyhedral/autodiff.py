@@ -49,7 +49,7 @@ from typing import NamedTuple
 from .errors import TCDerivativeError, TCInternalError
 from .lang import ast as A
 from .lang.builtins import BUILTINS
-from .lang.check import _KEYWORDS
+from .lang.check import KEYWORDS
 from .lang.checked import CheckedDef, CheckedStatement
 from .lang.printer import expr_to_tc
 from .lang.ranges import Affine, affine_form
@@ -259,7 +259,7 @@ class _Names:
 
     def fresh(self, base: str) -> str:
         name, k = base, 1
-        while name in self.used or name in BUILTINS or name in _KEYWORDS or lookup_type(name) is not None:
+        while name in self.used or name in BUILTINS or name in KEYWORDS or lookup_type(name) is not None:
             name, k = f"{base}_{k}", k + 1
         self.used.add(name)
         return name

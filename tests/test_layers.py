@@ -209,12 +209,6 @@ def test_the_cycle_finder_finds_a_cycle_and_only_cycles() -> None:
 #: (importing file, module) -> the ``_names`` it still takes from that module; issue 31 removes
 #: them, and the table may only shrink, as :data:`KNOWN_CYCLES`.
 KNOWN_PRIVATE = {
-    ("mapping/barriers.py", "tcjit.mapping.parts"): "_Interval _subscript",
-    ("mapping/cuda_printer.py", "tcjit.mapping.c_printer"): "_combine _ctype _float_literal",
-    ("mapping/emulation.py", "tcjit.mapping.c_printer"): "_float_literal _int_literal",
-    ("mapping/gpu.py", "tcjit.mapping.cpu"): "_has_band_below _leading_coincident _spread _statements_of",
-    ("mapping/gpu_printer.py", "tcjit.mapping.c_printer"): "_Exprs _Printer _combine _ctype _identity",
-    ("polyhedral/autodiff.py", "tcjit.polyhedral.lang.check"): "_KEYWORDS",
     ("tcjit/_refmath_special.py", "tcjit._refmath_exact"): "_EULER_GAMMA _INF _INV_SQRT_PI _NAN _SQRT1_2_HI "
     "_SQRT1_2_LO _TWO_OVER_PI _fast_two_sum _ldexp _two_prod _two_sum",
     ("tcjit/autograd.py", "tcjit.kernel"): "_layouts",

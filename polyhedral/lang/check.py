@@ -38,7 +38,8 @@ from .types import (
 
 __all__ = ["check", "check_source"]
 
-_KEYWORDS = {"def", "where", "in", "exists"}
+#: The words of the language that cannot name a tensor, size or index.
+KEYWORDS = {"def", "where", "in", "exists"}
 
 
 def check_source(source: str) -> CheckedProgram:
@@ -94,7 +95,7 @@ class _DefChecker:
     def _fresh_name(self, name: str, span: Span, what: str) -> None:
         if name in BUILTINS:
             raise self.err(TCNameError, f"{what} '{name}' redefines a builtin function", span)
-        if name in _KEYWORDS or lookup_type(name) is not None:
+        if name in KEYWORDS or lookup_type(name) is not None:
             raise self.err(TCNameError, f"{what} '{name}' uses a reserved word", span)
 
     def _size_expr_of_dim(self, dim: A.Dim, bind: bool, owner: str) -> SizeExpr:
@@ -482,7 +483,7 @@ class _DefChecker:
             raise self.err(TCNameError, f"argument '{name}' cannot be used as an index variable", span)
         if span is not None:
             self._fresh_name(name, span, "index")
-        elif name in BUILTINS or name in _KEYWORDS:
+        elif name in BUILTINS or name in KEYWORDS:
             raise self.err(TCNameError, f"index '{name}' redefines a builtin function", span)
 
     def _check_expanded_size(self, exprs: list[A.Expr], span: Span) -> None:
