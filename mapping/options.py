@@ -17,7 +17,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from ..polyhedral.errors import TCOptionsError
 from .option_values import (
@@ -31,11 +31,6 @@ from .option_values import (
     check_target,
     option_error,
 )
-
-if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-    from .search_space import SearchSpace
 
 __all__ = ["FORMAT", "PRESETS", "MappingOptions"]
 
@@ -426,18 +421,6 @@ class MappingOptions:
                     v.register_tile,
                 )
         return self
-
-    @classmethod
-    def search_space(
-        cls, target: str, loop_extents: Sequence[int] | None = None, *, base: MappingOptions | None = None
-    ) -> SearchSpace:
-        """The tuner's :class:`~tcjit.mapping.search_space.SearchSpace` for ``target``.
-
-        See :func:`tcjit.mapping.search_space.search_space`.
-        """
-        from .search_space import search_space  # search_space.py imports this module
-
-        return search_space(target, loop_extents, base=base)
 
     # --- serialisation ------------------------------------------------------------------------
 
