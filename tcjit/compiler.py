@@ -481,13 +481,14 @@ def specialize(kernel, binding: Binding, inputs, outputs, options, target: str) 
             lowered = lower_cpu(cdef, binding.sizes, strides, options.values, vector_bytes=vector_bytes())
         blob = compile_c(lowered.source, name=bounded(cdef.name))
     meta = _Meta.from_json(lowered.to_json())
-    save_stored(
+    spec = Specialization(cdef, binding, meta, blob, lowered.source, layouts=layouts, stages=lowered.stages)
+    save_stored(  # once it has loaded, as the CUDA path does
         store,
         key,
         {"kernel.so": blob, "kernel.c": lowered.source.encode("utf-8")},
         {"kernel": lowered.to_json(), "so_sha256": hashlib.sha256(blob).hexdigest()},
     )
-    return Specialization(cdef, binding, meta, blob, lowered.source, layouts=layouts, stages=lowered.stages)
+    return spec
 
 
 def call_strides(cdef: CheckedDef, binding: Binding, outputs) -> dict[str, tuple[int, ...]]:
