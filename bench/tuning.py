@@ -63,14 +63,14 @@ def _fresh_process_check(
     script = f"""
 import json, sys
 sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
-import torch, tcjit
+import torch, tcjit, tcjit.pipeline
 from _harness import device_sync, interleaved, select_kernels, sizes_for
 k = select_kernels({name!r})[0]
 sizes = sizes_for(k, {kind!r})
 inputs = k.make_inputs(sizes, device={device!r})
 kernel = tcjit.define(k.source, name=k.entry)
 tuned = kernel.options_for(*inputs)
-defaults = tcjit.kernel.default_options(kernel.definition, sizes, {"cuda" if device == "cuda" else "cpu"!r})
+defaults = tcjit.pipeline.default_options(kernel.definition, sizes, {"cuda" if device == "cuda" else "cpu"!r})
 a = tcjit.compile(kernel, *inputs, options=tuned)
 b = tcjit.compile(kernel, *inputs, options=defaults)
 a(*inputs); b(*inputs)

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from .kernel import Definitions, Kernel
     from .mapping.options import MappingOptions
 
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = [
     "Definitions",
@@ -170,7 +170,7 @@ def autotune(
     from .tuning import autotune as _autotune
 
     if settings:
-        from .arguments import bind_tuning_arguments
+        from .tuning import bind_tuning_arguments
 
         inputs, settings = bind_tuning_arguments(kernel, inputs, settings)
     return _autotune(

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 
+from .mapping.option_values import TARGETS
 from .polyhedral.errors import TCCallError
 from .polyhedral.lang.checked import CheckedDef
 
-__all__ = ["CALL_KEYWORDS", "bind_arguments", "bind_tuning_arguments", "keyword_clash_hint"]
+__all__ = ["CALL_KEYWORDS", "bind_arguments", "check_target", "keyword_clash_hint"]
 
 CALL_KEYWORDS: tuple[str, ...] = ("outputs", "options", "target")
 """The keywords of a kernel call itself (``kernel(*inputs, outputs=, options=, target=)``)."""
@@ -92,35 +93,12 @@ def keyword_clash_hint(cdef: CheckedDef, reserved: Collection[str] = CALL_KEYWOR
     return f"{said}: pass the parameter{'s' if len(clashes) > 1 else ''} {names} positionally"
 
 
-def bind_tuning_arguments(
-    kernel, inputs: Sequence[object], keywords: Mapping[str, object]
-) -> tuple[tuple, dict]:
-    """``(inputs, settings)`` of an :func:`~tcjit.autotune` call: the keywords that name the
-    tuner's settings (the keyword parameters of :func:`tcjit.tuning.tune_kernel`) stay settings,
-    the others are the kernel's arguments, bound as for a call (:func:`bind_arguments`).
-
-    :raises TCCallError: a keyword is neither a setting nor a parameter, or the arguments do not
-        bind.
-    """
-    import inspect
-
-    from .tuning import tune_kernel
-
-    definition = getattr(kernel, "definition", None)
-    if not isinstance(definition, CheckedDef):
-        return tuple(inputs), dict(keywords)  # autotune reports what kernel should be
-    tuner = [p.name for p in inspect.signature(tune_kernel).parameters.values() if p.kind is p.KEYWORD_ONLY]
-    settings = {k: v for k, v in keywords.items() if k in tuner}
-    named = {k: v for k, v in keywords.items() if k not in tuner}
-    for name in named:
-        if name not in definition.params:
-            raise TCCallError(
-                f"autotune: {name!r} is neither a tuner setting ({', '.join(tuner)}) nor a parameter of "
-                f"{definition.name} ({', '.join(definition.params)})"
-            )
-    return bind_arguments(definition, inputs, named, reserved=tuner), settings
-
-
 def _signature(cdef: CheckedDef) -> str:
     # built only for a message: under torch.compile, Dynamo traces the binding of valid calls
     return f"the kernel is {cdef.signature()}"
+
+
+def check_target(target: object) -> None:
+    """Refuse a ``target=`` that names no target (None, the default, is the tensors' device's)."""
+    if target is not None and target not in TARGETS:
+        raise TCCallError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")

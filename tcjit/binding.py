@@ -111,7 +111,10 @@ def _err(cdef: CheckedDef, message: str, span=None, hint: str | None = None) -> 
     return TCCallError(message, source=cdef.source, span=span, where=cdef.name, hint=hint)
 
 
-def _scalar_value(cdef: CheckedDef, name: str, value, dtype: ScalarType):
+def scalar_value(cdef: CheckedDef, name: str, value, dtype: ScalarType):
+    """The value of scalar argument ``name`` as the kernel takes it (of type ``dtype``), from a
+    Python number or a 0-d tensor: a float, a bool, or an integral value that fits the integer
+    type (otherwise a :class:`~tcjit.TCCallError` pointing at the parameter)."""
     p = cdef.param(name)
     if isinstance(value, torch.Tensor):
         if value.dim() != 0:
@@ -167,7 +170,7 @@ def bind(
     device_of: str | None = None
     for p, value in zip(params, inputs):
         if p.name in cdef.scalars:
-            scalars[p.name] = _scalar_value(cdef, p.name, value, cdef.scalars[p.name].dtype)
+            scalars[p.name] = scalar_value(cdef, p.name, value, cdef.scalars[p.name].dtype)
             continue
         info = cdef.tensor(p.name)
         if not isinstance(value, torch.Tensor):

@@ -45,9 +45,10 @@ from .cli_args import (
     parse_ranges,
     parse_sizes,
 )
+from .mapping.option_values import TARGETS
 from .polyhedral.errors import TCError
 
-__all__ = ["lower_for_show", "main"]
+__all__ = ["main"]
 
 _FRONT_STAGES = ("ast", "checked", "canonical", "backward", "scop", "schedule")
 _MAPPED_STAGES = ("tree", "c")
@@ -62,8 +63,8 @@ def _options(args, cdef, sizes: Mapping[str, int]):
     ``--fusion``, ``--tile``, ``--blocks``, ``--threads``, ``--no-parallel`` and ``--no-vectorize``
     then override single fields.
     """
-    from .kernel import default_options
     from .mapping.options import MappingOptions
+    from .pipeline import default_options
 
     target = args.target or "cpu"
     tiles = parse_ints(args.tile, "--tile")
@@ -104,32 +105,6 @@ def _need_sizes(cdef, sizes: Mapping[str, int], what: str) -> None:
             + ",".join(f"{s}={sizes.get(s, '...')}" for s in cdef.sizes)
             + f" (missing: {', '.join(missing)})"
         )
-
-
-def lower_for_show(cdef, sizes: Mapping[str, int], options=None, target: str = "cpu"):
-    """Lower ``cdef`` at ``sizes`` for contiguous tensors, as ``tcjit show --stage tree/c`` does.
-
-    :arg options: :class:`~tcjit.MappingOptions` (``None``: what a call would use by default).
-    :arg target: ``"cpu"`` or ``"cuda-emulated"`` (the CUDA mapping, as C that runs on the CPU).
-    :returns: the :class:`~tcjit.mapping.lower.CpuKernelSource` (``.source``, ``.stages``).
-    """
-    from .kernel import default_options
-    from .mapping.lower import contiguous_strides, lower_cpu
-
-    opts = options if options is not None else default_options(cdef, sizes, target)
-    opts = opts.validate(target)
-    strides = {
-        t.name: contiguous_strides(tuple(int(s.evaluate(sizes)) for s in t.shape)) for t in cdef.tensor_infos
-    }
-    if target == "cuda-emulated":
-        from .mapping.emulation import lower_emulated
-
-        return lower_emulated(cdef, dict(sizes), strides, opts.values)
-    if target != "cpu":
-        raise UsageError(f"--target {target} is not available yet")
-    from .cpu_runtime import vector_bytes
-
-    return lower_cpu(cdef, dict(sizes), strides, opts.values, vector_bytes=vector_bytes())
 
 
 def _absent(args, cdef) -> frozenset[str]:
@@ -204,8 +179,10 @@ def cmd_show(args) -> int:
             print(tc_names_in(str(tile(sched, tiles).get_root())))
     elif args.stage in _MAPPED_STAGES:
         _need_sizes(cdef, sizes, f"--stage {args.stage}")
+        from .pipeline import lowered as lower
+
         opts = _options(args, cdef, sizes)
-        lowered = lower_for_show(cdef, sizes, opts, args.target or "cpu")
+        lowered = lower(cdef, sizes, opts, args.target or "cpu")
         if args.stage == "c":
             print(lowered.source, end="" if lowered.source.endswith("\n") else "\n")
         else:
@@ -524,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--target",
-        choices=("cpu", "cuda", "cuda-emulated"),
+        choices=TARGETS,
         default="cpu",
         help="cpu (default), cuda (inputs made on the GPU), or cuda-emulated",
     )

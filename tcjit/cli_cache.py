@@ -18,7 +18,7 @@ without either refuses (it never removes tuning results by surprise).
   no), refuses without ``--yes`` elsewhere (exit code 2).
 
 The database is ``TCJIT_OPTIONS_DB`` (see :func:`tcjit.tuned.options_database`), the kernel store
-``TCJIT_CACHE_DIR`` (see :func:`tcjit.compiler.kernel_store`).
+``TCJIT_CACHE_DIR`` (see :func:`tcjit.kernel_cache.kernel_store`).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def _uses(rec) -> str:
 
 def _kernel_store():
     """The compiled-kernel store, or a :class:`TCCacheError` that says why there is none."""
-    from .compiler import kernel_store
+    from .kernel_cache import kernel_store
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", TCWarning)

@@ -6,8 +6,9 @@ passed there after two fixes, and the suite was benchmarked (docs/performance.md
 machine compiles the CUDA source to PTX (``tests/test_cuda_compile.py``) and runs the mapping
 through the emulated target; the tests that launch real kernels skip without a GPU.
 
-* :func:`specialize_cuda` lowers a definition with :func:`~tcjit.mapping.cuda_printer.lower_cuda`
-  and loads it with ``cupy.RawModule(code=...)``: CuPy runs NVRTC for the device's architecture
+* The pipeline (:mod:`tcjit.pipeline`, the ``cuda`` backend of :mod:`tcjit.targets`) lowers a
+  definition with :func:`~tcjit.mapping.cuda_printer.lower_cuda`; :class:`CudaSpecialization`
+  loads it with ``cupy.RawModule(code=...)``: CuPy runs NVRTC for the device's architecture
   and keeps the binary in its own kernel cache (``CUPY_CACHE_DIR``), keyed by the source, the
   options and the architecture. tcjit's store keeps the source and the launch table under a key
   that holds the compute capability and CuPy's version, so a new process that finds the kernel
@@ -26,7 +27,6 @@ through the emulated target; the tests that launch real kernels skip without a G
 
 from __future__ import annotations
 
-import hashlib
 import warnings
 from collections.abc import Sequence
 from dataclasses import astuple
@@ -34,11 +34,11 @@ from dataclasses import astuple
 import numpy as np
 import torch
 
-from .binding import Binding, _scalar_value
-from .compiler import _check_aliasing, _Compiled, allocate, bounds_error, buffer_specs
+from .binding import Binding, scalar_value
 from .polyhedral.errors import TCCallError
+from .runtime import Compiled, allocate, bounds_error, buffer_specs, check_aliasing
 
-__all__ = ["NVRTC_OPTIONS", "CudaSpecialization", "specialize_cuda"]
+__all__ = ["NVRTC_OPTIONS", "CudaSpecialization", "cupy_module"]
 
 #: Options CuPy passes to NVRTC (never fast math: NaN, infinities and signed zeros keep their meaning).
 NVRTC_OPTIONS = ("--std=c++17",)
@@ -60,7 +60,8 @@ _NUMPY = {
 }
 
 
-def _cupy():
+def cupy_module():
+    """CuPy, imported; without it, the :class:`~tcjit.TCCallError` a call on CUDA tensors raises."""
     try:
         import cupy
     except ImportError:
@@ -86,7 +87,7 @@ def _cupy_stream(cupy, device: int, handle: int):
     return stream
 
 
-class CudaSpecialization(_Compiled):
+class CudaSpecialization(Compiled):
     """One definition compiled for CUDA at fixed shapes, dtypes, strides and options.
 
     Calling it launches the kernels: ``spec(*inputs, outputs=None)``.
@@ -96,7 +97,7 @@ class CudaSpecialization(_Compiled):
     """
 
     def __init__(self, cdef, binding: Binding, lowered, *, layouts: tuple, stages=None, from_disk=False):
-        cupy = _cupy()
+        cupy = cupy_module()
         self.cdef = cdef
         self.lowered = lowered
         self.source = lowered.source
@@ -132,13 +133,13 @@ class CudaSpecialization(_Compiled):
         self, inputs: Sequence[object], outputs: Sequence[torch.Tensor] | None
     ) -> tuple[torch.Tensor, ...]:
         """Launch on ``inputs`` whose layout matched; ``outputs`` already checked. Always a tuple."""
-        cupy = _cupy()
+        cupy = cupy_module()
         device = self.device
         if outputs is None:
             outs = allocate(self._outputs, device)
         else:
             outs = list(outputs)
-            _check_aliasing(self.cdef, inputs, outs)
+            check_aliasing(self.cdef, inputs, outs)
         temps = allocate(self._temporaries, device)
         # The error slots are written by bounds checks alone: without checks the kernels get null.
         errors = torch.zeros(2, dtype=torch.int64, device=device) if self.lowered.checks else None
@@ -158,7 +159,7 @@ class CudaSpecialization(_Compiled):
                 args.append(np.uint64(temps[i].data_ptr()))
             else:
                 name = self.cdef.params[i]
-                value = _scalar_value(self.cdef, name, inputs[i], self.cdef.scalars[name].dtype)
+                value = scalar_value(self.cdef, name, inputs[i], self.cdef.scalars[name].dtype)
                 args.append(_NUMPY[ctype](value))
         index = device.index or 0
         stream = _cupy_stream(cupy, index, torch.cuda.current_stream(device).cuda_stream)
@@ -172,59 +173,3 @@ class CudaSpecialization(_Compiled):
             if number:
                 raise bounds_error(self.cdef, astuple(self.lowered.checks[number - 1]), value)
         return tuple(outs)
-
-
-def specialize_cuda(kernel, binding: Binding, inputs, outputs, options) -> CudaSpecialization:
-    """Find or build the CUDA specialisation of ``kernel`` for this call (checked by ``bind``)."""
-    from .compiler import (
-        _BUILD_LOCK,
-        _call_layout,
-        _out_layouts,
-        cache_key,
-        call_strides,
-        kernel_store,
-        load_stored,
-        save_stored,
-    )
-
-    cdef = kernel.definition
-    if binding.device.type != "cuda":
-        raise TCCallError(
-            f"target 'cuda' needs CUDA tensors; these are on {binding.device}",
-            hint="move the tensors to a GPU, or target='cuda-emulated' runs the CUDA mapping on the CPU",
-        )
-    cupy = _cupy()
-    major, minor = torch.cuda.get_device_capability(binding.device)
-    target = f"cuda:sm_{major}{minor}:cupy-{cupy.__version__}"
-    key = cache_key(kernel.canonical_source, cdef.name, inputs, outputs, target, options.to_json())
-    layouts = (tuple(_call_layout(x) for x in inputs), _out_layouts(outputs))
-    from .mapping.cuda_printer import CudaKernelSource
-
-    store = kernel_store()
-    found = load_stored(
-        store,
-        key,
-        ("kernel.cu", "cu_sha256"),
-        lambda entry, source: CudaSpecialization(
-            cdef,
-            binding,
-            CudaKernelSource.from_json(entry.metadata["cuda"], source.decode("utf-8")),
-            layouts=layouts,
-            from_disk=True,
-        ),
-    )
-    if found is not None:
-        return found
-    with _BUILD_LOCK:
-        from .mapping.cuda_printer import lower_cuda
-
-        lowered = lower_cuda(cdef, binding.sizes, call_strides(cdef, binding, outputs), options.values)
-    spec = CudaSpecialization(cdef, binding, lowered, layouts=layouts, stages=lowered.stages)
-    source = lowered.source.encode("utf-8")
-    save_stored(
-        store,
-        key,
-        {"kernel.cu": source},
-        {"cuda": lowered.to_json(), "cu_sha256": hashlib.sha256(source).hexdigest()},
-    )
-    return spec

@@ -5,16 +5,14 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 
-from .arguments import bind_arguments
+from .arguments import bind_arguments, check_target
 from .memory import SpecializationCache
 from .polyhedral.errors import TCCallError, TCError, TCNameError, TCSemanticError, TCWarning
 from .polyhedral.lang.check import check_source
 from .polyhedral.lang.checked import CheckedDef, CheckedProgram
 from .polyhedral.lang.printer import def_to_tc
 
-__all__ = ["Definitions", "Kernel", "compile", "default_options", "define"]
-
-_TARGETS = ("cpu", "cuda", "cuda-emulated")
+__all__ = ["Definitions", "Kernel", "compile", "define"]
 
 
 class Kernel:
@@ -159,7 +157,7 @@ class Kernel:
             other or with an input.
         :arg options: :class:`~tcjit.MappingOptions` for this call; ``None``: those given to
             :func:`~tcjit.define`, else options :func:`~tcjit.autotune` stored for exactly this
-            layout on this kind of device, else :func:`default_options`.
+            layout on this kind of device, else :func:`~tcjit.pipeline.default_options`.
         :arg target: ``None`` follows the inputs' device; ``"cpu"``, ``"cuda"`` or
             ``"cuda-emulated"`` (the CUDA mapping run on CPU tensors).
         :returns: a tensor, or a tuple of tensors when the entry has several outputs.
@@ -252,14 +250,13 @@ class Kernel:
         """The :class:`~tcjit.MappingOptions` a call on ``inputs`` (keyword arguments as for a
         call) without ``options=`` uses: those given to :func:`~tcjit.define`, else options tuned
         for exactly this layout and kind of device (:func:`~tcjit.autotune`), else
-        :func:`default_options`. Inputs may be ``meta`` tensors; nothing is compiled or run.
+        :func:`~tcjit.pipeline.default_options`. Inputs may be ``meta`` tensors; nothing is compiled or run.
         """
         from .binding import bind
 
         inputs = bind_arguments(self.definition, inputs, named)
 
-        if target is not None and target not in _TARGETS:
-            raise TCCallError(f"unknown target {target!r}; expected one of {', '.join(_TARGETS)}")
+        check_target(target)
         kernel = self.variant_for(*inputs)
         b = bind(kernel.definition, inputs)
         target = target or ("cuda" if b.device.type == "cuda" else "cpu")
@@ -370,10 +367,9 @@ class Kernel:
         """A new specialisation for this call (of the variant its dtypes ask for, which keeps it
         under ``key`` as well)."""
         from .binding import bind
-        from .compiler import specialize
+        from .pipeline import specialize
 
-        if target is not None and target not in _TARGETS:
-            raise TCCallError(f"unknown target {target!r}; expected one of {', '.join(_TARGETS)}")
+        check_target(target)
         kernel = self.variant_for(*inputs)
         if kernel is not self:
             if key is None:
@@ -392,7 +388,7 @@ class Kernel:
 
     def _resolve_options(self, options, sizes, target: str, inputs=()):
         """``options``, else those given to define(), else options tuned for exactly this layout
-        and device (the options database), else :func:`default_options`."""
+        and device (the options database), else :func:`~tcjit.pipeline.default_options`."""
         from .mapping.options import MappingOptions
 
         chosen = options if options is not None else self.options
@@ -401,6 +397,8 @@ class Kernel:
 
             chosen = stored_options(self, inputs, target)
         if chosen is None:
+            from .pipeline import default_options
+
             chosen = default_options(self.definition, sizes, target)
         if not isinstance(chosen, MappingOptions):
             raise TCCallError(f"options must be tcjit.MappingOptions, got {type(chosen).__name__}")
@@ -463,19 +461,6 @@ def _layouts_and_grad(args, meta_as: str | None = None) -> tuple[tuple, bool]:
         else:
             out.append(type(x))
     return tuple(out), grad
-
-
-def default_options(cdef: CheckedDef, sizes, target: str):
-    """The options a call without ``options=`` uses when none were tuned for it: chosen from the
-    kernel's structure by :func:`tcjit.mapping.defaults.default_options` (its rules are documented
-    there and in docs/performance.md)."""
-    from .mapping.defaults import default_options as choose
-
-    if target == "cpu":
-        from .cpu_runtime import vector_bytes
-
-        return choose(cdef, sizes, target, vector_bytes=vector_bytes())
-    return choose(cdef, sizes, target)
 
 
 class Definitions:

@@ -1,6 +1,6 @@
 """The process's memory budget for loaded CPU specialisations: their code and their workspaces.
 
-Every CPU specialisation loaded in the process (:class:`tcjit.compiler.Specialization`) is
+Every CPU specialisation loaded in the process (:class:`tcjit.cpu_specialization.Specialization`) is
 *admitted* to one budget, least recently used first out, in bytes: its library's size plus
 :data:`LIBRARY_OVERHEAD`, plus what its workspaces keep between calls (temporaries, packed
 panels: up to 64 MB each, ``tc_kept_bytes`` of the library). The limit is

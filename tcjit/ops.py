@@ -59,7 +59,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .kernel import _TARGETS, Kernel
+from .arguments import check_target
+from .kernel import Kernel
 from .polyhedral.errors import TCCallError
 
 __all__ = ["NAMESPACE", "compiled_call", "op_name", "registered_ops"]
@@ -122,8 +123,7 @@ def _operator(
             "return new tensors)",
             hint="let the call allocate its outputs and copy them where they belong (out.copy_(k(...)))",
         )
-    if target is not None and target not in _TARGETS:
-        raise TCCallError(f"unknown target {target!r}; expected one of {', '.join(_TARGETS)}")
+    check_target(target)
     kernel = kernel._variant_for_dtypes(dtypes)
     if train:
         kernel.grad_plan()  # raises for backward=None (as an eager call does)

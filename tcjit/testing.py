@@ -109,7 +109,7 @@ def emulation_order(order: str) -> Iterator[None]:
         with tcjit.testing.emulation_order("reversed"):
             y = kernel(x, target="cuda-emulated")
     """
-    from .compiler import EMULATION_ORDER
+    from .cpu_specialization import EMULATION_ORDER
     from .mapping.emulation import ORDERS
 
     if order not in ORDERS:

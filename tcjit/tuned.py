@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .cache import OptionsDatabase, TuningKey
+from .mapping.option_values import TARGETS
 from .polyhedral.errors import TCCallError, TCError, TCWarning
 
 __all__ = [
@@ -31,7 +32,6 @@ __all__ = [
     "tuning_key",
 ]
 
-_TARGETS = ("cpu", "cuda", "cuda-emulated")
 _LOCK = threading.Lock()
 _DATABASES: dict[str, OptionsDatabase | None] = {}
 _WARNED: set[tuple[str, str]] = set()  # (database path, digest) already warned about
@@ -104,10 +104,10 @@ def tuning_key(kernel, inputs: Sequence[object], target: str) -> TuningKey:
     >>> tuning_key(matmul, (a, b), "cpu").layout
     '[["float32",[64,32],[32,1]],["float32",[32,16],[16,1]]]'
     """
-    from . import __version__
+    from .version import __version__
 
-    if target not in _TARGETS:
-        raise TCCallError(f"target must be one of {', '.join(_TARGETS)}, got {target!r}")
+    if target not in TARGETS:
+        raise TCCallError(f"target must be one of {', '.join(TARGETS)}, got {target!r}")
     layout = json.dumps([_layout(x) for x in inputs], separators=(",", ":"))
     return TuningKey(
         source=kernel.canonical_source,

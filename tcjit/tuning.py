@@ -24,14 +24,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import inspect
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from .arguments import bind_arguments, check_target
 from .cache import USE_DEFAULTS
 from .polyhedral.errors import TCCallError, TCError, TCOptionsError
+from .polyhedral.lang.checked import CheckedDef
 from .tuning_confirm import confirmation_reserve, finalists, verdict
 from .tuning_progress import format_duration, progress_printer
 from .tuning_scratch import scratch_folder
@@ -45,7 +48,7 @@ from .tuning_worker import (
     ray_task,
 )
 
-__all__ = ["TuningReport", "autotune", "format_duration", "tune_kernel"]
+__all__ = ["TuningReport", "autotune", "bind_tuning_arguments", "format_duration", "tune_kernel"]
 
 
 @dataclass(frozen=True)
@@ -170,9 +173,10 @@ def tune_kernel(
     from .binding import bind
     from .cache import Measured
     from .genetic import TunerSettings, WorkerPool, alternating_evaluator, tune
-    from .kernel import Kernel, default_options
+    from .kernel import Kernel
     from .mapping.lower import outer_band_extents
     from .mapping.search_space import search_space
+    from .pipeline import default_options
     from .tuned import options_database, tuning_key
     from .tuning_ray import ray_measure, task_resources
 
@@ -191,8 +195,7 @@ def tune_kernel(
         timeout=timeout,
     )
     workers = _check_settings(workers, compile_timeout, run_timeout)
-    if target is not None and target not in ("cpu", "cuda", "cuda-emulated"):
-        raise TCCallError(f"unknown target {target!r}; expected one of cpu, cuda, cuda-emulated")
+    check_target(target)
     binding = bind(kernel.definition, inputs)
     kernel._refuse_meta(binding, "tuning runs the kernel and needs real data")
     target = target or ("cuda" if binding.device.type == "cuda" else "cpu")
@@ -435,3 +438,28 @@ def autotune(kernel, *inputs, **settings):
             f"autotune: no setting named {unknown[0]!r}; the settings are {', '.join(_SETTINGS)}"
         )
     return tune_kernel(kernel, *inputs, **settings).best_options
+
+
+def bind_tuning_arguments(
+    kernel, inputs: Sequence[object], keywords: Mapping[str, object]
+) -> tuple[tuple, dict]:
+    """``(inputs, settings)`` of an :func:`~tcjit.autotune` call: the keywords that name the
+    tuner's settings (the keyword parameters of :func:`tcjit.tuning.tune_kernel`) stay settings,
+    the others are the kernel's arguments, bound as for a call (:func:`bind_arguments`).
+
+    :raises TCCallError: a keyword is neither a setting nor a parameter, or the arguments do not
+        bind.
+    """
+    definition = getattr(kernel, "definition", None)
+    if not isinstance(definition, CheckedDef):
+        return tuple(inputs), dict(keywords)  # autotune reports what kernel should be
+    tuner = [p.name for p in inspect.signature(tune_kernel).parameters.values() if p.kind is p.KEYWORD_ONLY]
+    settings = {k: v for k, v in keywords.items() if k in tuner}
+    named = {k: v for k, v in keywords.items() if k not in tuner}
+    for name in named:
+        if name not in definition.params:
+            raise TCCallError(
+                f"autotune: {name!r} is neither a tuner setting ({', '.join(tuner)}) nor a parameter of "
+                f"{definition.name} ({', '.join(definition.params)})"
+            )
+    return bind_arguments(definition, inputs, named, reserved=tuner), settings

@@ -79,13 +79,13 @@ def _load_context(blob: bytes) -> WorkerState:
         return state
     import torch
 
-    import tcjit
+    from . import kernel as kernels
 
     ctx: _Context = torch.load(io.BytesIO(blob), weights_only=False)
     torch.set_num_threads(max(1, ctx.threads))
     device = "cuda" if ctx.target == "cuda" else "cpu"
     inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in ctx.inputs)
-    kernel = tcjit.define(ctx.source, name=ctx.entry)
+    kernel = kernels.define(ctx.source, name=ctx.entry)
     state = WorkerState(kernel, inputs, ctx.expected, ctx.target, ctx.reduction_length)
     _STATE.clear()
     _STATE[digest] = state
@@ -105,9 +105,9 @@ def _worker_state() -> WorkerState:
 def compile_candidate(options):
     """Compile ``options`` into the run's kernel store (a worker's compile phase); returns them."""
     state = _worker_state()
-    import tcjit
+    from . import kernel as kernels
 
-    tcjit.compile(state.kernel, *state.inputs, options=options, target=state.target)
+    kernels.compile(state.kernel, *state.inputs, options=options, target=state.target)
     return options
 
 
@@ -117,9 +117,9 @@ def measure_candidate(arg):
 
     options, best = arg
     state = _worker_state()
-    import tcjit
+    from . import kernel as kernels
 
-    spec = tcjit.compile(state.kernel, *state.inputs, options=options, target=state.target)
+    spec = kernels.compile(state.kernel, *state.inputs, options=options, target=state.target)
     return check_and_time(spec, state, best, Measurement)
 
 
@@ -139,10 +139,10 @@ def ray_task(blob: bytes, arch: str, arg):
     if here.arch != arch:
         detail = f"measured nothing: this node is {here.arch}, not {arch}"
         return located(Measurement(None, "skipped", detail), here)
-    import tcjit
+    from . import kernel as kernels
 
     try:
-        spec = tcjit.compile(state.kernel, *state.inputs, options=options, target=state.target)
+        spec = kernels.compile(state.kernel, *state.inputs, options=options, target=state.target)
     except TCError as e:
         return located(Measurement(None, "compile-error", _one_line(e)), here)
     return located(check_and_time(spec, state, best, Measurement), here)
@@ -170,8 +170,7 @@ def _confirm_in(state: WorkerState, finalists, budget: float | None) -> list:
     computed a wrong answer (:func:`~tcjit.tuning_confirm.interleaved_rounds`)."""
     import torch
 
-    import tcjit
-
+    from . import kernel as kernels
     from .testing import compare_outputs
     from .tuning_confirm import interleaved_rounds
 
@@ -179,7 +178,7 @@ def _confirm_in(state: WorkerState, finalists, budget: float | None) -> list:
     runners, where = [], []
     for i, options in enumerate(finalists):
         try:
-            spec = tcjit.compile(state.kernel, *state.inputs, options=options, target=state.target)
+            spec = kernels.compile(state.kernel, *state.inputs, options=options, target=state.target)
         except TCError:
             continue
         got = spec.run(state.inputs, None)

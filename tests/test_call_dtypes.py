@@ -17,6 +17,7 @@ from compiled_helpers import LINEAR
 from compiled_helpers import raises_at as _raises_at
 
 import tcjit
+import tcjit.pipeline
 from tcjit import TCCallError
 from tcjit.cache import FORMAT_VERSION
 from tcjit.polyhedral.lang.parser import parse
@@ -69,14 +70,14 @@ def _float64_leaves(*shapes):
 def count_specialize(monkeypatch) -> list:
     """Every specialisation compiled (or loaded) from now on, with the kernel it was made for."""
     calls: list = []
-    real = tcjit.compiler.specialize
+    real = tcjit.pipeline.specialize
 
     def counting(kernel, binding, inputs, outputs, options, target):
         spec = real(kernel, binding, inputs, outputs, options, target)
         calls.append((kernel, spec))
         return spec
 
-    monkeypatch.setattr(tcjit.compiler, "specialize", counting)
+    monkeypatch.setattr(tcjit.pipeline, "specialize", counting)
     return calls
 
 
@@ -108,7 +109,9 @@ def test_the_variant_is_the_definition_retyped():
     assert v.source == k.source  # errors in the variant point at the text the user wrote
     assert k.variant_for(a, b) is v and k.variant_for(a.float(), b.float()) is k
     assert k.output_shapes(a, b) == ((2, 2),)
-    assert k.options_for(a, b) == tcjit.kernel.default_options(v.definition, {"M": 2, "K": 3, "N": 2}, "cpu")
+    assert k.options_for(a, b) == tcjit.pipeline.default_options(
+        v.definition, {"M": 2, "K": 3, "N": 2}, "cpu"
+    )
 
 
 def test_retyping_is_simultaneous_and_leaves_integers_alone():

@@ -122,7 +122,7 @@ def test_differentiable_calls_take_keywords(fcrelu, args):
 def test_autotune_binds_keywords_after_its_settings(fcrelu, args):
     """Keywords naming the tuner's settings stay settings; the others bind the kernel's inputs;
     a keyword that is neither is refused before anything runs."""
-    from tcjit.arguments import bind_tuning_arguments
+    from tcjit.tuning import bind_tuning_arguments
 
     x, w, b = args
     inputs, settings = bind_tuning_arguments(fcrelu, (x,), {"bias": b, "workers": 1, "W": w})

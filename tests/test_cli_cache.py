@@ -137,7 +137,7 @@ def test_cache_clear_needs_confirmation(capsys, monkeypatch, tmp_path):
 def test_cache_clear_kernels_and_options_separately(capsys, fcrelu_file):
     """--kernels empties the kernel store and keeps the tuning records, --options the reverse;
     neither flag removes nothing and says what to choose."""
-    from tcjit.compiler import kernel_store
+    from tcjit.kernel_cache import kernel_store
 
     db = _tuned_db()
     db.put(_cache_key((64, 48)), "{}", 1e-4)
@@ -172,7 +172,7 @@ def test_cache_list_kernels_with_sizes_and_ages(capsys, fcrelu_file, tmp_path, m
     use are listed as such, and listing neither follows links, nor reads a folder another user
     owns, nor removes anything."""
     from tcjit.cache import trust
-    from tcjit.compiler import kernel_store
+    from tcjit.kernel_cache import kernel_store
 
     code, out, _ = _run(capsys, "cache", "list", "--kernels")
     root = os.environ["TCJIT_CACHE_DIR"]

@@ -224,8 +224,8 @@ def resolve_options(point: tuple[str, object], kernel: tcjit.Kernel, inputs) -> 
     if kind == "naive":
         return value
     from tcjit.binding import bind
-    from tcjit.kernel import default_options
     from tcjit.mapping.lower import outer_band_extents
+    from tcjit.pipeline import default_options
 
     sizes = bind(kernel.definition, inputs).sizes
     defaults = default_options(kernel.definition, sizes, "cpu").validate("cpu")

@@ -6,9 +6,9 @@ import compiled_helpers as H
 import pytest
 import torch
 
-from tcjit.cli import lower_for_show
 from tcjit.mapping.defaults import default_options
 from tcjit.mapping.lower import INIT_WINDOW
+from tcjit.pipeline import lowered
 from tcjit.polyhedral.lang.check import check_source
 
 
@@ -19,7 +19,7 @@ def _pool(op: str, k: int) -> str:
 
 
 def _source(src: str, sizes: dict) -> str:
-    return lower_for_show(check_source(src).entry(), sizes).source
+    return lowered(check_source(src).entry(), sizes).source
 
 
 @pytest.mark.parametrize("op", ["max=!", "+=!"])
@@ -70,7 +70,7 @@ def test_short_contractions_keep_their_register_tiles() -> None:
     """A contraction over few points (K = 11) is not a pooling window: an operand is shared
     between outputs, so the initialisation is hoisted and the register tile applies."""
     src = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, r_k) * B(r_k, n) }"
-    low = lower_for_show(check_source(src).entry(), {"M": 13, "K": 11, "N": 48})
+    low = lowered(check_source(src).entry(), {"M": 13, "K": 11, "N": 48})
     assert "register tile" in low.stages["decisions"]
     assert not _fused(low.source)
 
@@ -83,7 +83,7 @@ def test_short_dot_product_contractions_initialise_in_place() -> None:
     sizes = {"M": 64, "R": 16, "D": 32}
     cdef = check_source(src).entry()
     unpacked = default_options(cdef, sizes, "cpu").pack_operands(False)  # packed, W has the form
-    low = lower_for_show(cdef, sizes, unpacked)
+    low = lowered(cdef, sizes, unpacked)
     assert _fused(low.source), low.stages["decisions"]
     assert low.source.count("/* S0, line") == 16
     g = torch.Generator().manual_seed(3)

@@ -26,7 +26,8 @@ import pytest
 import torch
 
 import tcjit
-import tcjit.compiler
+import tcjit.kernel_cache
+import tcjit.pipeline
 from tcjit.cache import FORMAT_VERSION, KernelStore
 from tcjit.cache.entry import entry_location, verify_entry
 
@@ -70,11 +71,13 @@ def _entries(root: Path) -> list[Path]:
 
 
 def _key(kernel, *inputs, options=None) -> str:
-    """The disk key a call of ``kernel`` on ``inputs`` uses (as :func:`tcjit.compiler.specialize`)."""
+    """The disk key a call of ``kernel`` on ``inputs`` uses (as :func:`tcjit.pipeline.specialize`)."""
     from tcjit.binding import bind
 
     opts = kernel._resolve_options(options, bind(kernel.definition, inputs).sizes, "cpu")
-    return tcjit.compiler.cache_key(kernel.canonical_source, kernel.name, inputs, None, "cpu", opts.to_json())
+    return tcjit.kernel_cache.cache_key(
+        kernel.canonical_source, kernel.name, inputs, None, "cpu", opts.to_json()
+    )
 
 
 # ------------------------------------------------------------------------------------ processes
@@ -284,14 +287,14 @@ def test_an_entry_failing_the_runtime_check_is_replaced(cache_dir):
 @pytest.fixture
 def count_specialize(monkeypatch) -> list:
     calls: list = []
-    real = tcjit.compiler.specialize
+    real = tcjit.pipeline.specialize
 
     def counting(kernel, binding, inputs, outputs, options, target):
         spec = real(kernel, binding, inputs, outputs, options, target)
         calls.append(spec)
         return spec
 
-    monkeypatch.setattr(tcjit.compiler, "specialize", counting)
+    monkeypatch.setattr(tcjit.pipeline, "specialize", counting)
     return calls
 
 
@@ -354,7 +357,7 @@ def test_the_disk_key_follows_everything_that_changes_the_code():
         "options": _key(k, x, w, b, options=tcjit.MappingOptions().tile(8)),
         "strides": _key(k, x, w.T.contiguous().T, b),
         "sizes": _key(k, *_fc_inputs(b=25)),
-        "dtype": tcjit.compiler.cache_key(
+        "dtype": tcjit.kernel_cache.cache_key(
             k.canonical_source, "fcrelu", (x.double(), w, b), None, "cpu", tcjit.MappingOptions().to_json()
         ),
         "text": _key(other_text, x, w, b),
@@ -384,7 +387,7 @@ def test_the_default_directory_is_the_user_cache_dir(tmp_path, monkeypatch):
     k = tcjit.define(MV)
     a, v = torch.randn(5, 3), torch.randn(3)
     torch.testing.assert_close(k(a, v), a @ v)
-    root = tcjit.compiler.kernel_store().root
+    root = tcjit.kernel_cache.kernel_store().root
     assert root.is_relative_to(tmp_path) and len(_entries(root)) == 1
 
 
@@ -411,7 +414,7 @@ def test_an_empty_cache_dir_keeps_everything_off_disk(tmp_path, monkeypatch):
 
     monkeypatch.setattr(KernelStore, "get", forbidden)
     monkeypatch.setattr(KernelStore, "put", forbidden)
-    assert tcjit.compiler.kernel_store() is None
+    assert tcjit.kernel_cache.kernel_store() is None
     a, v = torch.randn(6, 4), torch.randn(4)
     for _ in range(2):  # a fresh kernel each time: both compile
         k = tcjit.define(MV)
@@ -431,11 +434,11 @@ def _compile_mv(n: int) -> None:
 def test_the_size_cap_evicts_the_least_recently_used(tmp_path, monkeypatch, cache_dir):
     monkeypatch.setenv("TCJIT_CACHE_DIR", str(tmp_path / "probe"))
     _compile_mv(7)  # the largest entry below: the unrolled reduction's code grows with n
-    one = tcjit.compiler.kernel_store().total_bytes()
+    one = tcjit.kernel_cache.kernel_store().total_bytes()
     cap = int(2.5 * one)  # room for two entries, never three
     monkeypatch.setenv("TCJIT_CACHE_DIR", str(cache_dir))
     monkeypatch.setenv("TCJIT_CACHE_MAX_BYTES", str(cap))
-    store = tcjit.compiler.kernel_store()
+    store = tcjit.kernel_cache.kernel_store()
     assert store.max_bytes == cap
 
     order = []
@@ -516,26 +519,26 @@ def test_the_key_holds_a_digest_of_the_compiler_sources(tmp_path, monkeypatch) -
     import importlib.util
     import types
 
-    from tcjit import compiler
+    from tcjit import kernel_cache
 
-    key = json.loads(compiler.cache_key("def f() {}", "f", [], None, "cpu", "{}"))
-    assert key["code"] == compiler.code_identity() and len(key["code"]) == 16
+    key = json.loads(kernel_cache.cache_key("def f() {}", "f", [], None, "cpu", "{}"))
+    assert key["code"] == kernel_cache.code_identity() and len(key["code"]) == 16
     (tmp_path / "printer.py").write_text("A = 1\n")
     fake = types.SimpleNamespace(submodule_search_locations=[str(tmp_path)])
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: fake)
-    compiler.code_identity.cache_clear()
+    kernel_cache.code_identity.cache_clear()
     try:
-        before = compiler.code_identity()
+        before = kernel_cache.code_identity()
         (tmp_path / "printer.py").write_text("A = 2\n")
-        compiler.code_identity.cache_clear()
-        assert compiler.code_identity() != before
+        kernel_cache.code_identity.cache_clear()
+        assert kernel_cache.code_identity() != before
         (tmp_path / "prelude").mkdir()  # the C prelude's files count too
         (tmp_path / "prelude" / "half.h").write_text("/* one */\n")
-        compiler.code_identity.cache_clear()
-        before = compiler.code_identity()
+        kernel_cache.code_identity.cache_clear()
+        before = kernel_cache.code_identity()
         (tmp_path / "prelude" / "half.h").write_text("/* two */\n")
-        compiler.code_identity.cache_clear()
-        assert compiler.code_identity() != before
+        kernel_cache.code_identity.cache_clear()
+        assert kernel_cache.code_identity() != before
     finally:
         monkeypatch.undo()
-        compiler.code_identity.cache_clear()
+        kernel_cache.code_identity.cache_clear()

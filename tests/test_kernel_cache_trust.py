@@ -18,7 +18,7 @@ import torch
 from other_users import NOBODY, as_nobody
 
 import tcjit
-import tcjit.compiler
+import tcjit.kernel_cache
 from tcjit.cache import FORMAT_VERSION
 from tcjit.cache.entry import entry_location, write_entry
 
@@ -53,7 +53,9 @@ def _key(kernel, *inputs) -> str:
     from tcjit.binding import bind
 
     opts = kernel._resolve_options(None, bind(kernel.definition, inputs).sizes, "cpu")
-    return tcjit.compiler.cache_key(kernel.canonical_source, kernel.name, inputs, None, "cpu", opts.to_json())
+    return tcjit.kernel_cache.cache_key(
+        kernel.canonical_source, kernel.name, inputs, None, "cpu", opts.to_json()
+    )
 
 
 # --------------------------------------------------------------------------------- the metadata
@@ -132,7 +134,7 @@ def test_a_kernel_planted_by_another_user_is_not_run(shared_place, monkeypatch):
     x, w, b = _inputs()
     donor_kernel = tcjit.define(FCRELU_DOUBLE_BIAS)
     tcjit.compile(donor_kernel, x, w, b)
-    donor = tcjit.compiler.kernel_store().get(_key(donor_kernel, x, w, b))
+    donor = tcjit.kernel_cache.kernel_store().get(_key(donor_kernel, x, w, b))
     files = {name: donor.path(name).read_bytes() for name in donor.files}
     metadata = json.loads(json.dumps(dict(donor.metadata)))
     victim_key = _key(tcjit.define(FCRELU), x, w, b)

@@ -255,7 +255,7 @@ def test_the_workspace_is_reused_and_results_stay_right() -> None:
 def test_default_options_pack_linear_layers() -> None:
     kernel = tcjit.define(FCRELU, backward=None)
     x, w, bias = _randn(128, 64), _randn(32, 64, seed=1), _randn(32, seed=2)
-    from tcjit.kernel import default_options
+    from tcjit.pipeline import default_options
 
     options = default_options(kernel.definition, {"B": 128, "M": 64, "N": 32}, "cpu")
     assert options.values.pack_operands and options.values.register_tile[0] == 8

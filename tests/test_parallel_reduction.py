@@ -13,7 +13,7 @@ import compiled_helpers as H
 import pytest
 import torch
 
-from tcjit.cli import lower_for_show
+from tcjit.pipeline import lowered
 from tcjit.polyhedral.lang.check import check_source
 
 SIZES = {"M": 300, "N": 233}  # 69900 instances: enough work for threads
@@ -34,7 +34,7 @@ def _inputs(dtype=torch.float32, seed=0):
 def test_whole_tensor_reductions_run_in_threads(op: str) -> None:
     body = "1 + A(r_m, r_n) / 50000" if op == "*=!" else "A(r_m, r_n)"
     src = _source(op, body=body)
-    low = lower_for_show(check_source(src).entry(), SIZES)
+    low = lowered(check_source(src).entry(), SIZES)
     assert "parallel reduction (partial results in threads)" in low.stages["decisions"]
     assert "parallel reduction: 'S'" in low.source
     H.check_against_oracle(src, None, _inputs(), reduction_length=SIZES["M"] * SIZES["N"])
@@ -42,7 +42,7 @@ def test_whole_tensor_reductions_run_in_threads(op: str) -> None:
 
 def test_integer_sums_wrap_as_in_the_oracle() -> None:
     src = _source("+=!", "int32", "A(r_m, r_n) * 70000")
-    low = lower_for_show(check_source(src).entry(), SIZES)
+    low = lowered(check_source(src).entry(), SIZES)
     assert "parallel reduction: 'S'" in low.source
     H.check_against_oracle(src, None, _inputs(torch.int32))
 
@@ -64,7 +64,7 @@ def test_the_result_does_not_depend_on_the_number_of_threads() -> None:
 
 def test_a_reduction_into_a_row_stays_a_parallel_loop_over_rows() -> None:
     src = "def rows(float(M,N) A) -> (S) { S(m) +=! A(m, r_n) }"
-    low = lower_for_show(check_source(src).entry(), SIZES)
+    low = lowered(check_source(src).entry(), SIZES)
     assert "parallel reduction" not in low.stages["decisions"]
     assert "parallel: member" in low.stages["decisions"]
 

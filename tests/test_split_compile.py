@@ -17,7 +17,7 @@ import torch
 
 import tcjit
 from tcjit import cpu_runtime, suite
-from tcjit.cli import lower_for_show
+from tcjit.pipeline import lowered
 from tcjit.polyhedral.lang.check import check_source
 
 MLP3 = suite.get("mlp3").source
@@ -26,7 +26,7 @@ ADD = "def add(float(N) A, float(N) B) -> (C) { C(n) = A(n) + B(n) }"
 
 
 def _source(src: str, sizes: dict) -> str:
-    return lower_for_show(check_source(src).entry(), sizes).source
+    return lowered(check_source(src).entry(), sizes).source
 
 
 def _mlp3_inputs(name: str):

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import tcjit
+import tcjit.pipeline
 from tcjit import TCCallError, TCOptionsError
 from tcjit.cli import main
 from tcjit.mapping.options import MappingOptions
@@ -67,7 +68,7 @@ def test_autotune_stores_the_best_and_later_calls_use_it(db):
     torch.testing.assert_close(kernel(a, b), a @ b)
     # Other sizes, and another target, are not tuned: defaults.
     a2, b2 = _inputs(16, 8, 13)
-    assert kernel.options_for(a2, b2) == tcjit.kernel.default_options(
+    assert kernel.options_for(a2, b2) == tcjit.pipeline.default_options(
         kernel.definition, {"M": 16, "K": 8, "N": 13}, "cpu"
     )
     assert kernel.options_for(a, b, target="cuda-emulated") != report.best_options
@@ -127,7 +128,7 @@ def test_options_tuned_for_other_sizes_seed_a_new_search(db):
     options_database().put(tuning_key(kernel, _inputs(16, 8, 12), "cpu"), other.to_json(), 1e-6)
     a, b = _inputs(16, 8, 13)
     sizes = {"M": 16, "K": 8, "N": 13}
-    defaults = tcjit.kernel.default_options(kernel.definition, sizes, "cpu")
+    defaults = tcjit.pipeline.default_options(kernel.definition, sizes, "cpu")
     # Options tuned for other sizes are never used for calls ...
     assert kernel.options_for(a, b) == defaults
     # ... but they seed the starting population of a search at these sizes.

@@ -1,0 +1,166 @@
+"""What every compiled specialisation shares, whatever its target: the call with a check of the
+arguments' layout, the outputs and temporaries it allocates, the aliasing check of ``outputs=``,
+and the error of a failed run-time bounds check.
+
+The CPU's :class:`~tcjit.cpu_specialization.Specialization` and the GPU's
+:class:`~tcjit.cuda_runtime.CudaSpecialization` derive from :class:`Compiled`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+import torch
+
+from .binding import Binding, torch_dtype
+from .mapping.packing import contiguous_strides
+from .polyhedral.errors import Span, TCBoundsError, TCCallError
+from .polyhedral.lang.checked import CheckedDef
+
+__all__ = [
+    "Compiled",
+    "allocate",
+    "bounds_error",
+    "buffer_specs",
+    "call_layout",
+    "check_aliasing",
+    "out_layouts",
+]
+
+
+class Compiled:
+    """What every compiled specialisation shares: the call with a check of the arguments' layout.
+
+    A subclass sets :attr:`cdef` and :attr:`layouts` (the inputs' and the outputs' layouts it was
+    compiled for: :func:`call_layout`, :func:`out_layouts`) and implements :meth:`run`."""
+
+    cdef: CheckedDef
+    layouts: tuple
+
+    def __call__(self, *inputs, outputs: Sequence[torch.Tensor] | None = None):
+        layouts = tuple(call_layout(x) for x in inputs)
+        if layouts != self.layouts[0] or out_layouts(outputs) != self.layouts[1]:
+            raise TCCallError(
+                f"{self.cdef.name}: these arguments do not have the shapes, dtypes and strides this "
+                "specialisation was compiled for",
+                hint="call the Kernel itself: it compiles one specialisation per layout",
+            )
+        outs = self.run(inputs, outputs)
+        return outs[0] if len(outs) == 1 else outs
+
+    def run(
+        self, inputs: Sequence[object], outputs: Sequence[torch.Tensor] | None
+    ) -> tuple[torch.Tensor, ...]:
+        """Run on ``inputs`` whose layout matched (``outputs`` checked likewise). Always a tuple."""
+        raise NotImplementedError
+
+    def __copy__(self):
+        """The specialisation itself: loaded code is immutable, so copies share it."""
+        return self
+
+    def __deepcopy__(self, memo):
+        """The specialisation itself (a deep copy of a model holding one shares it)."""
+        return self
+
+    def __reduce__(self):
+        """Refused plainly: a specialisation is code loaded into this process."""
+        raise TCCallError(
+            f"{self.cdef.name}: a compiled specialisation (tcjit.compile) cannot be pickled: it is "
+            "code loaded into this process",
+            hint="pickle the Kernel that tcjit.define returned; it compiles (or loads from the "
+            "kernel cache) again where it is unpickled",
+        )
+
+
+def buffer_specs(
+    cdef: CheckedDef, binding: Binding, names: Sequence[str], zero_init: Collection[str]
+) -> tuple[tuple[tuple[int, ...], tuple[int, ...], torch.dtype, bool], ...]:
+    """What :func:`allocate` takes for the outputs or temporaries ``names`` of a call: each one's
+    shape, contiguous strides, dtype and whether the kernel needs it zeroed."""
+    return tuple(
+        (
+            tuple(binding.output_shapes[n]),
+            contiguous_strides(binding.output_shapes[n]),
+            torch_dtype(cdef.tensor(n).dtype),
+            n in zero_init,
+        )
+        for n in names
+    )
+
+
+def allocate(specs: Sequence[tuple], device: torch.device | None = None) -> list[torch.Tensor]:
+    """Contiguous tensors for :func:`buffer_specs` (outputs, temporaries) on ``device`` (``None``:
+    the CPU). ``torch.empty_strided`` with the strides worked out once: a third cheaper per tensor
+    than ``torch.empty`` of a shape, which counts in calls of small kernels."""
+    return [
+        torch.empty_strided(shape, strides, dtype=dt, device=device).zero_()
+        if zero
+        else torch.empty_strided(shape, strides, dtype=dt, device=device)
+        for shape, strides, dt, zero in specs
+    ]
+
+
+def bounds_error(cdef, check, value: int) -> TCBoundsError:
+    """The error of a failed run-time bounds check: ``check`` is ``(tensor, dim, size, span, verb)``
+    (a stored check, or the printer's ``BoundsCheck`` as a tuple); ``value`` is the subscript's value."""
+    tensor, dim, size, span, verb = check
+    return TCBoundsError(
+        f"subscript {dim} of '{tensor}' {verb} element {value}, outside [0, {size}) "
+        f"(dimension {dim} has size {size})",
+        source=cdef.source,
+        span=Span(*span),
+        where=cdef.name,
+    )
+
+
+def call_layout(x) -> tuple:
+    """What a compiled specialisation requires of an argument: a tensor's dtype, shape, strides and
+    device type (a meta tensor stands for a CPU one), or a scalar's Python type."""
+    if isinstance(x, torch.Tensor):  # meta tensors stand for CPU ones (tcjit.compile)
+        return (x.dtype, tuple(x.shape), x.stride(), "cpu" if x.device.type == "meta" else x.device.type)
+    return (type(x),)
+
+
+def out_layouts(outputs) -> tuple | None:
+    """:func:`call_layout` of each ``outputs=`` tensor, or None without them."""
+    if outputs is None:
+        return None
+    return tuple(call_layout(t) for t in outputs)
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    if t.numel() == 0:
+        return (0, 0)
+    last = sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+    start = t.data_ptr()
+    return (start, start + (last + 1) * t.element_size())
+
+
+def _self_overlapping(t: torch.Tensor) -> bool:
+    """Whether two elements of ``t`` share memory (an expanded or overlapping view)."""
+    dims = sorted((s, n) for n, s in zip(t.shape, t.stride()) if n > 1)
+    reach = 0  # offset of the farthest element spanned by the smaller-stride dimensions
+    for s, n in dims:
+        if s <= reach:
+            return True
+        reach += (n - 1) * s
+    return False
+
+
+def check_aliasing(cdef: CheckedDef, inputs: Sequence[object], outputs: Sequence[torch.Tensor]) -> None:
+    """outputs= tensors must not overlap each other or any input, nor themselves."""
+    for name, t in zip(cdef.outputs, outputs):
+        if t.numel() > 1 and _self_overlapping(t):
+            raise TCCallError(
+                f"output '{name}' has elements that share memory (an expanded or overlapping view)",
+                hint="pass a tensor with distinct elements, e.g. a fresh torch.empty(...)",
+            )
+    spans = [(n, _span(t)) for n, t in zip(cdef.outputs, outputs)]
+    others = spans + [(p, _span(x)) for p, x in zip(cdef.params, inputs) if isinstance(x, torch.Tensor)]
+    for i, (name, (a0, a1)) in enumerate(spans):
+        for other, (b0, b1) in others[i + 1 :]:
+            if a0 < b1 and b0 < a1:
+                raise TCCallError(
+                    f"output '{name}' shares memory with '{other}': kernels need outputs that alias nothing",
+                    hint="pass a separate output tensor, or copy the input first",
+                )
