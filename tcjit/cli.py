@@ -5,9 +5,12 @@
   augmented forward and backward TC of automatic differentiation; ``--wrt W1,B1`` for the
   backward for the gradients of some inputs only, ``--absent O1`` for a loss that does not read
   output ``O1``: the backward a training step with that loss runs), ``scop``, ``schedule``, ``tree``
-  (the mapped schedule tree and the mapping decisions) or ``c`` (the generated C). ``tree`` and ``c``
-  need every size (``--sizes M=64,N=32``) and take the mapping options (``--options JSON``,
-  ``--fusion``, ``--tile``, ``--no-parallel``, ``--no-vectorize``); they lower for contiguous tensors.
+  (the mapped schedule tree and the mapping decisions), ``c`` (the generated C) or ``cuda`` (the
+  CUDA source of the ``cuda`` target, which needs no GPU). ``tree``, ``c`` and ``cuda`` need every
+  size (``--sizes M=64,N=32``) and take the mapping options (``--options JSON``, ``--fusion``,
+  ``--tile``, ``--no-parallel``, ``--no-vectorize``, ``--blocks``, ``--threads``); they lower for
+  contiguous tensors, through the pipeline (:func:`tcjit.pipeline.lowered`).
+* ``tcjit --version`` prints the version.
 * ``tcjit run FILE.tc --sizes ...`` compiles the entry, runs it on random inputs, compares it with
   the oracle (:mod:`tcjit.reference`) and times it; exit code 1 on a mismatch. It says which
   options it used: those the flags give, a tuned record's (its id, as ``tcjit cache`` shows it), or
@@ -51,11 +54,11 @@ from .polyhedral.errors import TCError
 __all__ = ["main"]
 
 _FRONT_STAGES = ("ast", "checked", "canonical", "backward", "scop", "schedule")
-_MAPPED_STAGES = ("tree", "c")
+_MAPPED_STAGES = ("tree", "c", "cuda")
 _DEFAULT_FUSION = "Preserve3Coincident"
 
 
-def _options(args, cdef, sizes: Mapping[str, int]):
+def _options(args, cdef, sizes: Mapping[str, int], target: str | None = None):
     """The mapping options the flags describe (validated for ``--target``), or ``None`` if no
     flag was given.
 
@@ -66,7 +69,7 @@ def _options(args, cdef, sizes: Mapping[str, int]):
     from .mapping.options import MappingOptions
     from .pipeline import default_options
 
-    target = args.target or "cpu"
+    target = target or args.target or "cpu"
     tiles = parse_ints(args.tile, "--tile")
     blocks = parse_ints(args.blocks, "--blocks")
     threads = parse_ints(args.threads, "--threads")
@@ -181,9 +184,16 @@ def cmd_show(args) -> int:
         _need_sizes(cdef, sizes, f"--stage {args.stage}")
         from .pipeline import lowered as lower
 
-        opts = _options(args, cdef, sizes)
-        lowered = lower(cdef, sizes, opts, args.target or "cpu")
-        if args.stage == "c":
+        target = args.target or "cpu"
+        if args.stage == "cuda":
+            if args.target not in (None, "cuda"):
+                raise UsageError(
+                    f"--stage cuda prints the cuda target's source: leave out --target {args.target}"
+                )
+            target = "cuda"
+        opts = _options(args, cdef, sizes, target)
+        lowered = lower(cdef, sizes, opts, target)
+        if args.stage in ("c", "cuda"):
             print(lowered.source, end="" if lowered.source.endswith("\n") else "\n")
         else:
             print(lowered.stages["tree"])
@@ -446,7 +456,10 @@ def _add_range_flag(p: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``tcjit`` command."""
+    from .version import __version__
+
     parser = argparse.ArgumentParser(prog="tcjit", description="Tensor Comprehensions for PyTorch")
+    parser.add_argument("--version", action="version", version=f"tcjit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser(
         "demo", help="compile the benchmark suite's kernels, check and time them against torch"
@@ -457,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("show", help="print a stage of the compilation of an entry")
     p.add_argument("file")
     p.add_argument("--entry")
-    p.add_argument("--sizes", help="concrete sizes, e.g. M=64,N=32 (needed by --stage tree and c)")
+    p.add_argument("--sizes", help="concrete sizes, e.g. M=64,N=32 (needed by --stage tree, c and cuda)")
     p.add_argument("--stage", choices=(*_FRONT_STAGES, *_MAPPED_STAGES), default="checked")
     _add_option_flags(p)
     p.add_argument(

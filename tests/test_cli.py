@@ -80,6 +80,33 @@ def test_show_c_is_the_generated_kernel(capsys, fcrelu_file):
     assert other != out  # specialised to the sizes
 
 
+def test_show_cuda_is_the_source_a_cuda_call_compiles(capsys, fcrelu_file):
+    """The cuda target's source, without a GPU: what the pipeline lowers for CUDA tensors."""
+    from tcjit.pipeline import lowered
+    from tcjit.polyhedral.lang.check import check_source
+
+    code, out, _ = _run(capsys, "show", fcrelu_file, "--stage", "cuda", "--sizes", FC_SIZES)
+    assert code == 0 and 'extern "C" __global__' in out and "#pragma omp parallel" not in out
+    want = lowered(check_source(FCRELU).entry(), {"B": 64, "M": 48, "N": 40}, None, "cuda").source
+    assert out == want + ("" if want.endswith("\n") else "\n")
+    code, shaped, _ = _run(
+        capsys, "show", fcrelu_file, "--stage", "cuda", "--sizes", FC_SIZES, "--threads", "8,2"
+    )
+    assert code == 0 and "blocks of 8 x 2 x 1 threads" in shaped
+    code, _, err = _run(
+        capsys, "show", fcrelu_file, "--stage", "cuda", "--sizes", FC_SIZES, "--target", "cpu"
+    )
+    assert code == 2 and "leave out --target cpu" in err
+
+
+def test_version(capsys):
+    from tcjit import __version__
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0 and capsys.readouterr().out == f"tcjit {__version__}\n"
+
+
 def test_show_tree_is_the_mapped_schedule_with_decisions(capsys, fcrelu_file):
     code, out, _ = _run(capsys, "show", fcrelu_file, "--stage", "tree", "--sizes", FC_SIZES)
     assert code == 0
@@ -285,18 +312,18 @@ def test_a_file_that_cannot_be_read_is_one_line(capsys, tmp_path, argv):
             ["run", CONV, "--sizes", SIZES, "--budget", "-1"],
             "--budget takes a number of seconds >= 0, got -1.0",
         ),
-        (["show", CONV, "--tile", "4"], "--tile goes with --stage schedule, tree or c, not --stage checked"),
+        (["show", CONV, "--tile", "4"], "--tile goes with --stage schedule, tree, c or cuda, not --stage checked"),
         (
             ["show", CONV, "--stage", "scop", "--options", "{}"],
-            "--options goes with --stage schedule, tree or c, not --stage scop",
+            "--options goes with --stage schedule, tree, c or cuda, not --stage scop",
         ),
         (
             ["show", CONV, "--stage", "schedule", "--threads", "4"],
-            "--threads goes with --stage tree or c, not --stage schedule",
+            "--threads goes with --stage tree, c or cuda, not --stage schedule",
         ),
         (
             ["show", CONV, "--target", "cuda-emulated"],
-            "--target goes with --stage tree or c, not --stage checked",
+            "--target goes with --stage tree, c or cuda, not --stage checked",
         ),
         (
             ["show", CONV, "--stage", "c", "--fix-sizes"],
