@@ -1022,9 +1022,8 @@ class CPrinter:
         element along the vector loop (a vector load) or not at all (a scalar, broadcast). The sums
         live in ``<lanes>``-wide vector variables (GCC's vector extension) across the reduction
         loops, each row's operands loaded once per step: the code gcc makes of it is a BLAS
-        micro-kernel (``float[..][..]`` arrays with an ``omp simd`` loop left it spilling partial
-        sums to the stack: matmul 512**3 ran at 61% of the machine's practical peak in the suite's
-        results at 26f827d).
+        micro-kernel (``float[..][..]`` arrays with an ``omp simd`` loop leave it spilling partial
+        sums to the stack).
         """
         runs = _flat_runs(node)
         live = [p for p in points if not p.degenerate]
@@ -2325,8 +2324,8 @@ def _transposer(item_bytes: int) -> list[str]:
     registers. Row ``x`` of the source starts ``x * ss`` elements after ``src`` and is read as one
     vector; row ``y`` of the destination starts ``y * ds`` elements after ``dst`` and is written as
     one; ``dst[y * ds + x] = src[x * ss + y]``. Three rounds of two-vector shuffles (24 in all)
-    replace the 64 single-element loads of an element-wise copy (mlp3's 512 x 256 first-layer
-    weights, one thread: 30 us element by element, 18 us so). Compilers without
+    replace the 64 single-element loads of an element-wise copy, which made a panel's fill much
+    slower (bench/results/HISTORY.md). Compilers without
     ``__builtin_shufflevector`` (gcc before 12) copy element by element."""
     bits = 8 * item_bytes
     u, v = f"uint{bits}_t", f"tc_v8u{bits}"
@@ -2377,9 +2376,8 @@ MIN_PARALLEL_PANEL = 1 << 15
 
 #: Each thread fills a panel of its own when all the copies take at most this many bytes: a
 #: panel one thread wrote and another reads crosses between the cores' caches on every call,
-#: which cost more than copying it twice (mlp3's first layer on 2 cores: 152 us shared, 126 us
-#: private, 93 us reading an already transposed tensor). Above it (many threads, large
-#: panels) the threads fill one shared panel, each a part.
+#: which costs more than copying it twice (bench/results/HISTORY.md). Above it (many threads,
+#: large panels) the threads fill one shared panel, each a part.
 PRIVATE_PANELS_BYTES = 4 << 20
 
 
@@ -2395,10 +2393,10 @@ MAPPED_WORKSPACE_BYTES = 256 << 10
 #: The memory of the panels and, in a slot of their own, of the temporaries (:func:`_held_wrapper`):
 #: one workspace per kernel and slot, kept between calls and taken atomically, so that
 #: a call does not allocate and touch fresh memory each time (glibc returns large blocks to the
-#: system when freed: mlp3's first layer took 193 us with a fresh allocation per call, 143 us
-#: with glibc told to keep them), and concurrent calls each get their own (the one that finds
-#: the slot empty allocates, and frees what it cannot give back). Each workspace starts with a
-#: 64-byte header holding its size, which says how it was allocated (:data:`MAPPED_WORKSPACE_BYTES`).
+#: system when freed; the timing is in bench/results/HISTORY.md), and concurrent calls each get
+#: their own (the one that finds the slot empty allocates, and frees what it cannot give back).
+#: Each workspace starts with a 64-byte header holding its size, which says how it was allocated
+#: (:data:`MAPPED_WORKSPACE_BYTES`).
 WORKSPACE_HELPERS = (
     "#include <sys/mman.h>",
     "static void *tc_kept_workspace = NULL;  /* the panels' */",
@@ -2585,9 +2583,9 @@ def _part_ahead(name: str, pack: Pack, part: Part, ct: str) -> list[str]:
     ``(o0, ...)`` on will copy to be brought into the L2 cache (``__builtin_prefetch``, locality
     2), each line of a row of the unit-stride dimension once. A site calls it with the next
     iteration's part after filling its own (:attr:`~tcjit.mapping.parts.Site.ahead`), so that the next fill
-    reads the tensor from cache: mlp3's forward fills its first weight in four parts, each read
-    from memory the other kernels had pushed out of cache (in a training step, the fills of the
-    thread that runs Python between the kernels took 47 us per forward, 29 with this; /tmp)."""
+    reads the tensor from cache: mlp3's forward fills its first weight in four parts, each of
+    which would otherwise be read from memory the other kernels of a training step had pushed out
+    of cache (the fills' times with and without: bench/results/HISTORY.md)."""
     rank = len(pack.shape)
     unit = pack.source.index(1)
     order = sorted((d for d in range(rank) if d != unit), key=lambda d: -pack.source[d])

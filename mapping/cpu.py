@@ -68,8 +68,8 @@ SHORT_REDUCTION = 16
 
 #: The dot-product form's register tile holds at most ``DOT_TILE ** 2`` outputs, at most
 #: ``DOT_TILE + 1`` along a member (each output there holds a whole vector of partial sums: 3 x 3
-#: of them leave room for the operands in 16 vector registers; measured on tmm 512: 3x3 55
-#: GFLOP/s, 4x2 52, 4x4 47, 1x1 16). :func:`_fit_tile` picks the sizes.
+#: of them leave room for the operands in 16 vector registers, and were the fastest of the shapes
+#: timed on tmm: bench/results/HISTORY.md). :func:`_fit_tile` picks the sizes.
 DOT_TILE = 3
 
 #: The chain form (:meth:`_Mapper._register_tile_chain`) moves the reductions of the free

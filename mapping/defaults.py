@@ -2,9 +2,9 @@
 
 The choice is made from the definition's structure and the target (the sizes are passed for rules
 that need them). TC's ``naive`` preset was one choice for every kernel; here each rule below names
-the shape it applies to and why; what they bought, measured with ``bench/cpu_suite.py`` on the
-2-core AMD EPYC (Zen, AVX2) these benchmarks run on, is in docs/performance.md. Rules are checked
-in order; the first that applies wins.
+the shape it applies to and why (the figures behind each choice, and what it bought in
+``bench/cpu_suite.py``, are in bench/results/HISTORY.md; the current results in
+docs/performance.md). Rules are checked in order; the first that applies wins.
 
 CPU:
 
@@ -13,36 +13,32 @@ CPU:
   mentions it, with exactly one reduction variable (``matmul``). The register tile is 8 x 16 (16
   vector partial sums), computed in vector registers by the printer, over cache tiles of 64 rows x
   512 columns x 128 steps of the reduction, so a tile's operand rows stay in L1 and the 128 x 512
-  slab of the right operand in L2 (matmul at the suite's CPU size: 0.63x torch eager's speed
-  before, 0.81x with this rule and the vector tiles). The tile is 16 vector partial sums on every
-  host: 8 x 32 where vectors are 64 bytes (AVX-512; measured on a 2-core Xeon: matmul 1.02 ms ->
-  0.80 ms, tensordot 0.41 -> 0.31 ms). The same options go to a **chain of contractions**
-  (:func:`is_contraction_chain`: every reduction a ``+=`` in the outer-product form over at most
-  one reduction variable, one at least a contraction, the rest pointwise), which is what
-  deriving the backward of linear layers gives: mlp3's derived backward 452 -> 315 us on that
-  Xeon (torch eager's 345 us). Convolutions keep the rule below (16 columns; 32 made conv2d 8%
-  slower there). Both shapes are judged after **operand packing** (``pack_operands``, on in
-  this rule): an input read across the output's last index (``W(n, r_m)`` in a linear layer,
-  tmm's ``B(n, r_k)``) is read from a transposed panel (:mod:`.packing`), which gives it the
-  outer-product form, so tmm, tbmm, fcrelu, mlp3 and kronecker3 take this rule (on the Xeon,
-  vs eager: tmm 0.51x -> 0.76x, tbmm 0.07x -> 0.29x, mlp3 0.61x -> 0.86x; fcrelu's 1024-square
-  weight 0.59x -> 0.51x and kronecker3 0.88x -> 0.81x lost: docs/performance.md). Where the
-  packed panels are **filled a part at a time** inside the loops (:func:`filled_in_parts`: the
-  output's rows that do not index the packed input span at most two tiles, as in a linear layer
-  over a batch of 128), the columns are tiled by the register tile's width instead of 512: a part
-  is then 128 steps of the reduction by one register tile of columns (16 KB with AVX-512), which
-  stays in L1 while every row of the tile reads it, as BLIS keeps its ``kc x nr`` micro-panel,
-  where a part 512 columns wide was read from L2 by each group of 8 rows; a batch of 64 also gets
-  its column tiles on the threads. Measured on the Xeon, forward alone: fcrelu 1234 -> 936 us,
-  mlp3 167 -> 153 us, tmm at M=64 281 -> 114 us. A panel filled whole (tmm at M >= 256) is read
-  across its rows by narrow tiles, which was 3 to 5% slower there, so those keep 512 columns.
+  slab of the right operand in L2. The tile is 16 vector partial sums on every host: 8 x 32 where
+  vectors are 64 bytes (AVX-512, where 8 x 16 was slower for matmul and tensordot). The same
+  options go to a **chain of contractions** (:func:`is_contraction_chain`: every reduction a
+  ``+=`` in the outer-product form over at most one reduction variable, one at least a
+  contraction, the rest pointwise), which is what deriving the backward of linear layers gives
+  (mlp3's derived backward keeps up with torch's with them). Convolutions keep the rule below (16
+  columns; 32 are slower for conv2d on AVX-512). Both shapes are judged after **operand packing**
+  (``pack_operands``, on in this rule): an input read across the output's last index
+  (``W(n, r_m)`` in a linear layer, tmm's ``B(n, r_k)``) is read from a transposed panel
+  (:mod:`.packing`), which gives it the outer-product form, so tmm, tbmm, fcrelu, mlp3 and
+  kronecker3 take this rule. Where the packed panels are **filled a part at a time** inside the
+  loops (:func:`filled_in_parts`: the output's rows that do not index the packed input span at
+  most two tiles, as in a linear layer over a batch of 128), the columns are tiled by the register
+  tile's width instead of 512: a part is then 128 steps of the reduction by one register tile of
+  columns (16 KB with AVX-512), which stays in L1 while every row of the tile reads it, as BLIS
+  keeps its ``kc x nr`` micro-panel, where a part 512 columns wide is read from L2 by each group
+  of 8 rows; a batch of 64 also gets its column tiles on the threads. A panel filled whole (tmm
+  at M >= 256) would be read across its rows by narrow tiles, which is slower, so those keep 512
+  columns.
 * **Everything else**: cache tiles of 64 x 256 x 512 on the outermost band, the outermost parallel
   loop on OpenMP threads, the best unit-stride loop on SIMD lanes and 4 x 16 register tiles where a
   band carries a reduction under a parallel vector loop (contractions in the dot-product form keep
-  long reduction tiles: 128-step tiles made tmm, fcrelu and mlp3 slower when tried).
+  long reduction tiles: 128-step tiles are slower for tmm, fcrelu and mlp3).
 
-CUDA (and its emulation); measured once on an H100 with the rules before the second (the
-results and what changed after them are in docs/performance.md, "GPU results"):
+CUDA (and its emulation); only the first rule has run on a GPU (docs/performance.md, "GPU
+results"):
 
 * **Row reductions** (:func:`has_row_reduction`): a reduction whose operands read along a plain
   reduction variable as their last subscript and each mention every output variable (no operand
@@ -54,8 +50,8 @@ results and what changed after them are in docs/performance.md, "GPU results"):
 * **Everything else** (:func:`gpu_options`): from the statement with the most instances, its
   innermost output variable on ``threadIdx.x`` (up to 32), the next on ``y`` (up to 256 threads a
   block), outer variables in tiles of 1, a block per tile, each thread reducing sequentially.
-  TC's naive options (32 x 32 x 32 tiles on at most 256 x 256 blocks), used before, gave gconv
-  one block and maxpool2x2 eight on the H100 (0.01x and 0.0004x eager); not measured yet.
+  TC's naive options (32 x 32 x 32 tiles on at most 256 x 256 blocks) give gconv one block and
+  maxpool2x2 eight at their GPU sizes; this rule has not run on a GPU.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ operand that mentions ``j`` is read a whole vector at a time, the others are bro
 input ``B`` has ``n`` in its first dimension: along ``n`` its elements are ``K`` apart, so the
 mapper vectorises along ``r_k`` instead (the dot-product form), which keeps one vector of partial
 sums per output and adds them up at the end, and runs at about half the speed of the matrix
-product (``bench/results``: tmm 0.51x torch eager where matmul is 0.93x on the AVX-512 Xeon).
+product (``bench/results/cpu_suite_xeon_avx512.md``, a run without packing: tmm 0.51x torch eager
+where matmul is 0.93x).
 
 Packing copies such an input, once per call and before any statement runs, into a buffer whose
 layout has ``j``'s dimension innermost (unit stride) and the others in their order, densely: a

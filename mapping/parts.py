@@ -35,9 +35,9 @@ __all__ = [
 #: A panel is filled inside the loops that read it, a part at a time, when a part (the elements
 #: that one iteration of a loop reads) takes at most this many bytes. One buffer per thread is
 #: reused for each part, so it stays in the core's cache, where a whole panel per thread (mlp3's
-#: first layer: 512 KB a thread for its 128 KB of output) pushed out everything else, and the
-#: step's Python and autograd code between the kernels ran that much slower (hand-edited C timed
-#: in a training step: 653 -> 601 us).
+#: first layer: 512 KB a thread for its 128 KB of output) pushes out everything else, and the
+#: Python and autograd code that runs between the kernels of a training step runs slower for it
+#: (bench/results/HISTORY.md has the timing).
 PART_BYTES = 256 << 10
 
 

@@ -6,15 +6,14 @@ it: mlp3's derived backward reads ``O1``, which the forward wrote long before, f
 ``I`` for ``d_W1``, from L3 or memory, a row of a register tile at a time (a 1 KB stride), so the
 loop waits for them. An earlier loop with enough work of its own can ask for those lines instead
 (``__builtin_prefetch`` into L2), a few at a time between its register tiles, so that they arrive
-while it computes: in a training step, mlp3's ``d_W2`` loop took 39.9 us without and 31.3 with
-``O1`` fetched during ``d_W1`` (8 or 9 lines per register tile), its ``d_W3`` loop 13.7 and 9.5
-with ``O2`` fetched during ``d_W2``; ``d_W1`` itself was unchanged (104 and 103 us; /tmp timings
-of each loop of the generated C).
+while it computes: mlp3's backward fetches ``O1`` during ``d_W1`` (8 or 9 lines per register
+tile) and ``O2`` during ``d_W2``, which shortens the ``d_W2`` and ``d_W3`` loops in a training step
+and leaves ``d_W1`` as fast as it was.
 
-Only a loop with much more work than lines to fetch fetches (:data:`WORK_PER_LINE`): with 256
-instances a line, mlp3's ``d_O2`` loop fetched ``W2`` and ``O1_0`` for the next loop and took 16.2
-us instead of 7.6, and ``d_O1`` fetching ``I`` took 34.9 instead of 27.6 for 4.5 us less in
-``d_W1``.
+Only a loop with much more work than lines to fetch fetches (:data:`WORK_PER_LINE`): a loop with
+little work per line slows down by more than the later loop gains (mlp3's ``d_O2`` and ``d_O1``,
+with 256 statement instances a line, did when they fetched for the loops after them). The
+timings behind both paragraphs are in bench/results/HISTORY.md.
 
 The rule (:func:`plan_fetches`): for each top-level parallel loop ``B`` and each input it reads
 that no earlier top-level loop read, the box of elements ``B`` reads (its subscripts bounded over
@@ -26,7 +25,7 @@ fetched. ``A`` spreads the box's lines over the iterations of its first nested s
 Every thread fetches the whole box: the loops that read an input first in a kernel (a weight
 gradient's sum over the batch, a layer's weights) read all of it in every thread. A prefetch
 changes no result; a wrong guess costs bandwidth and the instructions that ask (mlp3's backward
-run alone, its inputs already in cache, takes about 4.5 us longer: 204.8 against 200.3 us).
+run alone, its inputs already in cache, is slightly slower with its fetches than without).
 """
 
 from __future__ import annotations

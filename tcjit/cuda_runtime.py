@@ -1,10 +1,10 @@
 """The CUDA runtime: kernels for CUDA tensors, compiled with NVRTC through CuPy, launched on torch's
 current stream.
 
-Run on a real GPU once (an H100, in the session of commit 0bffbde): ``tests/test_cuda_runtime.py``
-passed there after two fixes, and the suite was benchmarked (docs/performance.md). Every CI
-machine compiles the CUDA source to PTX (``tests/test_cuda_compile.py``) and runs the mapping
-through the emulated target; the tests that launch real kernels skip without a GPU.
+A GPU is rarely at hand: every CI machine compiles the CUDA source to PTX
+(``tests/test_cuda_compile.py``) and runs the mapping through the emulated target, and the tests
+that launch real kernels (``tests/test_cuda_runtime.py``) skip without a GPU. Where they have run,
+and the suite's GPU results, are in bench/results (HISTORY.md, gpu_suite_*.md).
 
 * The pipeline (:mod:`tcjit.pipeline`, the ``cuda`` backend of :mod:`tcjit.targets`) lowers a
   definition with :func:`~tcjit.mapping.cuda_printer.lower_cuda`; :class:`CudaSpecialization`

@@ -239,8 +239,8 @@ def tune_kernel(
                 task_timeout=compile_timeout + run_timeout,
             )
             stack.callback(measure.close)
-        # Measured twice: the first measurement in a fresh timing worker ran up to 1.7x slow
-        # (gconv: 696 ms, then 405 ms when confirmed), and every comparison starts from this one.
+        # Measured twice: the first measurement in a fresh timing worker can be far slower than
+        # the later ones (bench/results/HISTORY.md), and every comparison starts from this one.
         before = time.monotonic()
         measure([defaults], None, deadline)  # apart: never abandoned against its own first time
         baseline = measure([defaults], None, deadline)[0]
