@@ -312,7 +312,10 @@ def test_a_file_that_cannot_be_read_is_one_line(capsys, tmp_path, argv):
             ["run", CONV, "--sizes", SIZES, "--budget", "-1"],
             "--budget takes a number of seconds >= 0, got -1.0",
         ),
-        (["show", CONV, "--tile", "4"], "--tile goes with --stage schedule, tree, c or cuda, not --stage checked"),
+        (
+            ["show", CONV, "--tile", "4"],
+            "--tile goes with --stage schedule, tree, c or cuda, not --stage checked",
+        ),
         (
             ["show", CONV, "--stage", "scop", "--options", "{}"],
             "--options goes with --stage schedule, tree, c or cuda, not --stage scop",
