@@ -91,7 +91,7 @@ class CudaKernelSource:
         :class:`~tcjit.mapping.lower.CpuKernelSource`.
     :ivar zero_init: outputs and temporaries the runtime must zero before the first launch.
     :ivar checks: the run-time bounds checks, by number - 1.
-    :ivar stages: readable intermediate forms (``schedule``, ``tree``, ``decisions``).
+    :ivar stages: readable intermediate forms (``schedule``, ``tree``, ``decisions``, ``ir``).
     """
 
     source: str
@@ -362,5 +362,6 @@ def lower_cuda(
         printer=_CudaPrinter.factory(low.plan, scop, readonly=options.use_readonly_cache),
         buffers=[k.buffers for k, _ in low.launches],
     )
-    stages = kernel_stages(sched, low.plan.schedule, low.plan.decisions)
+    body = ir.Block(tuple(ir.Blocks(k.grid, k.block, b, k.buffers) for k, b in low.launches))
+    stages = kernel_stages(sched, low.plan.schedule, low.plan.decisions, body)
     return CudaKernelSource(text, symbol, tuple(k for k, _ in launches), tuple(params), zero, checks, stages)

@@ -140,9 +140,10 @@ def lower_emulated(
     # semantics); the CUDA printer keeps such buffers in global memory the runtime allocates
     wide = wide_accumulators(cdef, sizes)
     header = kernel_header(cdef, f"emulated CUDA target, options: {options!r}")
+    body = ir.Block(tuple(launches))
     text, checks = print_kernel(
         cdef,
-        ir.Block(tuple(launches)),
+        body,
         {s.name: s for s in scop.statements},
         symbol=symbol,
         params=params,
@@ -154,7 +155,7 @@ def lower_emulated(
         header=header,
         printer=_EmulatedPrinter.factory(low.plan, scop),
     )
-    stages = kernel_stages(sched, low.plan.schedule, low.plan.decisions)
+    stages = kernel_stages(sched, low.plan.schedule, low.plan.decisions, body)
     shared = tuple(b.name for k in low.plan.kernels for b in k.buffers if b.space == "shared")
     return CpuKernelSource(text, symbol, tuple(params), zero, checks, tuple(wide), stages, buffers=shared)
 

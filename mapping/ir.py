@@ -53,6 +53,7 @@ __all__ = [
     "loops",
     "nodes",
     "opens_parallel",
+    "render",
     "runs",
     "substitute",
 ]
@@ -356,3 +357,72 @@ def opens_parallel(node: Node | None) -> bool:
     if isinstance(node, If):
         return opens_parallel(node.then) or opens_parallel(node.other)
     return True
+
+
+# ------------------------------------------------------------------------------------------ reading
+_INFIX = {"+", "-", "*", "<", "<=", ">", ">=", "==", "&&", "||"}
+
+
+def render_expr(e: Expr) -> str:
+    """``e`` as text: infix operators parenthesised, the others as calls (``floordiv(i, 4)``)."""
+    if isinstance(e, Int):
+        return str(e.value)
+    if isinstance(e, Var):
+        return e.name
+    args = [render_expr(a) for a in e.args]
+    if e.op in _INFIX and len(args) == 2:
+        return f"({args[0]} {e.op} {args[1]})"
+    if e.op == "neg":
+        return f"-{args[0]}"
+    if e.op == "select":
+        return f"({args[0]} ? {args[1]} : {args[2]})"
+    return f"{e.op}({', '.join(args)})"
+
+
+def render(node: Node | None, indent: str = "") -> str:
+    """Kernel IR ``node`` as indented text, one statement per line (``tcjit show --stage ir``):
+    loops with their kind, conditions, marks, statement instances with their arguments, and the
+    emulated target's launches, blocks and threads with their buffers."""
+    lines: list[str] = []
+
+    def visit(n: Node | None, pad: str) -> None:
+        if n is None:
+            return
+        if isinstance(n, Block):
+            for c in n.children:
+                visit(c, pad)
+        elif isinstance(n, For):
+            if n.degenerate:
+                lines.append(f"{pad}let {n.var} = {render_expr(n.init)}  # {n.kind}, one iteration")
+            else:
+                step = f"{n.var} += {n.step}"
+                lines.append(
+                    f"{pad}for {n.var} = {render_expr(n.init)}; {render_expr(n.cond)}; {step}  # {n.kind}"
+                )
+            visit(n.body, pad + "  ")
+        elif isinstance(n, If):
+            lines.append(f"{pad}if {render_expr(n.cond)}:")
+            visit(n.then, pad + "  ")
+            if n.other is not None:
+                lines.append(f"{pad}else:")
+                visit(n.other, pad + "  ")
+        elif isinstance(n, Run):
+            lines.append(f"{pad}{n.statement}({', '.join(render_expr(a) for a in n.args)})")
+        elif isinstance(n, Mark):
+            lines.append(f"{pad}mark {n.name!r}:")
+            visit(n.body, pad + "  ")
+        elif isinstance(n, Blocks):
+            lines.append(f"{pad}blocks of grid {n.grid}, {n.block} threads each:")
+            for b in n.buffers:
+                lines.append(
+                    f"{pad}  {b.space} {b.name}{''.join(f'[{d}]' for d in b.shape)}  # of {b.tensor}"
+                )
+            visit(n.body, pad + "  ")
+        elif isinstance(n, Threads):
+            lines.append(f"{pad}threads {n.block}:")
+            visit(n.body, pad + "  ")
+        else:
+            raise TCInternalError(f"no text for kernel IR node {type(n).__name__}")
+
+    visit(node, indent)
+    return "\n".join(lines)

@@ -66,7 +66,7 @@ class CpuKernelSource:
     :ivar checks: the run-time bounds checks, by number - 1.
     :ivar wide: tensors the kernel accumulates in a wider type (:func:`wide_accumulators`); it
         allocates their buffers and reports a failed allocation as error -1.
-    :ivar stages: readable intermediate forms (``schedule``, ``tree``, ``decisions``).
+    :ivar stages: readable intermediate forms (``schedule``, ``tree``, ``decisions``, ``ir``).
     :ivar buffers: the emulated target: its race-checked shared buffers, after the outputs and
         temporaries in the numbering of race reports.
     """
@@ -437,7 +437,7 @@ def lower_cpu(
         held=held,
         zeroed=frozenset(zero) & frozenset(held),
     )
-    stages = kernel_stages(sched, plan.schedule, plan.decisions)
+    stages = kernel_stages(sched, plan.schedule, plan.decisions, body)
     return CpuKernelSource(
         text,
         symbol,
@@ -471,13 +471,15 @@ def kernel_header(cdef: CheckedDef, what: str) -> str:
     return "/*\n" + _comment_safe(cdef.signature()) + "\n" + _comment_safe(what) + "\n */"
 
 
-def kernel_stages(sched: isl.Schedule, mapped: isl.Schedule, decisions) -> dict[str, str]:
-    """The readable intermediate forms ``tcjit show`` prints: the tiled schedule, the mapped tree
-    and the mapper's decisions; sizes, indices and tensors by their TC names."""
+def kernel_stages(sched: isl.Schedule, mapped: isl.Schedule, decisions, body: ir.Node) -> dict[str, str]:
+    """The readable intermediate forms ``tcjit show`` prints: the tiled schedule, the mapped tree,
+    the mapper's decisions and the kernel IR ``body`` that is printed; sizes, indices and tensors
+    by their TC names."""
     return {
         "schedule": tc_names_in(str(sched)),
         "tree": tc_names_in(str(mapped.get_root())),
         "decisions": "\n".join(decisions),
+        "ir": tc_names_in(ir.render(body)),
     }
 
 

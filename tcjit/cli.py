@@ -5,9 +5,10 @@
   augmented forward and backward TC of automatic differentiation; ``--wrt W1,B1`` for the
   backward for the gradients of some inputs only, ``--absent O1`` for a loss that does not read
   output ``O1``: the backward a training step with that loss runs), ``scop``, ``schedule``, ``tree``
-  (the mapped schedule tree and the mapping decisions), ``c`` (the generated C) or ``cuda`` (the
-  CUDA source of the ``cuda`` target, which needs no GPU). ``tree``, ``c`` and ``cuda`` need every
-  size (``--sizes M=64,N=32``) and take the mapping options (``--options JSON``, ``--fusion``,
+  (the mapped schedule tree and the mapping decisions), ``ir`` (the kernel IR the printer
+  prints, indented), ``c`` (the generated C) or ``cuda`` (the CUDA source of the ``cuda``
+  target, which needs no GPU; ``--no-prelude`` leaves out the prelude both start with). The last
+  four need every size (``--sizes M=64,N=32``) and take the mapping options (``--options JSON``, ``--fusion``,
   ``--tile``, ``--no-parallel``, ``--no-vectorize``, ``--blocks``, ``--threads``); they lower for
   contiguous tensors, through the pipeline (:func:`tcjit.pipeline.lowered`).
 * ``tcjit --version`` prints the version.
@@ -54,7 +55,7 @@ from .polyhedral.errors import TCError
 __all__ = ["main"]
 
 _FRONT_STAGES = ("ast", "checked", "canonical", "backward", "scop", "schedule")
-_MAPPED_STAGES = ("tree", "c", "cuda")
+_MAPPED_STAGES = ("tree", "ir", "c", "cuda")
 _DEFAULT_FUSION = "Preserve3Coincident"
 
 
@@ -110,6 +111,21 @@ def _need_sizes(cdef, sizes: Mapping[str, int], what: str) -> None:
         )
 
 
+_PRELUDE_END = "/* ---- end of the tcjit prelude ---- */\n"
+
+
+def _without_prelude(source: str) -> str:
+    """Generated ``source`` with its prelude (from its first line to its end marker) replaced by a
+    line that says so."""
+    start = source.find("/* ---- tcjit")
+    end = source.find(_PRELUDE_END)
+    if start < 0 or end < 0:
+        return source
+    lines = source[start:end].count("\n") + 1
+    note = f"/* the tcjit prelude: {lines} lines, left out (--no-prelude) */\n"
+    return source[:start] + note + source[end + len(_PRELUDE_END) :]
+
+
 def _absent(args, cdef) -> frozenset[str]:
     """The outputs ``--absent`` names (gradients known to be zero), not all of them."""
     absent = frozenset(parse_names(args.absent, cdef.outputs, "--absent", "outputs") or ())
@@ -128,6 +144,7 @@ _OPTION_FLAGS = (  # (attribute, flag, the stages that read it)
     ("no_parallel", "--no-parallel", _MAPPED_STAGES),
     ("no_vectorize", "--no-vectorize", _MAPPED_STAGES),
     ("target", "--target", _MAPPED_STAGES),
+    ("no_prelude", "--no-prelude", ("c", "cuda")),
     ("wrt", "--wrt", ("backward",)),
     ("absent", "--absent", ("backward",)),
 )
@@ -194,7 +211,10 @@ def cmd_show(args) -> int:
         opts = _options(args, cdef, sizes, target)
         lowered = lower(cdef, sizes, opts, target)
         if args.stage in ("c", "cuda"):
-            print(lowered.source, end="" if lowered.source.endswith("\n") else "\n")
+            source = _without_prelude(lowered.source) if args.no_prelude else lowered.source
+            print(source, end="" if source.endswith("\n") else "\n")
+        elif args.stage == "ir":
+            print(lowered.stages["ir"])
         else:
             print(lowered.stages["tree"])
             print("\nmapping decisions:")
@@ -470,11 +490,16 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("show", help="print a stage of the compilation of an entry")
     p.add_argument("file")
     p.add_argument("--entry")
-    p.add_argument("--sizes", help="concrete sizes, e.g. M=64,N=32 (needed by --stage tree, c and cuda)")
+    p.add_argument("--sizes", help="concrete sizes, e.g. M=64,N=32 (needed by --stage tree, ir, c and cuda)")
     p.add_argument("--stage", choices=(*_FRONT_STAGES, *_MAPPED_STAGES), default="checked")
     _add_option_flags(p)
     p.add_argument(
         "--fix-sizes", action="store_true", help="specialise the Scop to --sizes before scheduling"
+    )
+    p.add_argument(
+        "--no-prelude",
+        action="store_true",
+        help="--stage c and cuda: leave out the prelude (TC's value semantics, the same in every kernel)",
     )
     p.add_argument(
         "--wrt",

@@ -99,6 +99,31 @@ def test_show_cuda_is_the_source_a_cuda_call_compiles(capsys, fcrelu_file):
     assert code == 2 and "leave out --target cpu" in err
 
 
+def test_show_ir_and_the_c_without_its_prelude(capsys, fcrelu_file):
+    """The kernel IR the printer prints, and the C with the prelude (the same in every kernel)
+    left out; the emulated target's IR shows its launches, blocks and threads."""
+    from tcjit.mapping import ir
+
+    code, text, _ = _run(capsys, "show", fcrelu_file, "--stage", "ir", "--sizes", FC_SIZES)
+    assert code == 0 and "# parallel" in text and re.search(r"^\s+S0\(", text, re.M), text
+    code, gpu, _ = _run(
+        capsys, "show", fcrelu_file, "--stage", "ir", "--sizes", FC_SIZES, "--target", "cuda-emulated"
+    )
+    assert code == 0 and "blocks of grid" in gpu and "threads (" in gpu
+    _, full, _ = _run(capsys, "show", fcrelu_file, "--stage", "c", "--sizes", FC_SIZES)
+    code, short, _ = _run(capsys, "show", fcrelu_file, "--stage", "c", "--sizes", FC_SIZES, "--no-prelude")
+    assert code == 0 and "left out (--no-prelude)" in short and "tc_exp_f32" not in short
+    assert full.endswith(short.split("left out (--no-prelude) */\n", 1)[1]) and len(short) < len(full) // 3
+    code, _, err = _run(capsys, "show", fcrelu_file, "--stage", "tree", "--sizes", FC_SIZES, "--no-prelude")
+    assert code == 2 and "--no-prelude goes with --stage c or cuda" in err
+    loop = ir.For(
+        "i", ir.Int(0), ir.Op("<", (ir.Var("i"), ir.Int(4))), 1, ir.Run("S0", (ir.Var("i"),)), "simd"
+    )
+    assert ir.render(ir.If(ir.Op("==", (ir.Var("j"), ir.Int(0))), loop, None)) == (
+        "if (j == 0):\n  for i = 0; (i < 4); i += 1  # simd\n    S0(i)"
+    )
+
+
 def test_version(capsys):
     from tcjit import __version__
 
@@ -314,19 +339,19 @@ def test_a_file_that_cannot_be_read_is_one_line(capsys, tmp_path, argv):
         ),
         (
             ["show", CONV, "--tile", "4"],
-            "--tile goes with --stage schedule, tree, c or cuda, not --stage checked",
+            "--tile goes with --stage schedule, tree, ir, c or cuda, not --stage checked",
         ),
         (
             ["show", CONV, "--stage", "scop", "--options", "{}"],
-            "--options goes with --stage schedule, tree, c or cuda, not --stage scop",
+            "--options goes with --stage schedule, tree, ir, c or cuda, not --stage scop",
         ),
         (
             ["show", CONV, "--stage", "schedule", "--threads", "4"],
-            "--threads goes with --stage tree, c or cuda, not --stage schedule",
+            "--threads goes with --stage tree, ir, c or cuda, not --stage schedule",
         ),
         (
             ["show", CONV, "--target", "cuda-emulated"],
-            "--target goes with --stage tree, c or cuda, not --stage checked",
+            "--target goes with --stage tree, ir, c or cuda, not --stage checked",
         ),
         (
             ["show", CONV, "--stage", "c", "--fix-sizes"],
