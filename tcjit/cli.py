@@ -4,13 +4,15 @@
   ``checked`` (the default: types and index ranges), ``canonical``, ``backward`` (the derived
   augmented forward and backward TC of automatic differentiation; ``--wrt W1,B1`` for the
   backward for the gradients of some inputs only, ``--absent O1`` for a loss that does not read
-  output ``O1``: the backward a training step with that loss runs), ``scop``, ``schedule``, ``tree``
-  (the mapped schedule tree and the mapping decisions), ``ir`` (the kernel IR the printer
-  prints, indented), ``c`` (the generated C) or ``cuda`` (the CUDA source of the ``cuda``
-  target, which needs no GPU; ``--no-prelude`` leaves out the prelude both start with). The last
-  four need every size (``--sizes M=64,N=32``) and take the mapping options (``--options JSON``, ``--fusion``,
-  ``--tile``, ``--no-parallel``, ``--no-vectorize``, ``--blocks``, ``--threads``); they lower for
-  contiguous tensors, through the pipeline (:func:`tcjit.pipeline.lowered`).
+  output ``O1``: the backward a training step with that loss runs), ``scop``, ``schedule``,
+  ``options`` (the options a call would use, and where they come from: the flags, a tuned record
+  or the defaults), ``tree`` (the mapped schedule tree and the mapping decisions), ``ir`` (the
+  kernel IR the printer prints, indented), ``c`` (the generated C) or ``cuda`` (the CUDA source
+  of the ``cuda`` target, which needs no GPU; ``--no-prelude`` leaves out the prelude both start
+  with). The last five need every size (``--sizes M=64,N=32``) and take the mapping options
+  (``--options JSON``, ``--fusion``, ``--tile``, ``--no-parallel``, ``--no-vectorize``,
+  ``--blocks``, ``--threads``, ``--target``); they lower for contiguous tensors, through the
+  pipeline (:func:`tcjit.pipeline.lowered`).
 * ``tcjit --version`` prints the version.
 * ``tcjit run FILE.tc --sizes ...`` compiles the entry, runs it on random inputs, compares it with
   the oracle (:mod:`tcjit.reference`) and times it; exit code 1 on a mismatch. It says which
@@ -56,6 +58,7 @@ __all__ = ["main"]
 
 _FRONT_STAGES = ("ast", "checked", "canonical", "backward", "scop", "schedule")
 _MAPPED_STAGES = ("tree", "ir", "c", "cuda")
+_OPTION_STAGES = ("options", *_MAPPED_STAGES)  # the stages that read the mapping options
 _DEFAULT_FUSION = "Preserve3Coincident"
 
 
@@ -111,6 +114,35 @@ def _need_sizes(cdef, sizes: Mapping[str, int], what: str) -> None:
         )
 
 
+def _show_options(args, program, cdef, sizes: Mapping[str, int]) -> None:
+    """The options a call at ``sizes`` on contiguous tensors would use and where they come from
+    (the flags, a tuned record, or the defaults), one field per line."""
+    import json
+
+    import torch
+
+    from .binding import torch_dtype
+    from .kernel import Kernel
+
+    target = args.target or "cpu"
+    inputs = [
+        (False if cdef.scalars[name].dtype.kind == "bool" else 0)
+        if name in cdef.scalars
+        else torch.empty(
+            [int(s.evaluate(sizes)) for s in cdef.tensor(name).shape],
+            dtype=torch_dtype(cdef.tensor(name).dtype),
+            device="meta",
+        )
+        for name in cdef.params
+    ]
+    kernel = Kernel(program, cdef.name)
+    given = _options(args, cdef, sizes, target)
+    chosen = given if given is not None else kernel.options_for(*inputs, target=target)
+    print(f"options: {_options_origin(kernel, inputs, target, given)}")
+    for name, value in chosen.to_dict().items():
+        print(f"  {name}: {json.dumps(value)}")
+
+
 _PRELUDE_END = "/* ---- end of the tcjit prelude ---- */\n"
 
 
@@ -135,15 +167,15 @@ def _absent(args, cdef) -> frozenset[str]:
 
 
 _OPTION_FLAGS = (  # (attribute, flag, the stages that read it)
-    ("options", "--options", ("schedule", *_MAPPED_STAGES)),
-    ("fusion", "--fusion", ("schedule", *_MAPPED_STAGES)),
-    ("tile", "--tile", ("schedule", *_MAPPED_STAGES)),
+    ("options", "--options", ("schedule", *_OPTION_STAGES)),
+    ("fusion", "--fusion", ("schedule", *_OPTION_STAGES)),
+    ("tile", "--tile", ("schedule", *_OPTION_STAGES)),
     ("fix_sizes", "--fix-sizes", ("scop", "schedule")),
-    ("blocks", "--blocks", _MAPPED_STAGES),
-    ("threads", "--threads", _MAPPED_STAGES),
-    ("no_parallel", "--no-parallel", _MAPPED_STAGES),
-    ("no_vectorize", "--no-vectorize", _MAPPED_STAGES),
-    ("target", "--target", _MAPPED_STAGES),
+    ("blocks", "--blocks", _OPTION_STAGES),
+    ("threads", "--threads", _OPTION_STAGES),
+    ("no_parallel", "--no-parallel", _OPTION_STAGES),
+    ("no_vectorize", "--no-vectorize", _OPTION_STAGES),
+    ("target", "--target", _OPTION_STAGES),
     ("no_prelude", "--no-prelude", ("c", "cuda")),
     ("wrt", "--wrt", ("backward",)),
     ("absent", "--absent", ("backward",)),
@@ -197,6 +229,9 @@ def cmd_show(args) -> int:
                 tiles = base.get("tile") if base else ()
             sched = schedule(scop, compute_dependences(scop), fusion=fusion)
             print(tc_names_in(str(tile(sched, tiles).get_root())))
+    elif args.stage == "options":
+        _need_sizes(cdef, sizes, "--stage options")
+        _show_options(args, program, cdef, sizes)
     elif args.stage in _MAPPED_STAGES:
         _need_sizes(cdef, sizes, f"--stage {args.stage}")
         from .pipeline import lowered as lower
@@ -491,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("file")
     p.add_argument("--entry")
     p.add_argument("--sizes", help="concrete sizes, e.g. M=64,N=32 (needed by --stage tree, ir, c and cuda)")
-    p.add_argument("--stage", choices=(*_FRONT_STAGES, *_MAPPED_STAGES), default="checked")
+    p.add_argument("--stage", choices=(*_FRONT_STAGES, *_OPTION_STAGES), default="checked")
     _add_option_flags(p)
     p.add_argument(
         "--fix-sizes", action="store_true", help="specialise the Scop to --sizes before scheduling"

@@ -124,6 +124,30 @@ def test_show_ir_and_the_c_without_its_prelude(capsys, fcrelu_file):
     )
 
 
+def test_show_options_says_what_a_call_would_use_and_why(capsys, fcrelu_file):
+    """The defaults, a tuned record for contiguous inputs at these sizes (found as a call finds
+    it, with meta tensors: nothing runs), and the flags, which win."""
+    import tcjit
+    from tcjit.pipeline import default_options
+    from tcjit.testing import random_inputs
+    from tcjit.tuned import tuning_key
+
+    show = ("show", fcrelu_file, "--stage", "options", "--sizes", FC_SIZES)
+    code, out, _ = _run(capsys, *show)
+    kernel = tcjit.define(FCRELU)
+    defaults = default_options(kernel.definition, {"B": 64, "M": 48, "N": 40}, "cpu")
+    assert code == 0 and out.startswith("options: the defaults (from the kernel's structure)\n")
+    assert f"  tile: {json.dumps(list(defaults.get('tile')))}\n" in out
+    key = tuning_key(kernel, random_inputs(kernel.definition, {"B": 64, "M": 48, "N": 40}), "cpu")
+    _tuned_db().put(key, tcjit.MappingOptions.naive().tile(8, 8).to_json(), 1e-5, baseline=2e-5)
+    code, out, _ = _run(capsys, *show)
+    assert code == 0 and f"options: tuned record {key.digest[:12]}" in out and "  tile: [8, 8]\n" in out
+    code, out, _ = _run(capsys, *show, "--tile", "4,4")
+    assert code == 0 and "options: given on the command line\n" in out and "  tile: [4, 4]\n" in out
+    code, _, err = _run(capsys, "show", fcrelu_file, "--stage", "options")
+    assert code == 2 and "--sizes" in err
+
+
 def test_version(capsys):
     from tcjit import __version__
 
@@ -339,19 +363,19 @@ def test_a_file_that_cannot_be_read_is_one_line(capsys, tmp_path, argv):
         ),
         (
             ["show", CONV, "--tile", "4"],
-            "--tile goes with --stage schedule, tree, ir, c or cuda, not --stage checked",
+            "--tile goes with --stage schedule, options, tree, ir, c or cuda, not --stage checked",
         ),
         (
             ["show", CONV, "--stage", "scop", "--options", "{}"],
-            "--options goes with --stage schedule, tree, ir, c or cuda, not --stage scop",
+            "--options goes with --stage schedule, options, tree, ir, c or cuda, not --stage scop",
         ),
         (
             ["show", CONV, "--stage", "schedule", "--threads", "4"],
-            "--threads goes with --stage tree, ir, c or cuda, not --stage schedule",
+            "--threads goes with --stage options, tree, ir, c or cuda, not --stage schedule",
         ),
         (
             ["show", CONV, "--target", "cuda-emulated"],
-            "--target goes with --stage tree, ir, c or cuda, not --stage checked",
+            "--target goes with --stage options, tree, ir, c or cuda, not --stage checked",
         ),
         (
             ["show", CONV, "--stage", "c", "--fix-sizes"],
