@@ -46,229 +46,16 @@ from .cli_args import (
     UsageError,
     check_seconds,
     load_entry,
-    parse_ints,
-    parse_names,
+    options_from_flags,
+    options_origin,
     parse_ranges,
     parse_sizes,
 )
+from .cli_show import DEFAULT_FUSION, FRONT_STAGES, OPTION_STAGES, cmd_show
 from .mapping.option_values import TARGETS
 from .polyhedral.errors import TCError
 
 __all__ = ["main"]
-
-_FRONT_STAGES = ("ast", "checked", "canonical", "backward", "scop", "schedule")
-_MAPPED_STAGES = ("tree", "ir", "c", "cuda")
-_OPTION_STAGES = ("options", *_MAPPED_STAGES)  # the stages that read the mapping options
-_DEFAULT_FUSION = "Preserve3Coincident"
-
-
-def _options(args, cdef, sizes: Mapping[str, int], target: str | None = None):
-    """The mapping options the flags describe (validated for ``--target``), or ``None`` if no
-    flag was given.
-
-    ``--options`` (``MappingOptions.to_json()`` text) is the base, else the defaults of a call;
-    ``--fusion``, ``--tile``, ``--blocks``, ``--threads``, ``--no-parallel`` and ``--no-vectorize``
-    then override single fields.
-    """
-    from .mapping.options import MappingOptions
-    from .pipeline import default_options
-
-    target = target or args.target or "cpu"
-    tiles = parse_ints(args.tile, "--tile")
-    blocks = parse_ints(args.blocks, "--blocks")
-    threads = parse_ints(args.threads, "--threads")
-    flags = (
-        args.options,
-        args.fusion,
-        tiles,
-        blocks,
-        threads,
-        args.no_parallel or None,
-        args.no_vectorize or None,
-    )
-    if all(f is None for f in flags):
-        return None
-    opts = MappingOptions.from_json(args.options) if args.options else default_options(cdef, sizes, target)
-    if blocks is not None:
-        opts = opts.map_to_blocks(*blocks)
-    if threads is not None:
-        opts = opts.map_to_threads(*threads)
-    if args.fusion:
-        opts = opts.outer_schedule_fusion_strategy(args.fusion)
-    if tiles is not None:
-        opts = opts.tile(*tiles)
-    if args.no_parallel:
-        opts = opts.parallelize(False)
-    if args.no_vectorize:
-        opts = opts.vectorize(False)
-    return opts.validate(target)
-
-
-def _need_sizes(cdef, sizes: Mapping[str, int], what: str) -> None:
-    missing = [s for s in cdef.sizes if s not in sizes]
-    if missing:
-        raise UsageError(
-            f"{what} needs concrete sizes: add --sizes "
-            + ",".join(f"{s}={sizes.get(s, '...')}" for s in cdef.sizes)
-            + f" (missing: {', '.join(missing)})"
-        )
-
-
-def _show_options(args, program, cdef, sizes: Mapping[str, int]) -> None:
-    """The options a call at ``sizes`` on contiguous tensors would use and where they come from
-    (the flags, a tuned record, or the defaults), one field per line."""
-    import json
-
-    import torch
-
-    from .binding import torch_dtype
-    from .kernel import Kernel
-
-    target = args.target or "cpu"
-    inputs = [
-        (False if cdef.scalars[name].dtype.kind == "bool" else 0)
-        if name in cdef.scalars
-        else torch.empty(
-            [int(s.evaluate(sizes)) for s in cdef.tensor(name).shape],
-            dtype=torch_dtype(cdef.tensor(name).dtype),
-            device="meta",
-        )
-        for name in cdef.params
-    ]
-    kernel = Kernel(program, cdef.name)
-    given = _options(args, cdef, sizes, target)
-    chosen = given if given is not None else kernel.options_for(*inputs, target=target)
-    print(f"options: {_options_origin(kernel, inputs, target, given)}")
-    for name, value in chosen.to_dict().items():
-        print(f"  {name}: {json.dumps(value)}")
-
-
-_PRELUDE_END = "/* ---- end of the tcjit prelude ---- */\n"
-
-
-def _without_prelude(source: str) -> str:
-    """Generated ``source`` with its prelude (from its first line to its end marker) replaced by a
-    line that says so."""
-    start = source.find("/* ---- tcjit")
-    end = source.find(_PRELUDE_END)
-    if start < 0 or end < 0:
-        return source
-    lines = source[start:end].count("\n") + 1
-    note = f"/* the tcjit prelude: {lines} lines, left out (--no-prelude) */\n"
-    return source[:start] + note + source[end + len(_PRELUDE_END) :]
-
-
-def _absent(args, cdef) -> frozenset[str]:
-    """The outputs ``--absent`` names (gradients known to be zero), not all of them."""
-    absent = frozenset(parse_names(args.absent, cdef.outputs, "--absent", "outputs") or ())
-    if absent and absent == set(cdef.outputs):
-        raise UsageError("--absent names every output: a backward needs the gradient of one output at least")
-    return absent
-
-
-_OPTION_FLAGS = (  # (attribute, flag, the stages that read it)
-    ("options", "--options", ("schedule", *_OPTION_STAGES)),
-    ("fusion", "--fusion", ("schedule", *_OPTION_STAGES)),
-    ("tile", "--tile", ("schedule", *_OPTION_STAGES)),
-    ("fix_sizes", "--fix-sizes", ("scop", "schedule")),
-    ("blocks", "--blocks", _OPTION_STAGES),
-    ("threads", "--threads", _OPTION_STAGES),
-    ("no_parallel", "--no-parallel", _OPTION_STAGES),
-    ("no_vectorize", "--no-vectorize", _OPTION_STAGES),
-    ("target", "--target", _OPTION_STAGES),
-    ("no_prelude", "--no-prelude", ("c", "cuda")),
-    ("wrt", "--wrt", ("backward",)),
-    ("absent", "--absent", ("backward",)),
-)
-
-
-def _refuse_unused_flags(args) -> None:
-    """A flag the chosen stage would ignore is a mistake: say which stages read it."""
-    for attr, flag, stages in _OPTION_FLAGS:
-        if getattr(args, attr) not in (None, False) and args.stage not in stages:
-            allowed = ", ".join(stages[:-1]) + (" or " if len(stages) > 1 else "") + stages[-1]
-            raise UsageError(f"{flag} goes with --stage {allowed}, not --stage {args.stage}")
-
-
-def cmd_show(args) -> int:
-    """Print one stage of the compilation of an entry."""
-    _refuse_unused_flags(args)
-    from .polyhedral.lang.parser import parse
-    from .polyhedral.lang.printer import def_to_tc
-
-    program, cdef = load_entry(args.file, args.entry)
-    sizes = parse_sizes(args.sizes, cdef.sizes)
-    if args.stage == "ast":
-        print(parse(program.source).get(cdef.name))
-    elif args.stage == "canonical":
-        print(def_to_tc(cdef.ast), end="")
-    elif args.stage == "backward":
-        from .polyhedral.autodiff import derive
-        from .polyhedral.lang.check import check_source
-
-        d = derive(cdef, parse_names(args.wrt, cdef.params, "--wrt", "inputs"), absent=_absent(args, cdef))
-        for text in (d.forward, d.backward):  # printed canonically, as the compiler reads them
-            print(def_to_tc(check_source(text).defs[0].ast))
-    elif args.stage in ("scop", "schedule"):
-        from .polyhedral.names import tc_names_in
-        from .polyhedral.schedule import schedule, tile
-        from .polyhedral.scop import build_scop, compute_dependences
-
-        if cdef.sizes and not sizes and args.fix_sizes:
-            raise UsageError("--fix-sizes needs --sizes")
-        scop = build_scop(cdef, sizes if args.fix_sizes else None)
-        if args.stage == "scop":
-            print(scop.describe())
-        else:
-            from .mapping.options import MappingOptions
-
-            base = MappingOptions.from_json(args.options) if args.options else None
-            fusion = args.fusion or (base.get("outer_schedule_fusion_strategy") if base else _DEFAULT_FUSION)
-            tiles = parse_ints(args.tile, "--tile")
-            if tiles is None:
-                tiles = base.get("tile") if base else ()
-            sched = schedule(scop, compute_dependences(scop), fusion=fusion)
-            print(tc_names_in(str(tile(sched, tiles).get_root())))
-    elif args.stage == "options":
-        _need_sizes(cdef, sizes, "--stage options")
-        _show_options(args, program, cdef, sizes)
-    elif args.stage in _MAPPED_STAGES:
-        _need_sizes(cdef, sizes, f"--stage {args.stage}")
-        from .pipeline import lowered as lower
-
-        target = args.target or "cpu"
-        if args.stage == "cuda":
-            if args.target not in (None, "cuda"):
-                raise UsageError(
-                    f"--stage cuda prints the cuda target's source: leave out --target {args.target}"
-                )
-            target = "cuda"
-        opts = _options(args, cdef, sizes, target)
-        lowered = lower(cdef, sizes, opts, target)
-        if args.stage in ("c", "cuda"):
-            source = _without_prelude(lowered.source) if args.no_prelude else lowered.source
-            print(source, end="" if source.endswith("\n") else "\n")
-        elif args.stage == "ir":
-            print(lowered.stages["ir"])
-        else:
-            print(lowered.stages["tree"])
-            print("\nmapping decisions:")
-            for line in lowered.stages["decisions"].splitlines() or ["(none)"]:
-                print(f"  {line}")
-    elif args.stage == "checked":
-        print(cdef.signature())
-        for name in cdef.temporaries:
-            t = cdef.tensor(name)
-            print(f"  temporary {t.dtype}({', '.join(map(str, t.shape))}) {name}")
-        for st in cdef.statements:
-            print(f"line {st.line}: {st.tensor} {st.source.op_text}  ({st.value_type})")
-            for r in st.ranges:
-                kind = "reduction" if r.var in st.reduction_vars else "index"
-                concrete = ""
-                if sizes and r.lo.symbols() | r.hi.symbols() <= sizes.keys():
-                    concrete = f"   = [{r.lo.evaluate(sizes)}, {r.hi.evaluate(sizes)})"
-                print(f"    {kind:9} {r}{concrete}")
-    return 0
 
 
 # ------------------------------------------------------------------------------------- checking
@@ -304,9 +91,9 @@ def cmd_run(args) -> int:
     kernel = tcjit.Kernel(program, cdef.name)
     inputs = random_inputs(cdef, sizes, seed=args.seed, ranges=ranges)
     _print_index_ranges(cdef, sizes, ranges)
-    opts = _options(args, cdef, sizes)
+    opts = options_from_flags(args, cdef, sizes)
     target = args.target or "cpu"
-    print(f"options: {_options_origin(kernel, inputs, target, opts)}")
+    print(f"options: {options_origin(kernel, inputs, target, opts)}")
     start = time.perf_counter()
     spec = tcjit.compile(kernel, *inputs, options=opts, target=target)
     t_compile = time.perf_counter() - start
@@ -328,25 +115,6 @@ def cmd_run(args) -> int:
     if not ok:
         print(f"tcjit: {cdef.name}: the compiled kernel does not match the oracle", file=sys.stderr)
     return 0 if ok else 1
-
-
-def _options_origin(kernel, inputs, target: str, given) -> str:
-    """Where the options of ``kernel(*inputs, options=given, target=target)`` come from, as
-    ``tcjit run`` says it: the command line, a tuned record (its id in ``tcjit cache``), or the
-    defaults. Looked up as a call looks them up (:func:`tcjit.tuned.lookup_options`)."""
-    from .tuned import lookup_options
-
-    if given is not None:
-        return "given on the command line"
-    found = lookup_options(kernel, inputs, target)
-    if found is not None and found.options is None:
-        return (
-            f"the defaults (from the kernel's structure): tuned record {found.key.digest[:12]} from "
-            f"{found.database} found nothing faster"
-        )
-    if found is not None:
-        return f"tuned record {found.key.digest[:12]} from {found.database}"
-    return "the defaults (from the kernel's structure)"
 
 
 def _print_index_ranges(cdef, sizes: Mapping[str, int], given: Mapping[str, tuple[int, int]]) -> None:
@@ -485,7 +253,7 @@ def _add_option_flags(p: argparse.ArgumentParser) -> None:
         "--fusion",
         choices=("Max", "Preserve3Coincident", "Min"),
         default=None,
-        help=f"outer schedule fusion strategy (show --stage schedule: default {_DEFAULT_FUSION})",
+        help=f"outer schedule fusion strategy (show --stage schedule: default {DEFAULT_FUSION})",
     )
     p.add_argument("--tile", help="tile sizes of the outermost band, e.g. 32,32 (0: untiled member)")
     p.add_argument("--no-parallel", action="store_true", help="no OpenMP parallel loop")
@@ -526,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("file")
     p.add_argument("--entry")
     p.add_argument("--sizes", help="concrete sizes, e.g. M=64,N=32 (needed by --stage tree, ir, c and cuda)")
-    p.add_argument("--stage", choices=(*_FRONT_STAGES, *_OPTION_STAGES), default="checked")
+    p.add_argument("--stage", choices=(*FRONT_STAGES, *OPTION_STAGES), default="checked")
     _add_option_flags(p)
     p.add_argument(
         "--fix-sizes", action="store_true", help="specialise the Scop to --sizes before scheduling"

@@ -8,12 +8,14 @@ A mistake in an argument raises :class:`UsageError`, which ``tcjit`` prints as o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 __all__ = [
     "UsageError",
     "check_seconds",
     "load_entry",
+    "options_from_flags",
+    "options_origin",
     "parse_ints",
     "parse_names",
     "parse_ranges",
@@ -156,3 +158,64 @@ def check_seconds(value: float | None, flag: str) -> None:
     """
     if value is not None and not 0 <= value < float("inf"):
         raise UsageError(f"{flag} takes a number of seconds >= 0, got {value}")
+
+
+def options_from_flags(args, cdef, sizes: Mapping[str, int], target: str | None = None):
+    """The mapping options the flags describe (validated for ``--target``), or ``None`` if no
+    flag was given.
+
+    ``--options`` (``MappingOptions.to_json()`` text) is the base, else the defaults of a call;
+    ``--fusion``, ``--tile``, ``--blocks``, ``--threads``, ``--no-parallel`` and ``--no-vectorize``
+    then override single fields.
+    """
+    from .mapping.options import MappingOptions
+    from .pipeline import default_options
+
+    target = target or args.target or "cpu"
+    tiles = parse_ints(args.tile, "--tile")
+    blocks = parse_ints(args.blocks, "--blocks")
+    threads = parse_ints(args.threads, "--threads")
+    flags = (
+        args.options,
+        args.fusion,
+        tiles,
+        blocks,
+        threads,
+        args.no_parallel or None,
+        args.no_vectorize or None,
+    )
+    if all(f is None for f in flags):
+        return None
+    opts = MappingOptions.from_json(args.options) if args.options else default_options(cdef, sizes, target)
+    if blocks is not None:
+        opts = opts.map_to_blocks(*blocks)
+    if threads is not None:
+        opts = opts.map_to_threads(*threads)
+    if args.fusion:
+        opts = opts.outer_schedule_fusion_strategy(args.fusion)
+    if tiles is not None:
+        opts = opts.tile(*tiles)
+    if args.no_parallel:
+        opts = opts.parallelize(False)
+    if args.no_vectorize:
+        opts = opts.vectorize(False)
+    return opts.validate(target)
+
+
+def options_origin(kernel, inputs, target: str, given) -> str:
+    """Where the options of ``kernel(*inputs, options=given, target=target)`` come from, as
+    ``tcjit run`` says it: the command line, a tuned record (its id in ``tcjit cache``), or the
+    defaults. Looked up as a call looks them up (:func:`tcjit.tuned.lookup_options`)."""
+    from .tuned import lookup_options
+
+    if given is not None:
+        return "given on the command line"
+    found = lookup_options(kernel, inputs, target)
+    if found is not None and found.options is None:
+        return (
+            f"the defaults (from the kernel's structure): tuned record {found.key.digest[:12]} from "
+            f"{found.database} found nothing faster"
+        )
+    if found is not None:
+        return f"tuned record {found.key.digest[:12]} from {found.database}"
+    return "the defaults (from the kernel's structure)"
