@@ -17,7 +17,14 @@ from .mapping.option_values import TARGETS
 from .polyhedral.errors import TCCallError
 from .polyhedral.lang.checked import CheckedDef
 
-__all__ = ["CALL_KEYWORDS", "bind_arguments", "check_target", "keyword_clash_hint"]
+__all__ = [
+    "CALL_KEYWORDS",
+    "bind_arguments",
+    "call_layouts",
+    "call_layouts_and_grad",
+    "check_target",
+    "keyword_clash_hint",
+]
 
 CALL_KEYWORDS: tuple[str, ...] = ("outputs", "options", "target")
 """The keywords of a kernel call itself (``kernel(*inputs, outputs=, options=, target=)``)."""
@@ -102,3 +109,28 @@ def check_target(target: object) -> None:
     """Refuse a ``target=`` that names no target (None, the default, is the tensors' device's)."""
     if target is not None and target not in TARGETS:
         raise TCCallError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")
+
+
+def call_layouts(args, meta_as: str | None = None) -> tuple:
+    """What a specialisation is kept by for ``args``: each tensor's dtype, shape, strides and
+    device (``meta_as`` for a meta tensor's, where given), each other argument's type."""
+    return call_layouts_and_grad(args, meta_as)[0]
+
+
+def call_layouts_and_grad(args, meta_as: str | None = None) -> tuple[tuple, bool]:
+    """``(call_layouts(args, meta_as), whether a tensor among args requires grad)`` in one pass over
+    them: the call path of every kernel call, where a second pass cost as much as the lookup it
+    leads to."""
+    import torch
+
+    out = []
+    grad = False
+    for x in args:
+        if isinstance(x, torch.Tensor):
+            device = torch.device(meta_as) if meta_as and x.device.type == "meta" else x.device
+            out.append((x.dtype, x.shape, x.stride(), device))
+            if x.requires_grad:
+                grad = True
+        else:
+            out.append(type(x))
+    return tuple(out), grad

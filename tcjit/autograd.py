@@ -137,9 +137,9 @@ class GradPlan:
             which = (needs, absent, tuple([g.stride() for g in grads_out]))
             spec = backwards.get(which)
             if spec is None:  # what a call of the backward kernel on these arguments would run
-                from .kernel import _layouts
+                from .arguments import call_layouts
 
-                key = (None, None, _layouts(args), None)
+                key = (None, None, call_layouts(args), None)
                 backward = self.backward_for(needs, absent)
                 spec = backwards.keep(which, backward._specialization(key, args, None, None, None))
             # the wanted gradients, typed and shaped as their inputs by the derivation

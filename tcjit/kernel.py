@@ -5,7 +5,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 
-from .arguments import bind_arguments, check_target
+from .arguments import bind_arguments, call_layouts, call_layouts_and_grad, check_target
 from .memory import SpecializationCache
 from .polyhedral.errors import TCCallError, TCError, TCNameError, TCSemanticError, TCWarning
 from .polyhedral.lang.check import check_source
@@ -186,10 +186,10 @@ class Kernel:
             _refuse_transforms(self.name, inputs)
         if outputs is not None and not isinstance(outputs, (list, tuple)):
             outputs = (outputs,)
-        layouts, grad = _layouts_and_grad(inputs)
+        layouts, grad = call_layouts_and_grad(inputs)
         if grad and torch.is_grad_enabled():
             return self._differentiable_call(inputs, layouts, outputs, options, target)
-        key = (options, target, layouts, None if outputs is None else _layouts(outputs))
+        key = (options, target, layouts, None if outputs is None else call_layouts(outputs))
         spec = self._specializations.get(key)
         if spec is None:  # compiled (or loaded) once per layout; a retyped variant's if dtypes ask
             spec = self._specialize(inputs, outputs, options, target, key=key)
@@ -199,8 +199,8 @@ class Kernel:
 
     def _differentiable_call(self, inputs, layouts, outputs, options, target):
         """A call recorded for autograd (module :mod:`tcjit.autograd`): the grad plan's forward
-        kernel runs, specialised for the call's layout (``layouts``: :func:`_layouts` of the
-        inputs), options and target."""
+        kernel runs, specialised for the call's layout (``layouts``:
+        :func:`~tcjit.arguments.call_layouts` of the inputs), options and target."""
         if outputs is not None:
             raise TCCallError(
                 f"{self.name}: outputs= cannot be used when an input requires grad",
@@ -373,7 +373,12 @@ class Kernel:
         kernel = self.variant_for(*inputs)
         if kernel is not self:
             if key is None:
-                key = (options, target, _layouts(inputs), None if outputs is None else _layouts(outputs))
+                key = (
+                    options,
+                    target,
+                    call_layouts(inputs),
+                    None if outputs is None else call_layouts(outputs),
+                )
             return kernel._specialization(key, inputs, outputs, options, target, allow_meta=allow_meta)
         b = bind(self.definition, inputs, outputs)
         if not allow_meta:
@@ -433,34 +438,9 @@ def _refuse_transforms(name: str, inputs) -> None:
             )
 
 
-def _layouts(args, meta_as: str | None = None) -> tuple:
-    """What a specialisation is kept by for ``args``: each tensor's dtype, shape, strides and
-    device (``meta_as`` for a meta tensor's, where given), each other argument's type."""
-    return _layouts_and_grad(args, meta_as)[0]
-
-
 def _describe(sigma: Mapping[str, str]) -> str:
     """``float32 as float64, float16 as bfloat16``."""
     return ", ".join(f"{t} as {d}" for t, d in sorted(sigma.items()))
-
-
-def _layouts_and_grad(args, meta_as: str | None = None) -> tuple[tuple, bool]:
-    """``(_layouts(args, meta_as), whether a tensor among args requires grad)`` in one pass over
-    them: the call path of every kernel call, where a second pass cost as much as the lookup it
-    leads to."""
-    import torch
-
-    out = []
-    grad = False
-    for x in args:
-        if isinstance(x, torch.Tensor):
-            device = torch.device(meta_as) if meta_as and x.device.type == "meta" else x.device
-            out.append((x.dtype, x.shape, x.stride(), device))
-            if x.requires_grad:
-                grad = True
-        else:
-            out.append(type(x))
-    return tuple(out), grad
 
 
 class Definitions:
@@ -562,5 +542,5 @@ def compile(kernel: Kernel, *example_inputs, options=None, target: str | None = 
     if not isinstance(kernel, Kernel):
         raise TCCallError(f"tcjit.compile takes a Kernel (from tcjit.define), got {type(kernel).__name__}")
     example_inputs = bind_arguments(kernel.definition, example_inputs, named)
-    key = (options, target, _layouts(example_inputs, meta_as="cpu"), None)
+    key = (options, target, call_layouts(example_inputs, meta_as="cpu"), None)
     return kernel._specialization(key, example_inputs, None, options, target, allow_meta=True)

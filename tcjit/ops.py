@@ -203,9 +203,11 @@ def _returns(n: int) -> str:
 # ======================================================================== the implementations
 def _specialization(kernel: Kernel, inputs, options, target):
     """The specialisation of ``kernel`` for these (real) inputs, shared with eager calls."""
-    from .kernel import _layouts
+    from .arguments import call_layouts
 
-    return kernel._specialization((options, target, _layouts(inputs), None), inputs, None, options, target)
+    return kernel._specialization(
+        (options, target, call_layouts(inputs), None), inputs, None, options, target
+    )
 
 
 def _fake_outputs(kernel: Kernel, inputs) -> tuple[torch.Tensor, ...]:

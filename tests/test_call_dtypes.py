@@ -140,7 +140,9 @@ def test_one_variant_per_dtype_and_the_declared_kernel_is_kept(count_specialize)
     assert len(count_specialize) == 2, "a second float64 call is a lookup"
     again = k(a, b)
     assert len(count_specialize) == 2 and again.dtype == torch.float32
-    assert k._specializations[(None, None, tcjit.kernel._layouts((a, b)), None)] is count_specialize[0][1]
+    assert (
+        k._specializations[(None, None, tcjit.arguments.call_layouts((a, b)), None)] is count_specialize[0][1]
+    )
     torch.testing.assert_close(again, c32)
     meta = [torch.empty(x.shape, dtype=torch.float16, device="meta") for x in (a, b)]
     tcjit.compile(k, *meta)  # ahead of time, for a layout no call has had yet

@@ -201,8 +201,6 @@ def test_the_cycle_finder_finds_a_cycle_and_only_cycles() -> None:
 KNOWN_PRIVATE = {
     ("tcjit/_refmath_special.py", "tcjit._refmath_exact"): "_EULER_GAMMA _INF _INV_SQRT_PI _NAN _SQRT1_2_HI "
     "_SQRT1_2_LO _TWO_OVER_PI _fast_two_sum _ldexp _two_prod _two_sum",
-    ("tcjit/autograd.py", "tcjit.kernel"): "_layouts",
-    ("tcjit/ops.py", "tcjit.kernel"): "_layouts",
     ("tcjit/refmath.py", "tcjit._refmath_exact"): "_cbrt _cospi _exp10 _fdim _fma _fmod _hypot _logb _norm3d "
     "_norm4d _norm_narrow _pow _prepare _rcbrt _remainder _rhypot _rnorm3d _rnorm4d _rnorm_narrow _round "
     "_rsqrt _sigmoid _sinpi _wide",
