@@ -68,8 +68,7 @@ from ..polyhedral.lang.builtins import BUILTINS, LANGUAGE_FUNCTIONS
 
 __all__ = [
     "PRELUDE",
-    "SHARED_PIECES",
-    "SHARED_TAIL",
+    "assemble_prelude",
     "builtin_callee",
     "int_suffix",
     "integer_functions",
@@ -228,16 +227,25 @@ def integer_functions() -> str:
 
 #: The files after the integers that both preludes share, in order, up to the math library's
 #: ``lgamma`` (``lgamma.h``: glibc's reentrant ``lgamma_r``; the CUDA prelude's ``lgamma.cuh``).
-SHARED_PIECES = ("fminmax.h", "index.h", "half.h", "builtins.h")
+_SHARED_PIECES = ("fminmax.h", "index.h", "half.h", "builtins.h")
 #: The files after ``lgamma``, up to ``end.h``.
-SHARED_TAIL = ("via_double.h", "special.h")
+_SHARED_TAIL = ("via_double.h", "special.h")
 
-PRELUDE: str = (
-    prelude_piece("c_head.h")
-    + prelude_piece("constants.h")
-    + integer_functions()
-    + "".join(map(prelude_piece, SHARED_PIECES))
-    + prelude_piece("lgamma.h")
-    + "".join(map(prelude_piece, SHARED_TAIL))
-    + prelude_piece("end.h")
-)
+
+def assemble_prelude(head: str, lgamma: str, before_end: str = "") -> str:
+    """A prelude's text: the file ``head``, the constants, the integer helpers, the shared files
+    with the file ``lgamma`` among them, ``before_end`` and the end (:data:`PRELUDE`, and
+    :data:`~tcjit.mapping.cuda_prelude.CUDA_PRELUDE` with its own head and ``lgamma``)."""
+    return (
+        prelude_piece(head)
+        + prelude_piece("constants.h")
+        + integer_functions()
+        + "".join(map(prelude_piece, _SHARED_PIECES))
+        + prelude_piece(lgamma)
+        + "".join(map(prelude_piece, _SHARED_TAIL))
+        + before_end
+        + prelude_piece("end.h")
+    )
+
+
+PRELUDE: str = assemble_prelude("c_head.h", "lgamma.h")

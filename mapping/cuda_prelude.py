@@ -28,23 +28,14 @@ from __future__ import annotations
 
 import re
 
-from .c_prelude import SHARED_PIECES, SHARED_TAIL, integer_functions, prelude_piece
+from .c_prelude import assemble_prelude
 
 __all__ = ["CUDA_PRELUDE", "prelude_functions"]
 
 #: The CUDA C++ text every generated ``.cu`` source starts with (after its header comment): the C
 #: prelude's files with ``cuda_head.cuh`` for its head and ``lgamma.cuh`` for its ``lgamma``, and the
 #: diagnostics ``cuda_head.cuh`` silences restored before the end.
-CUDA_PRELUDE: str = (
-    prelude_piece("cuda_head.cuh")
-    + prelude_piece("constants.h")
-    + integer_functions()
-    + "".join(map(prelude_piece, SHARED_PIECES))
-    + prelude_piece("lgamma.cuh")
-    + "".join(map(prelude_piece, SHARED_TAIL))
-    + "#pragma nv_diagnostic pop\n"
-    + prelude_piece("end.h")
-)
+CUDA_PRELUDE: str = assemble_prelude("cuda_head.cuh", "lgamma.cuh", "#pragma nv_diagnostic pop\n")
 
 
 def prelude_functions(text: str) -> list[str]:
