@@ -84,7 +84,7 @@ def test_sources_are_kernels_md_verbatim():
     import re
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[2] / "shared" / "KERNELS.md"
+    path = Path(__file__).resolve().parents[3] / "shared" / "KERNELS.md"
     if not path.exists():
         pytest.skip("../shared/KERNELS.md is not beside this checkout")
     block = re.search(r"```\n(.*?)```", path.read_text(encoding="utf-8"), re.S).group(1)
