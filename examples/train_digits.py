@@ -15,7 +15,7 @@ Run it::
     .venv/bin/python examples/train_digits.py                # 20 epochs, SGD with momentum
     .venv/bin/python examples/train_digits.py --epochs 5 --optimizer adam --lr 1e-3
 
-Or use the pieces (``tests/test_training.py`` and ``notebooks/03-training.ipynb`` do)::
+Or use the pieces (``tests/runtime/test_training.py`` and ``notebooks/03-training.ipynb`` do)::
 
     data = load_data()
     tc_model, torch_model = make_models(seed=0)

@@ -51,12 +51,12 @@ vectorise: gcc calls the library's ``fmaxf`` an element at a time otherwise), ``
 ``half.h``, ``builtins.h``, ``lgamma.h``, ``via_double.h`` (whose functions give the table below
 its list of builtins computed through double), ``special.h`` and ``end.h``.
 
-Accuracy (``tests/test_c_prelude.py`` checks it against mpmath and :mod:`tcjit.refmath`; the numbers
-are from 10**6 random arguments per function): every float builtin is within 1 ulp of the oracle
-(those computed in double equal it but for rare double roundings). In double, glibc's functions are
-within 3 ulps of the oracle (tgamma 6); the ones written here within 7 ulps of mpmath (1.6e-15
-relative): cyl_bessel_i0/i1 7, erfinv erfcinv normcdfinv rcbrt 4, the others 2. Near the zeros of
-j0 j1 y0 y1 glibc (like the oracle) is accurate relative to the functions' envelope only.
+Accuracy (``tests/mapping/test_c_prelude.py`` checks it against mpmath and :mod:`tcjit.refmath`; the
+numbers are from 10**6 random arguments per function): every float builtin is within 1 ulp of the
+oracle (those computed in double equal it but for rare double roundings). In double, glibc's
+functions are within 3 ulps of the oracle (tgamma 6); the ones written here within 7 ulps of mpmath
+(1.6e-15 relative): cyl_bessel_i0/i1 7, erfinv erfcinv normcdfinv rcbrt 4, the others 2. Near the
+zeros of j0 j1 y0 y1 glibc (like the oracle) is accurate relative to the functions' envelope only.
 """
 
 from __future__ import annotations

@@ -2574,7 +2574,7 @@ CACHE_LINE = 64
 #: GCC counts ``__builtin_prefetch`` as free of side effects and may delete such a function's
 #: calls: gcc 12 compiled an earlier version of the fetches of mlp3's backward to nothing (while a
 #: hand-written prefetch in the caller's loop stayed). ``noipa`` keeps every call (the function
-#: stays out of line: one call per register tile). tests/test_prefetch.py checks the machine code.
+#: stays out of line: one call per register tile). tests/mapping/test_prefetch.py checks the machine code.
 PREFETCHING = "__attribute__((unused, noipa))"
 
 

@@ -1,7 +1,7 @@
 """Process replay: the generated source of a fixed corpus, to show that a restructuring changed none.
 
 The corpus: every suite kernel at its first two small sizes and its large size, under the default
-options and each preset; and every program the oracle's tests (tests/test_reference_programs.py)
+options and each preset; and every program the oracle's tests (tests/runtime/test_reference_programs.py)
 run, at the sizes they run it, under the default options. Each is lowered for ``cpu`` at vector
 widths of 32 and 64 bytes (the generated C and the CPU defaults depend on the host's width, so both
 are fixed here), for ``cuda`` and for ``cuda-emulated``, with contiguous tensors; nothing is
@@ -65,6 +65,7 @@ def program_items() -> Iterator[Item]:
     sys.path.insert(0, str(ROOT / "tests"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        import conftest  # noqa: F401  (puts tests/'s folders on sys.path, as under pytest)
         import test_compiled_programs as TCP
         import test_reference_programs as TRP
 

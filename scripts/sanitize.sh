@@ -4,9 +4,9 @@
 # runtime, so Python runs with it preloaded; leak detection is off (CPython and torch keep memory to
 # the end by design), and any sanitizer report ends the process with a non-zero status. Arguments go
 # to pytest; where none names a test file, every test module that compiles programs runs:
-#   scripts/sanitize.sh                          # the compiled programs, suite and fuzzers
-#   scripts/sanitize.sh -q --tier=full           # the same at the full tier
-#   scripts/sanitize.sh tests/test_packing.py -x  # one module
+#   scripts/sanitize.sh                                  # the compiled programs, suite and fuzzers
+#   scripts/sanitize.sh -q --tier=full                   # the same at the full tier
+#   scripts/sanitize.sh tests/mapping/test_packing.py -x  # one module
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -22,10 +22,14 @@ for arg in "$@"; do
     [ -e "${arg%%::*}" ] && named=1
 done
 if [ "$named" -eq 0 ]; then
-    set -- "$@" tests/test_crash_regressions.py tests/test_compiled_programs.py tests/test_compiled_suite.py \
-        tests/test_compiled_fuzz.py tests/test_compiled_fuzz_nests.py tests/test_register_tiles.py \
-        tests/test_packing.py tests/test_prefetch.py tests/test_parallel_reduction.py tests/test_scatter.py \
-        tests/test_cpu_mapping.py tests/test_split_compile.py tests/test_call_dtypes.py tests/test_emulated.py
+    set -- "$@" \
+        tests/backends/test_crash_regressions.py tests/backends/test_compiled_programs.py \
+        tests/backends/test_compiled_suite.py tests/backends/test_compiled_fuzz.py \
+        tests/backends/test_compiled_fuzz_nests.py tests/mapping/test_register_tiles.py \
+        tests/mapping/test_packing.py tests/mapping/test_prefetch.py \
+        tests/mapping/test_parallel_reduction.py tests/mapping/test_scatter.py \
+        tests/mapping/test_cpu_mapping.py tests/mapping/test_split_compile.py \
+        tests/backends/test_call_dtypes.py tests/gpu/test_emulated.py
 fi
 # Reports go to files: pytest captures the test process's stderr, and a sanitizer that halts the
 # process would take its report with it.

@@ -67,7 +67,7 @@ __all__ = [
 #: alignment, then dropped the stack realignment that needed (the array was reached only through a
 #: pointer register), and an aligned store to the misaligned array killed the process. The C
 #: prelude's ``TC_STACK_ALIGNED`` closes that defect for every stack array; this flag takes away
-#: the way in that was seen (docs/cpu-backend.md, tests/test_crash_regressions.py).
+#: the way in that was seen (docs/cpu-backend.md, tests/backends/test_crash_regressions.py).
 CFLAGS = (
     "-O3",
     "-march=native",

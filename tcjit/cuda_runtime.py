@@ -2,8 +2,8 @@
 current stream.
 
 A GPU is rarely at hand: every CI machine compiles the CUDA source to PTX
-(``tests/test_cuda_compile.py``) and runs the mapping through the emulated target, and the tests
-that launch real kernels (``tests/test_cuda_runtime.py``) skip without a GPU. Where they have run,
+(``tests/gpu/test_cuda_compile.py``) and runs the mapping through the emulated target, and the tests
+that launch real kernels (``tests/gpu/test_cuda_runtime.py``) skip without a GPU. Where they have run,
 and the suite's GPU results, are in bench/results (HISTORY.md, gpu_suite_*.md).
 
 * The pipeline (:mod:`tcjit.pipeline`, the ``cuda`` backend of :mod:`tcjit.targets`) lowers a

@@ -1,18 +1,36 @@
-"""Test tiers.
+"""Test tiers, and the folders test modules import each other from.
 
 The default tier covers every feature at small sizes and must finish well inside CI's budget on
 2 cores. ``--tier=full`` (or ``TCJIT_TEST_TIER=full``) also runs tests marked ``@pytest.mark.full``:
 wide option matrices, more sizes, more hypothesis examples. Run it before resolving an issue.
+
+Folders. The test modules are in one folder per stage of the compiler (``frontend/``,
+``polyhedral/``, ``mapping/``, ``backends/``, ``gpu/``, ``runtime/``, ``tuning/``) and
+``architecture/``; the modules they share that are not tests are in ``helpers/``. None of these
+folders is a package. Test modules import the helpers, and each other, by bare module name
+(``import compiled_helpers as H``, ``import test_reference_programs as TRP``): importing this file,
+which pytest does before it collects any test below ``tests/``, puts every folder of ``tests/``
+that holds Python files on ``sys.path``. Scripts that import test modules outside pytest
+(scripts/replay.py) import this file for the same effect. ``from conftest import examples`` works
+because pytest has already imported this file as ``conftest``. Module names must therefore be
+unique across all these folders (pytest's default import mode, ``prepend``, needs that as well).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+
+TESTS = Path(__file__).resolve().parent
+
+for _folder in sorted(p for p in TESTS.iterdir() if p.is_dir() and any(p.glob("*.py"))):
+    if str(_folder) not in sys.path:
+        sys.path.insert(0, str(_folder))
 
 
 def pytest_addoption(parser):
@@ -49,7 +67,7 @@ def _private_options_db(tmp_path_factory, monkeypatch):
 @pytest.fixture
 def shared_place():
     """A folder below /tmp that every user can reach (pytest's tmp_path is private to root), for
-    tests that act as another user (tests/other_users.py)."""
+    tests that act as another user (tests/helpers/other_users.py)."""
     place = Path(tempfile.mkdtemp(prefix="tcjit-shared-test-", dir="/tmp"))
     place.chmod(0o755)
     yield place

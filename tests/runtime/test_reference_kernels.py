@@ -142,7 +142,7 @@ def _peak_rss_bytes() -> int:
 def test_memory_stays_bounded_by_max_points() -> None:
     """A 256^3 matmul has 1.7e7 iteration points (128 MiB per int64 grid if materialised at once);
     with ``max_points=2**16`` the oracle must stay within a few MiB of extra memory. (Peak RSS is
-    reset through /proc, so this runs in-process; tests/test_reference_memory.py measures the same
+    reset through /proc, so this runs in-process; tests/runtime/test_reference_memory.py measures the same
     bound in a subprocess at a larger scale.)"""
     k = suite.get("matmul")
     sizes = {"M": 256, "K": 256, "N": 256}

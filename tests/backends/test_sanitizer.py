@@ -19,7 +19,7 @@ import pytest
 from tcjit import TCError
 from tcjit.cpu_runtime import compile_flags, sanitizers, toolchain_identity
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _asan_runtime() -> str | None:
@@ -176,11 +176,11 @@ def test_a_sample_of_compiled_programs_runs_clean_under_the_sanitizers() -> None
     the promoted bool outputs (where the first full run found copies in of uninitialised memory),
     and a guarded read's copy (where the second found one before its tensor)."""
     _sanitize(
-        "tests/test_gpu_promotion.py::test_a_group_copies_in_only_what_it_reads_before_writing",
-        "tests/test_gpu_promotion.py::test_a_guarded_read_outside_the_tensor_is_not_copied_in",
-        "tests/test_compiled_programs.py::test_vector_lane_reductions_and_exp_keep_special_values",
-        "tests/test_compiled_fuzz_nests.py::test_random_nests_match_the_oracle",
-        "tests/test_crash_regressions.py::test_masked_convolution_runs_with_the_default_options[B=2,C=5,H=6,W=7,F=3,K=3]",
+        "tests/gpu/test_gpu_promotion.py::test_a_group_copies_in_only_what_it_reads_before_writing",
+        "tests/gpu/test_gpu_promotion.py::test_a_guarded_read_outside_the_tensor_is_not_copied_in",
+        "tests/backends/test_compiled_programs.py::test_vector_lane_reductions_and_exp_keep_special_values",
+        "tests/backends/test_compiled_fuzz_nests.py::test_random_nests_match_the_oracle",
+        "tests/backends/test_crash_regressions.py::test_masked_convolution_runs_with_the_default_options[B=2,C=5,H=6,W=7,F=3,K=3]",
         timeout=600,
     )
 
@@ -194,8 +194,8 @@ def test_every_compiled_test_module_runs_clean_under_the_sanitizers(request) -> 
     _sanitize(timeout=6 * 3600, request=request)
     _sanitize(
         "--tier=full",
-        "tests/test_compiled_fuzz.py",
-        "tests/test_compiled_fuzz_nests.py",
+        "tests/backends/test_compiled_fuzz.py",
+        "tests/backends/test_compiled_fuzz_nests.py",
         timeout=6 * 3600,
         request=request,
     )

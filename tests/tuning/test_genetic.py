@@ -1,8 +1,9 @@
 """The genetic search (tcjit.genetic.tune) and the machinery that evaluates its candidates robustly.
 
-Oracles: a synthetic problem whose time is a known function of the options (tests/genetic_helpers.py:
-smallest at a planted optimum), candidates planted to miscompile, crash or hang, whose statuses are
-known in advance, and the process table (/proc) for children left behind.
+Oracles: a synthetic problem whose time is a known function of the options
+(tests/helpers/genetic_helpers.py: smallest at a planted optimum), candidates planted to miscompile,
+crash or hang, whose statuses are known in advance, and the process table (/proc) for children left
+behind.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from tcjit.genetic import tuner as tuner_module
 from tcjit.mapping import FIELD_TARGETS, MappingOptions, Parameter, SearchSpace, search_space
 from tcjit.polyhedral.errors import TCCallError, TCError, TCOptionsError
 
-TESTS = Path(__file__).resolve().parent
+HELPERS = Path(__file__).resolve().parents[1] / "helpers"  # genetic_helpers, for child processes
 SPACE = search_space("cpu", (64, 64))
 
 
@@ -431,7 +432,7 @@ def test_a_script_without_main_guard_runs_its_top_level_once(tmp_path):
     script.write_text(
         textwrap.dedent(f"""
             import sys
-            sys.path.insert(0, {str(TESTS)!r})
+            sys.path.insert(0, {str(HELPERS)!r})
             import genetic_helpers
             from tcjit.genetic import WorkerPool
             with open({str(log)!r}, "a") as f:
@@ -544,7 +545,7 @@ def test_the_deadline_cuts_a_long_compilation_or_run_short(watchdog):
 
 SIGINT_SCRIPT = """
 import sys
-sys.path.insert(0, {tests!r})
+sys.path.insert(0, {helpers!r})
 import genetic_helpers as h
 from tcjit.genetic import TunerSettings, WorkerPool, alternating_evaluator, tune
 from tcjit.mapping import search_space
@@ -567,7 +568,7 @@ def test_ctrl_c_during_a_search_returns_the_best_and_leaves_no_workers(tmp_path)
     marker = f"TCJIT_TEST_{uuid.uuid4().hex}"
     log = tmp_path / "top-level"
     script = tmp_path / "tune.py"
-    script.write_text(SIGINT_SCRIPT.format(tests=str(TESTS), log=str(log), marker=marker))
+    script.write_text(SIGINT_SCRIPT.format(helpers=str(HELPERS), log=str(log), marker=marker))
     proc = subprocess.Popen(
         [sys.executable, str(script)],
         stdout=subprocess.PIPE,
@@ -610,7 +611,7 @@ def test_ray_evaluator_runs_and_rejects_planted_candidates(monkeypatch, ray_modu
         num_cpus=2,
         include_dashboard=False,
         log_to_driver=False,
-        runtime_env={"env_vars": {"PYTHONPATH": str(TESTS)}},
+        runtime_env={"env_vars": {"PYTHONPATH": str(HELPERS)}},
     )
     try:
         evaluate = ray_evaluator(h.measure_task, task_timeout=5.0)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # folder -> (its package name, the tcjit.* layers it may import, the third-party modules it may import)
 LAYERS = {

@@ -24,7 +24,7 @@ import pytest
 from tcjit import TCCacheError, TCWarning
 from tcjit.cache import SCHEMA_VERSION, USE_DEFAULTS, Measured, OptionsDatabase, TunedOptions, TuningKey
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _key(shape=(64, 32), *, source="def f(float(M,N) A) -> (B) { B(m, n) = A(m, n) }", dtype="float32", **kw):

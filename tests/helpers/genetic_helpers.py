@@ -1,4 +1,5 @@
-"""Top-level functions that tests/test_genetic.py runs in worker processes (they travel by pickle).
+"""Top-level functions that tests/tuning/test_genetic.py runs in worker processes (they travel by
+pickle).
 
 A synthetic tuning problem: the "kernel" is a point of ``search_space("cpu", (64, 64))`` and its
 time is a deterministic function of the options, smallest at a planted optimum. Candidates tiled

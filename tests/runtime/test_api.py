@@ -92,7 +92,8 @@ def test_call_checks_point_into_the_source():
         a,
         torch.ones(5, 2, dtype=torch.int64),
     )
-    # [ext] other float dtypes retype the kernel, one dtype per declared type (tests/test_call_dtypes.py)
+    # [ext] other float dtypes retype the kernel, one dtype per declared type
+    # (tests/backends/test_call_dtypes.py)
     _raises_at(
         TCCallError,
         2,

@@ -32,7 +32,7 @@ import torch
 
 pytest.importorskip("sklearn")
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_digits.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_digits.py"
 
 
 @pytest.fixture(scope="module")

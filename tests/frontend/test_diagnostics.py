@@ -957,7 +957,7 @@ def test_non_string_source_is_a_syntax_error() -> None:
 
 
 # ============================================================================ programs that pass
-# The 15 kernels of KERNELS.md (tcjit.suite holds them verbatim; tests/test_suite.py checks that).
+# The 15 kernels of KERNELS.md (tcjit.suite holds them verbatim; tests/runtime/test_suite.py checks that).
 KERNELS = "\n".join(sk.source.strip() + "\n" for sk in SUITE.values())
 
 # Output shapes (as printed) of every kernel.

@@ -11,7 +11,7 @@ import pytest
 
 from tcjit.cli import main
 
-CONV = str(Path(__file__).resolve().parents[1] / "docs" / "examples" / "conv2d.tc")
+CONV = str(Path(__file__).resolve().parents[2] / "docs" / "examples" / "conv2d.tc")
 SIZES = "N=1,C=3,H=8,W=8,F=4,KH=3,KW=3"
 FCRELU = """
 def fcrelu(float(B,M) I, float(N,M) W, float(N) bias) -> (O) {

@@ -337,7 +337,7 @@ def test_a_new_shape_stride_or_options_is_a_new_specialization(count_specialize)
 
 def test_a_wrong_dtype_is_refused_before_compiling(count_specialize):
     """Inputs declared with one float type must share one dtype per call ([ext]: a dtype shared by
-    all of them retypes the kernel, tests/test_call_dtypes.py): a mix is an error, not a
+    all of them retypes the kernel, tests/backends/test_call_dtypes.py): a mix is an error, not a
     specialisation (the disk key still records dtypes: see the next test)."""
     k = tcjit.define(FCRELU)
     x, w, b = _fc_inputs()

@@ -25,7 +25,7 @@ import tcjit
 from tcjit import suite
 from tcjit.testing import tolerance
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+BENCH = Path(__file__).resolve().parents[2] / "bench"
 KERNELS = ("matmul", "abs_sum")
 CONTENDERS = ("tcjit", "eager", "compile")
 TIMING_KEYS = {"median_s", "min_s", "max_s", "samples_s", "calls_per_sample", "rounds"}

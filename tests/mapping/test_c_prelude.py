@@ -251,8 +251,8 @@ def _check(name: str, tag: str, inputs: list[np.ndarray], got: np.ndarray, want:
 
 @functools.cache
 def _reference_builtins_module():
-    """tests/test_reference_builtins.py: its mpmath table and test points."""
-    path = Path(__file__).with_name("test_reference_builtins.py")
+    """tests/runtime/test_reference_builtins.py: its mpmath table and test points."""
+    path = Path(__file__).resolve().parents[1] / "runtime" / "test_reference_builtins.py"
     spec = importlib.util.spec_from_file_location("_tc_reference_builtins", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

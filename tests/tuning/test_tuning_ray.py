@@ -33,7 +33,7 @@ from tcjit.cpu_runtime import host_isa
 from tcjit.genetic.evaluation import NodeAnswer
 from tcjit.tuning_ray import WorkerIdentity, check_nodes, task_resources
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+BENCH = Path(__file__).resolve().parents[2] / "bench"
 #: Seconds the whole module may take in the full tier (see the module docstring).
 BUDGET_S = 240
 #: Seconds the end-to-end tuning run (a subprocess) may take before it is killed.

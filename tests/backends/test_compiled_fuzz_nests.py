@@ -1,6 +1,6 @@
 """Random loop nests of the shape of convolutions and masked contractions, compiled, against the oracle.
 
-tests/test_compiled_fuzz.py draws small programs over rank 1-3 tensors with naive-based options.
+tests/backends/test_compiled_fuzz.py draws small programs over rank 1-3 tensors with naive-based options.
 This module draws what it left out, where generated C once crashed the process (issue 29):
 
 * tensors of rank 1-5 and outputs of rank 0-5;
