@@ -133,11 +133,15 @@ def _sanitize(*args: str, timeout: int, request=None) -> str:
     proc = _run_sanitize(*args, timeout=timeout)
     assert proc.returncode == 0, f"sanitized run failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}"
     assert " kernels compiled with them" in proc.stdout, proc.stdout[-2000:]
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter") if request else None
+    plugins = request.config.pluginmanager if request else None
+    reporter = plugins.get_plugin("terminalreporter") if plugins else None
     if reporter is not None:
-        for line in proc.stdout.splitlines():
-            if " kernels compiled with them" in line or (line.startswith("=") and " passed" in line):
-                reporter.write_line(f"\n{' '.join(args) or 'sanitize.sh'}: {line.strip()}")
+        # the terminal writes into pytest's capture while a test runs: around it, as pytest's own
+        # reports do (written plainly, the lines were lost: the full tier's log had none)
+        with plugins.get_plugin("capturemanager").global_and_fixture_disabled():
+            for line in proc.stdout.splitlines():
+                if " kernels compiled with them" in line or (line.startswith("=") and " passed" in line):
+                    reporter.write_line(f"\n{' '.join(args) or 'sanitize.sh'}: {line.strip()}")
     return proc.stdout
 
 
@@ -170,7 +174,7 @@ def test_a_sanitized_run_shows_the_report_that_ended_it(tmp_path) -> None:
 
 
 @needs_asan
-def test_a_sample_of_compiled_programs_runs_clean_under_the_sanitizers() -> None:
+def test_a_sample_of_compiled_programs_runs_clean_under_the_sanitizers(request) -> None:
     """The default tier's sample: the widened fuzzer's examples, the crash reproducer, the
     prelude's special values (where the first sanitized run found a signed overflow in exp) and
     the promoted bool outputs (where the first full run found copies in of uninitialised memory),
@@ -182,6 +186,7 @@ def test_a_sample_of_compiled_programs_runs_clean_under_the_sanitizers() -> None
         "tests/backends/test_compiled_fuzz_nests.py::test_random_nests_match_the_oracle",
         "tests/backends/test_crash_regressions.py::test_masked_convolution_runs_with_the_default_options[B=2,C=5,H=6,W=7,F=3,K=3]",
         timeout=600,
+        request=request,
     )
 
 
