@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import multiprocessing
+import os
 import sys
 import warnings
 from collections.abc import Iterator, Mapping
@@ -104,35 +105,27 @@ def program_items() -> Iterator[Item]:
 
 
 def generate(item: Item, target: str, width: int) -> str:
-    """The generated source of ``item`` for ``target`` (``width``: the CPU's vector bytes), or
-    the error its lowering raises."""
-    from tcjit.mapping.cuda_printer import lower_cuda
-    from tcjit.mapping.defaults import default_options
-    from tcjit.mapping.emulation import lower_emulated
-    from tcjit.mapping.lower import contiguous_strides, lower_cpu
+    """The generated source of ``item`` for ``target`` (``width``: the CPU's vector bytes, given
+    to the pipeline as ``TCJIT_VECTOR_BYTES``), or the error its lowering raises."""
     from tcjit.mapping.options import MappingOptions
+    from tcjit.pipeline import lowered
     from tcjit.polyhedral.lang.check import check_source
 
+    options = None if item.options == "default" else MappingOptions(item.options)
+    host = os.environ.get("TCJIT_VECTOR_BYTES")
+    os.environ["TCJIT_VECTOR_BYTES"] = str(width or 32)  # the width the CPU plans for, not the host's
     try:
         cdef = check_source(item.source).entry(item.entry)
-        sizes = dict(item.sizes)
-        if item.options == "default":
-            chosen = {"vector_bytes": width} if target == "cpu" else {}
-            opts = default_options(cdef, sizes, target, **chosen)
-        else:
-            opts = MappingOptions(item.options)
-        values = opts.validate(target).values
-        shapes = {t.name: tuple(int(s.evaluate(sizes)) for s in t.shape) for t in cdef.tensor_infos}
-        strides = {name: contiguous_strides(shape) for name, shape in shapes.items()}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            if target == "cpu":
-                return lower_cpu(cdef, sizes, strides, values, vector_bytes=width).source
-            if target == "cuda-emulated":
-                return lower_emulated(cdef, sizes, strides, values).source
-            return lower_cuda(cdef, sizes, strides, values).source
+            return lowered(cdef, dict(item.sizes), options, target).source
     except Exception as e:  # an error is part of what is replayed
         return f"error: {type(e).__name__}: {e}"
+    finally:
+        if host is None:
+            del os.environ["TCJIT_VECTOR_BYTES"]
+        else:
+            os.environ["TCJIT_VECTOR_BYTES"] = host
 
 
 def _one(job: tuple[Item, str, int]) -> tuple[str, str]:
