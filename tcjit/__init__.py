@@ -109,7 +109,7 @@ def make_autograd(forward_kernel, backward_kernel):
 
     :raises TCCallError: an argument is not a kernel, or the two do not match in parameters.
     """
-    from .autograd import make_autograd as _make_autograd
+    from .kernel import make_autograd as _make_autograd
 
     return _make_autograd(forward_kernel, backward_kernel)
 

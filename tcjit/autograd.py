@@ -26,7 +26,7 @@ wanted gradients and absent outputs. Later calls then cost a dictionary lookup o
 as plain calls do, rather than binding and checking all the backward's arguments again.
 
 The backward is, as in Tensor Comprehensions, an entry of the same source named by
-``tcjit.define(source, name, backward="entry")``, or any kernel given to :func:`make_autograd`: it
+``tcjit.define(source, name, backward="entry")``, or any kernel given to :func:`~tcjit.make_autograd`: it
 takes the forward inputs followed by one gradient per output and returns one gradient per input.
 ``backward="auto"`` (the default) derives it from the forward program
 (:mod:`tcjit.polyhedral.autodiff`); ``backward=None`` declares the kernel forward-only. Backward
@@ -45,7 +45,7 @@ import torch
 from .memory import SpecializationCache
 from .polyhedral.errors import TCCallError
 
-__all__ = ["GradCall", "GradPlan", "KernelFunction", "make_autograd"]
+__all__ = ["GradCall", "GradPlan", "KernelFunction"]
 
 
 @dataclass(frozen=True)
@@ -269,34 +269,3 @@ def user_plan(kernel, backward) -> GradPlan:
         return backward
 
     return GradPlan(kernel=kernel, forward=kernel, n_saved=0, backward_for=backward_for, derived=False)
-
-
-def make_autograd(forward_kernel, backward_kernel):
-    """A kernel that runs ``forward_kernel`` and differentiates it with ``backward_kernel`` (TC's
-    ``make_autograd``): the backward takes the forward inputs followed by one gradient per output
-    and returns one gradient per input.
-
-    Example::
-
-        mm = tcjit.define("def mm(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, r_k) * B(r_k, n) }")
-        mm_grad = tcjit.define('''def mm_grad(float(M,K) A, float(K,N) B, float(M,N) dC) -> (dA, dB) {
-            dA(m, k) +=! dC(m, r_n) * B(k, r_n)
-            dB(k, n) +=! dC(r_m, n) * A(r_m, k)
-        }''')
-        mm = tcjit.make_autograd(mm, mm_grad)
-
-    :returns: a :class:`~tcjit.Kernel` sharing ``forward_kernel``'s definition and options.
-    :raises TCCallError: an argument is not a kernel, or the backward's parameters and outputs do
-        not match the forward's.
-    """
-    from .kernel import Kernel, backward_arity_problem
-
-    for what, k in (("forward_kernel", forward_kernel), ("backward_kernel", backward_kernel)):
-        if not isinstance(k, Kernel):
-            raise TCCallError(f"make_autograd: {what} must be a tcjit Kernel, got {type(k).__name__}")
-    problem = backward_arity_problem(forward_kernel.definition, backward_kernel.definition)
-    if problem is not None:
-        raise TCCallError(problem)
-    return Kernel(
-        forward_kernel.program, forward_kernel.name, backward=backward_kernel, options=forward_kernel.options
-    )

@@ -12,7 +12,7 @@ from .polyhedral.lang.check import check_source
 from .polyhedral.lang.checked import CheckedDef, CheckedProgram
 from .polyhedral.lang.printer import def_to_tc
 
-__all__ = ["Definitions", "Kernel", "compile", "define"]
+__all__ = ["Definitions", "Kernel", "compile", "define", "make_autograd"]
 
 
 class Kernel:
@@ -535,6 +535,35 @@ def define(source: str, name: str | None = None, *, backward: str | None = "auto
     if name is not None or len(program.defs) == 1:
         return Kernel(program, name or program.defs[0].name, backward=backward, options=options)
     return Definitions({d.name: Kernel(program, d.name, options=options) for d in program.defs})
+
+
+def make_autograd(forward_kernel, backward_kernel):
+    """A kernel that runs ``forward_kernel`` and differentiates it with ``backward_kernel`` (TC's
+    ``make_autograd``): the backward takes the forward inputs followed by one gradient per output
+    and returns one gradient per input.
+
+    Example::
+
+        mm = tcjit.define("def mm(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, r_k) * B(r_k, n) }")
+        mm_grad = tcjit.define('''def mm_grad(float(M,K) A, float(K,N) B, float(M,N) dC) -> (dA, dB) {
+            dA(m, k) +=! dC(m, r_n) * B(k, r_n)
+            dB(k, n) +=! dC(r_m, n) * A(r_m, k)
+        }''')
+        mm = tcjit.make_autograd(mm, mm_grad)
+
+    :returns: a :class:`~tcjit.Kernel` sharing ``forward_kernel``'s definition and options.
+    :raises TCCallError: an argument is not a kernel, or the backward's parameters and outputs do
+        not match the forward's.
+    """
+    for what, k in (("forward_kernel", forward_kernel), ("backward_kernel", backward_kernel)):
+        if not isinstance(k, Kernel):
+            raise TCCallError(f"make_autograd: {what} must be a tcjit Kernel, got {type(k).__name__}")
+    problem = backward_arity_problem(forward_kernel.definition, backward_kernel.definition)
+    if problem is not None:
+        raise TCCallError(problem)
+    return Kernel(
+        forward_kernel.program, forward_kernel.name, backward=backward_kernel, options=forward_kernel.options
+    )
 
 
 def compile(kernel: Kernel, *example_inputs, options=None, target: str | None = None, **named):
