@@ -17,17 +17,20 @@ the wanted inputs).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 from .autograd import GradPlan
+from .kernel_protocol import KernelLike
 from .polyhedral.autodiff import Derivation, derive
 from .polyhedral.errors import TCDerivativeError, TCError, TCInternalError, TCWarning
 from .polyhedral.lang.check import check_source
+from .polyhedral.lang.checked import CheckedProgram
 
 __all__ = ["derivation", "derived_plan"]
 
 
 def derivation(
-    kernel, wanted: tuple[str, ...] | None = None, absent: frozenset[str] = frozenset()
+    kernel: KernelLike, wanted: tuple[str, ...] | None = None, absent: frozenset[str] = frozenset()
 ) -> Derivation:
     """The derived TC text of ``kernel``'s augmented forward and backward (``tcjit show --stage
     backward`` prints it). ``wanted``: the inputs whose gradients the backward returns (``None``:
@@ -36,9 +39,11 @@ def derivation(
     return derive(kernel.definition, wanted, absent=absent)
 
 
-def _kernel(text: str, name: str, kernel):
-    from .kernel import Kernel
-
+def _kernel(
+    text: str, name: str, kernel: KernelLike, make_kernel: Callable[[CheckedProgram, str], KernelLike]
+) -> KernelLike:
+    """The kernel of entry ``name`` of the derived program ``text`` (checked here), made by
+    ``make_kernel``."""
     try:
         with warnings.catch_warnings():  # the user's source already warned about what it does
             warnings.simplefilter("ignore", TCWarning)
@@ -48,11 +53,17 @@ def _kernel(text: str, name: str, kernel):
             f"automatic backward of '{kernel.name}' produced a program that does not check:\n{e}\n"
             f"--- derived program ---\n{text}"
         ) from e
-    return Kernel(program, name, backward=None)
+    return make_kernel(program, name)
 
 
-def derived_plan(kernel) -> GradPlan:
-    """The :class:`~tcjit.autograd.GradPlan` of ``kernel`` with a derived backward."""
+def derived_plan(kernel: KernelLike, make_kernel: Callable[[CheckedProgram, str], KernelLike]) -> GradPlan:
+    """The :class:`~tcjit.autograd.GradPlan` of ``kernel`` with a derived backward.
+
+    :arg make_kernel: ``(program, name) -> kernel``: a forward-only :class:`~tcjit.Kernel` of the
+        entry ``name`` of a checked program (the derived forward and backwards are made so). The
+        caller, :meth:`Kernel.grad_plan`, passes it: this module does not import
+        :mod:`tcjit.kernel`, which imports it.
+    """
     try:
         full = derivation(kernel)
     except TCDerivativeError as e:
@@ -62,7 +73,7 @@ def derived_plan(kernel) -> GradPlan:
             raise error
 
         return GradPlan(kernel=kernel, forward=kernel, n_saved=0, backward_for=refuse, derived=True)
-    forward = _kernel(full.forward, full.forward_name, kernel)
+    forward = _kernel(full.forward, full.forward_name, kernel, make_kernel)
     forward.options = kernel.options
     backwards: dict[tuple, object] = {}
     params = kernel.definition.params
@@ -82,7 +93,7 @@ def derived_plan(kernel) -> GradPlan:
                 d = full
             else:
                 d = derive(kernel.definition, wanted, saved=full.saved, absent=absent)
-            b = backwards[key] = _kernel(d.backward, d.backward_name, kernel)
+            b = backwards[key] = _kernel(d.backward, d.backward_name, kernel, make_kernel)
         return b
 
     return GradPlan(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 
@@ -241,7 +242,7 @@ class Kernel:
         elif b == "auto":
             from .derived import derived_plan
 
-            self._plan = derived_plan(self)
+            self._plan = derived_plan(self, functools.partial(Kernel, backward=None))
         else:
             self._plan = user_plan(self, Kernel(self.program, b, backward=None))
         return self._plan
