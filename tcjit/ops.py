@@ -60,7 +60,7 @@ from dataclasses import dataclass
 import torch
 
 from .arguments import check_target
-from .kernel import Kernel
+from .kernel_protocol import KernelLike
 from .polyhedral.errors import TCCallError
 
 __all__ = ["NAMESPACE", "compiled_call", "op_name", "registered_ops"]
@@ -73,7 +73,7 @@ NAMESPACE = "tcjit"
 class _Op:
     """What one registered operator runs: the kernel, how it is called, and which role it plays."""
 
-    kernel: Kernel
+    kernel: KernelLike
     kinds: tuple[str, ...]
     options: object
     target: str | None
@@ -89,7 +89,7 @@ def registered_ops() -> tuple[str, ...]:
 
 
 # ============================================================================= the traced call
-def compiled_call(kernel: Kernel, inputs: Sequence, outputs, options, target):
+def compiled_call(kernel: KernelLike, inputs: Sequence, outputs, options, target):
     """``kernel(*inputs, outputs=..., options=..., target=...)`` as a custom-operator call.
 
     Dynamo traces this function (it is inlined into the user's graph): only cheap Python here. The
@@ -113,7 +113,7 @@ def _kind(x) -> str:
 
 @torch._dynamo.assume_constant_result
 def _operator(
-    kernel: Kernel, kinds: tuple[str, ...], dtypes: tuple, options, target, train: bool, has_outputs: bool
+    kernel: KernelLike, kinds: tuple[str, ...], dtypes: tuple, options, target, train: bool, has_outputs: bool
 ):
     """``(name, number of kernel outputs)`` of the operator for this call, registered if new: an
     operator of the variant the arguments' ``dtypes`` ask for (:meth:`Kernel.variant_for`)."""
@@ -136,7 +136,9 @@ def _operator(
     return name, len(kernel.outputs)
 
 
-def op_name(kernel: Kernel, kinds: tuple[str, ...], options, target: str | None, role: str = "call") -> str:
+def op_name(
+    kernel: KernelLike, kinds: tuple[str, ...], options, target: str | None, role: str = "call"
+) -> str:
     """The operator name (without the ``tcjit::`` namespace) for calls of ``kernel`` with
     arguments of ``kinds`` (``"Tensor"`` or ``"Scalar"`` each), ``options`` and ``target``;
     ``role``: ``"call"``, ``"fwd"`` or ``"bwd"`` (see the module docstring)."""
@@ -165,7 +167,7 @@ def _options_text(options) -> str:
 
 
 # ============================================================================ the schemas
-def _scalar_schema(kernel: Kernel, param: str) -> str:
+def _scalar_schema(kernel: KernelLike, param: str) -> str:
     """The schema type of a rank-0 argument passed as a Python number."""
     dtype = kernel.definition.scalars[param].dtype
     if dtype.is_float:
@@ -173,7 +175,7 @@ def _scalar_schema(kernel: Kernel, param: str) -> str:
     return "bool" if dtype.kind == "bool" else "SymInt"
 
 
-def _input_schema(kernel: Kernel, kinds: tuple[str, ...]) -> list[str]:
+def _input_schema(kernel: KernelLike, kinds: tuple[str, ...]) -> list[str]:
     params = kernel.definition.params
     if len(kinds) != len(params):
         # The fake implementation would report it; the schema must exist first.
@@ -201,7 +203,7 @@ def _returns(n: int) -> str:
 
 
 # ======================================================================== the implementations
-def _specialization(kernel: Kernel, inputs, options, target):
+def _specialization(kernel: KernelLike, inputs, options, target):
     """The specialisation of ``kernel`` for these (real) inputs, shared with eager calls."""
     from .arguments import call_layouts
 
@@ -210,7 +212,7 @@ def _specialization(kernel: Kernel, inputs, options, target):
     )
 
 
-def _fake_outputs(kernel: Kernel, inputs) -> tuple[torch.Tensor, ...]:
+def _fake_outputs(kernel: KernelLike, inputs) -> tuple[torch.Tensor, ...]:
     """Empty tensors shaped, typed and placed like ``kernel``'s outputs on these (fake) inputs.
 
     The call is checked like a real one (counts, dtypes, ranks, sizes, ranges) by
@@ -255,7 +257,7 @@ def _register(op: _Op, name: str) -> None:
     return custom
 
 
-def _register_training(kernel: Kernel, kinds: tuple[str, ...], options, target, name: str) -> None:
+def _register_training(kernel: KernelLike, kinds: tuple[str, ...], options, target, name: str) -> None:
     """Register the ``_fwd`` operator with an autograd formula calling the ``_bwd`` operator."""
     plan = kernel.grad_plan()
     n_out = len(kernel.outputs)
@@ -293,7 +295,7 @@ def _register_training(kernel: Kernel, kinds: tuple[str, ...], options, target, 
     forward.register_autograd(backward, setup_context=setup_context)
 
 
-def _register_backward(kernel: Kernel, kinds: tuple[str, ...], options, target, name: str) -> None:
+def _register_backward(kernel: KernelLike, kinds: tuple[str, ...], options, target, name: str) -> None:
     """Register ``tcjit::name``: the plan's backward, returning the wanted gradients in input order."""
     plan = kernel.grad_plan()
     n_in, n_out = len(kinds), len(kernel.outputs)
