@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 import torch
 
-from ._refmath_exact import (  # the modules of refmath share their private helpers
+from .refmath_exact import (  # the modules of refmath share their private helpers
     _cbrt,
     _cospi,
     _exp10,
@@ -57,7 +57,7 @@ from ._refmath_exact import (  # the modules of refmath share their private help
     _sinpi,
     _wide,
 )
-from ._refmath_special import (  # the modules of refmath share their private helpers
+from .refmath_special import (  # the modules of refmath share their private helpers
     _cyl_bessel_i0,
     _cyl_bessel_i1,
     _erfcinv,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from ._refmath_exact import (  # the modules of refmath share their private helpers
+from .refmath_exact import (  # the modules of refmath share their private helpers
     _EULER_GAMMA,
     _INF,
     _INV_SQRT_PI,
