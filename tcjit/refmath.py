@@ -31,47 +31,8 @@ from collections.abc import Callable
 
 import torch
 
-from .refmath_exact import (  # the modules of refmath share their private helpers
-    _cbrt,
-    _cospi,
-    _exp10,
-    _fdim,
-    _fma,
-    _fmod,
-    _hypot,
-    _logb,
-    _norm3d,
-    _norm4d,
-    _norm_narrow,
-    _pow,
-    _prepare,
-    _rcbrt,
-    _remainder,
-    _rhypot,
-    _rnorm3d,
-    _rnorm4d,
-    _rnorm_narrow,
-    _round,
-    _rsqrt,
-    _sigmoid,
-    _sinpi,
-    _wide,
-)
-from .refmath_special import (  # the modules of refmath share their private helpers
-    _cyl_bessel_i0,
-    _cyl_bessel_i1,
-    _erfcinv,
-    _erfcx,
-    _erfinv,
-    _j0,
-    _j1,
-    _normcdf,
-    _normcdfinv,
-    _tgamma,
-    _tgamma_narrow,
-    _y0,
-    _y1,
-)
+from . import refmath_exact as exact
+from . import refmath_special as special
 
 __all__ = ["FUNCTIONS", "apply"]
 
@@ -82,7 +43,7 @@ __all__ = ["FUNCTIONS", "apply"]
 
 def _nextafter(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """The next representable value after ``x`` towards ``y``, in the input dtype itself."""
-    (x, y), _ = _prepare((x, y))
+    (x, y), _ = exact.prepare((x, y))
     return torch.nextafter(x, y)
 
 
@@ -104,79 +65,79 @@ _KERNELS: dict[str, Callable[..., torch.Tensor]] = {
     "atan": _torch(torch.atan, "arc tangent."),
     "atan2": _torch(torch.atan2, "arc tangent of y / x in the quadrant of (x, y)."),
     "atanh": _torch(torch.atanh, "inverse hyperbolic tangent (±inf at ±1)."),
-    "cbrt": _cbrt,
+    "cbrt": exact.cbrt,
     "ceil": _torch(torch.ceil, "round towards +inf."),
     "copysign": _torch(torch.copysign, "|x| with the sign of y."),
     "cos": _torch(torch.cos, "cosine."),
     "cosh": _torch(torch.cosh, "hyperbolic cosine."),
-    "cospi": _cospi,
-    "cyl_bessel_i0": _cyl_bessel_i0,
-    "cyl_bessel_i1": _cyl_bessel_i1,
+    "cospi": exact.cospi,
+    "cyl_bessel_i0": special.cyl_bessel_i0,
+    "cyl_bessel_i1": special.cyl_bessel_i1,
     "erfc": _torch(torch.erfc, "complementary error function."),
-    "erfcinv": _erfcinv,
-    "erfcx": _erfcx,
+    "erfcinv": special.erfcinv,
+    "erfcx": special.erfcx,
     "erf": _torch(torch.erf, "error function."),
-    "erfinv": _erfinv,
-    "exp10": _exp10,
+    "erfinv": special.erfinv,
+    "exp10": exact.exp10,
     "exp2": _torch(torch.exp2, "2 ** x."),
     "exp": _torch(torch.exp, "e ** x."),
     "expm1": _torch(torch.expm1, "e ** x - 1, accurate near 0."),
     "fabs": _torch(torch.abs, "absolute value."),
-    "fdim": _fdim,
+    "fdim": exact.fdim,
     "fdivide": _torch(torch.div, "x / y."),
     "floor": _torch(torch.floor, "round towards -inf."),
     "fmax": _torch(torch.fmax, "maximum, ignoring a NaN operand."),
     "fmin": _torch(torch.fmin, "minimum, ignoring a NaN operand."),
-    "fmod": _fmod,
-    "hypot": _hypot,
-    "j0": _j0,
-    "j1": _j1,
+    "fmod": exact.fmod,
+    "hypot": exact.hypot,
+    "j0": special.j0,
+    "j1": special.j1,
     "lgamma": _torch(torch.lgamma, "log |Gamma(x)| (+inf at non-positive integers)."),
     "log10": _torch(torch.log10, "base-10 logarithm."),
     "log1p": _torch(torch.log1p, "log(1 + x), accurate near 0."),
     "log2": _torch(torch.log2, "base-2 logarithm."),
-    "logb": _logb,
+    "logb": exact.logb,
     "log": _torch(torch.log, "natural logarithm (-inf at ±0, NaN below 0)."),
-    "norm3d": _norm3d,
-    "norm4d": _norm4d,
-    "normcdf": _normcdf,
-    "normcdfinv": _normcdfinv,
-    "pow": _pow,
-    "rcbrt": _rcbrt,
-    "remainder": _remainder,
-    "rhypot": _rhypot,
-    "rnorm3d": _rnorm3d,
-    "rnorm4d": _rnorm4d,
-    "round": _round,
-    "rsqrt": _rsqrt,
+    "norm3d": exact.norm3d,
+    "norm4d": exact.norm4d,
+    "normcdf": special.normcdf,
+    "normcdfinv": special.normcdfinv,
+    "pow": exact.pow,
+    "rcbrt": exact.rcbrt,
+    "remainder": exact.remainder,
+    "rhypot": exact.rhypot,
+    "rnorm3d": exact.rnorm3d,
+    "rnorm4d": exact.rnorm4d,
+    "round": exact.round,
+    "rsqrt": exact.rsqrt,
     "sin": _torch(torch.sin, "sine."),
     "sinh": _torch(torch.sinh, "hyperbolic sine."),
-    "sinpi": _sinpi,
+    "sinpi": exact.sinpi,
     "sqrt": _torch(torch.sqrt, "square root (NaN below 0, sqrt(-0) = -0)."),
     "tan": _torch(torch.tan, "tangent."),
     "tanh": _torch(torch.tanh, "hyperbolic tangent."),
-    "tgamma": _tgamma,
+    "tgamma": special.tgamma,
     "trunc": _torch(torch.trunc, "round towards zero."),
-    "y0": _y0,
-    "y1": _y1,
-    "sigmoid": _sigmoid,
+    "y0": special.y0,
+    "y1": special.y1,
+    "sigmoid": exact.sigmoid,
 }
 
 # Cheaper kernels for float32 (and narrower) arguments.
 _NARROW: dict[str, Callable[..., torch.Tensor]] = {
-    "tgamma": _tgamma_narrow,
-    "hypot": _norm_narrow,
-    "norm3d": _norm_narrow,
-    "norm4d": _norm_narrow,
-    "rhypot": _rnorm_narrow,
-    "rnorm3d": _rnorm_narrow,
-    "rnorm4d": _rnorm_narrow,
+    "tgamma": special.tgamma_narrow,
+    "hypot": exact.norm_narrow,
+    "norm3d": exact.norm_narrow,
+    "norm4d": exact.norm_narrow,
+    "rhypot": exact.rnorm_narrow,
+    "rnorm3d": exact.rnorm_narrow,
+    "rnorm4d": exact.rnorm_narrow,
 }
 
 FUNCTIONS: dict[str, Callable[..., torch.Tensor]] = {
-    name: _wide(name, kernel, _NARROW.get(name)) for name, kernel in _KERNELS.items()
+    name: exact.wide(name, kernel, _NARROW.get(name)) for name, kernel in _KERNELS.items()
 }
-FUNCTIONS["fma"] = _fma
+FUNCTIONS["fma"] = exact.fma
 FUNCTIONS["nextafter"] = _nextafter
 
 

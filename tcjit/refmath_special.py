@@ -1,24 +1,42 @@
 """Special functions of :mod:`tcjit.refmath`: Gamma, the error function family and the normal
 distribution, Bessel functions (see that module's docstring for why torch's own are not used).
+
+The names without a leading underscore are those :mod:`tcjit.refmath` puts in its table of builtins.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .refmath_exact import (  # the modules of refmath share their private helpers
-    _EULER_GAMMA,
-    _INF,
-    _INV_SQRT_PI,
-    _NAN,
-    _SQRT1_2_HI,
-    _SQRT1_2_LO,
-    _TWO_OVER_PI,
-    _fast_two_sum,
-    _ldexp,
-    _two_prod,
-    _two_sum,
+from .refmath_exact import (
+    EULER_GAMMA,
+    INF,
+    INV_SQRT_PI,
+    NAN,
+    SQRT1_2_HI,
+    SQRT1_2_LO,
+    TWO_OVER_PI,
+    fast_two_sum,
+    ldexp,
+    two_prod,
+    two_sum,
 )
+
+__all__ = [
+    "cyl_bessel_i0",
+    "cyl_bessel_i1",
+    "erfcinv",
+    "erfcx",
+    "erfinv",
+    "j0",
+    "j1",
+    "normcdf",
+    "normcdfinv",
+    "tgamma",
+    "tgamma_narrow",
+    "y0",
+    "y1",
+]
 
 # --------------------------------------------------------------------------------------------------
 # Gamma
@@ -32,13 +50,13 @@ def _gamma_near_one(f: torch.Tensor, fe: torch.Tensor) -> tuple[torch.Tensor, to
     ``fe`` enters through ``Gamma' = Gamma * digamma``.
     """
     g = torch.exp(torch.lgamma(f))
-    return _fast_two_sum(g, g * fe * torch.special.digamma(f))
+    return fast_two_sum(g, g * fe * torch.special.digamma(f))
 
 
 def _mul_dd_d(hi: torch.Tensor, lo: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Double-double times double."""
-    p, e = _two_prod(hi, d)
-    return _fast_two_sum(p, e + lo * d)
+    p, e = two_prod(hi, d)
+    return fast_two_sum(p, e + lo * d)
 
 
 def _div_dd_dd(
@@ -46,8 +64,8 @@ def _div_dd_dd(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Double-double divided by double-double."""
     q = hi / dh
-    p, pe = _two_prod(q, dh)
-    return _fast_two_sum(q, ((((hi - p) - pe) + lo) - q * dl) / dh)
+    p, pe = two_prod(q, dh)
+    return fast_two_sum(q, ((((hi - p) - pe) + lo) - q * dl) / dh)
 
 
 def _counts_above(n: torch.Tensor) -> list[int]:
@@ -69,7 +87,7 @@ def _gamma_above_one(x: torch.Tensor) -> torch.Tensor:
     hi, lo = hi * 2.0**-100, lo * 2.0**-100  # keeps 171! in range
     for k, c in enumerate(_counts_above(n)):
         hi[:c], lo[:c] = _mul_dd_d(hi[:c], lo[:c], f[:c] + k)
-    return torch.empty_like(x).index_put_((order,), _ldexp(hi + lo, 100))
+    return torch.empty_like(x).index_put_((order,), ldexp(hi + lo, 100))
 
 
 def _gamma_below_one(x: torch.Tensor) -> torch.Tensor:
@@ -81,28 +99,28 @@ def _gamma_below_one(x: torch.Tensor) -> torch.Tensor:
     """
     m, order = torch.sort(torch.floor(-x) + 2.0, descending=True)  # x + m in [1, 2]
     x = x[order]
-    f, fe = _two_sum(x, m)
+    f, fe = two_sum(x, m)
     hi, lo = _gamma_near_one(f, fe)
     scaled = x < -100.0
     hi, lo = torch.where(scaled, hi * 2.0**600, hi), torch.where(scaled, lo * 2.0**600, lo)
     for j, c in enumerate(_counts_above(m)):
-        dh, dl = _two_sum(x[:c], m[:c] - (1.0 + j))  # factors x + m - 1, x + m - 2, ..., x
+        dh, dl = two_sum(x[:c], m[:c] - (1.0 + j))  # factors x + m - 1, x + m - 2, ..., x
         hi[:c], lo[:c] = _div_dd_dd(hi[:c], lo[:c], dh, dl)
-    result = torch.where(scaled, _ldexp(hi + lo, -600), hi + lo)
+    result = torch.where(scaled, ldexp(hi + lo, -600), hi + lo)
     return torch.empty_like(x).index_put_((order,), result)
 
 
-def _tgamma(x: torch.Tensor) -> torch.Tensor:
+def tgamma(x: torch.Tensor) -> torch.Tensor:
     """The Gamma function (C ``tgamma``), to about an ulp in float64.
 
     ``tgamma(±0) = ±inf``, NaN at negative integers and ``-inf``, ``+inf`` above 171.62.
     (``exp(lgamma(x))`` would be hundreds of ulps off for large ``|x|``.)
     """
-    out = torch.full_like(x, _NAN)
-    out = torch.where(x == 0, torch.copysign(torch.full_like(x, _INF), x), out)
-    out = torch.where(x >= 172.0, _INF, out)  # includes +inf
+    out = torch.full_like(x, NAN)
+    out = torch.where(x == 0, torch.copysign(torch.full_like(x, INF), x), out)
+    out = torch.where(x >= 172.0, INF, out)  # includes +inf
     tiny = (x.abs() < 2.0**-54) & (x != 0)
-    out = torch.where(tiny, 1.0 / x - _EULER_GAMMA, out)
+    out = torch.where(tiny, 1.0 / x - EULER_GAMMA, out)
     negative_integer = (x < 0) & (x == torch.floor(x))
     far = (x <= -190.0) & ~negative_integer & torch.isfinite(x)  # |Gamma| < 2**-1075
     odd = torch.remainder(torch.floor(x), 2.0) == 1.0
@@ -117,13 +135,13 @@ def _tgamma(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _tgamma_narrow(x: torch.Tensor) -> torch.Tensor:
+def tgamma_narrow(x: torch.Tensor) -> torch.Tensor:
     """Gamma for float32 results: ``±exp(lgamma(x))`` in float64 is off by ``~|lgamma| 2**-53``, far
     below a float32 ulp, and needs no loop."""
     g = torch.exp(torch.lgamma(x))
     g = torch.where((x < 0) & (torch.remainder(torch.floor(x), 2.0) == 1.0), -g, g)
-    g = torch.where(x == 0, torch.copysign(torch.full_like(x, _INF), x), g)
-    return torch.where((x < 0) & (x == torch.floor(x)), _NAN, g)  # poles and -inf
+    g = torch.where(x == 0, torch.copysign(torch.full_like(x, INF), x), g)
+    return torch.where((x < 0) & (x == torch.floor(x)), NAN, g)  # poles and -inf
 
 
 # --------------------------------------------------------------------------------------------------
@@ -133,10 +151,10 @@ def _tgamma_narrow(x: torch.Tensor) -> torch.Tensor:
 
 def _times_sqrt1_2(v: torch.Tensor) -> torch.Tensor:
     """``v / sqrt(2)`` with the constant to double-double precision."""
-    return torch.where(torch.isfinite(v), v * _SQRT1_2_HI + v * _SQRT1_2_LO, v)
+    return torch.where(torch.isfinite(v), v * SQRT1_2_HI + v * SQRT1_2_LO, v)
 
 
-def _erfcinv(x: torch.Tensor) -> torch.Tensor:
+def erfcinv(x: torch.Tensor) -> torch.Tensor:
     """Inverse complementary error function: ``-ndtri(x / 2) / sqrt(2)``.
 
     ``erfcinv(0) = inf``, ``erfcinv(2) = -inf``, NaN outside ``[0, 2]``. Above 1 it uses
@@ -151,28 +169,28 @@ def _erfcinv(x: torch.Tensor) -> torch.Tensor:
         log_y = torch.log(y)
         w = v
         for _ in range(4):
-            p, pe = _two_prod(w, w)
+            p, pe = two_prod(w, w)
             residual = ((torch.log(torch.special.erfcx(w)) - p) - pe) - log_y
-            w = w + residual * torch.special.erfcx(w) * (0.5 / _INV_SQRT_PI)
+            w = w + residual * torch.special.erfcx(w) * (0.5 / INV_SQRT_PI)
         v = torch.where(small, w, v)
     v = torch.where(upper, -v, v)
     return torch.where(v == 0, 0.0, v)
 
 
-def _normcdf(x: torch.Tensor) -> torch.Tensor:
+def normcdf(x: torch.Tensor) -> torch.Tensor:
     """Standard normal CDF ``erfc(-x / sqrt(2)) / 2``, accurate in the lower tail.
 
     (``torch.special.ndtr`` computes ``(1 + erf(x / sqrt(2))) / 2`` on the CPU, which cancels: it
     is off by 1e-9 relative at -5 and returns 0 from -10.) ``-x / sqrt(2)`` is carried as a
     double-double ``zh + zl``; ``zl`` enters through ``erfc' = -2 / sqrt(pi) exp(-z**2)``.
     """
-    zh, zl = _two_prod(-x, torch.full_like(x, _SQRT1_2_HI))
-    zl = zl - x * _SQRT1_2_LO
-    correction = zl * (2.0 * _INV_SQRT_PI) * torch.exp(-zh * zh)
+    zh, zl = two_prod(-x, torch.full_like(x, SQRT1_2_HI))
+    zl = zl - x * SQRT1_2_LO
+    correction = zl * (2.0 * INV_SQRT_PI) * torch.exp(-zh * zh)
     return 0.5 * (torch.erfc(zh) - torch.where(torch.isfinite(correction), correction, 0.0))
 
 
-def _erfcx(x: torch.Tensor) -> torch.Tensor:
+def erfcx(x: torch.Tensor) -> torch.Tensor:
     """Scaled complementary error function ``exp(x**2) erfc(x)``.
 
     Computed as ``exp(x**2) erfc(|x|)`` below ``|x| = 12`` with ``x**2`` kept exact (about 2 ulp;
@@ -180,19 +198,19 @@ def _erfcx(x: torch.Tensor) -> torch.Tensor:
     (torch rounds ``x**2`` before the exponential, hundreds of ulps near -25).
     """
     a = x.abs()
-    p, e = _two_prod(a, a)
+    p, e = two_prod(a, a)
     ex = torch.exp(p)
     ex = torch.where(torch.isfinite(ex) & torch.isfinite(e), ex + ex * e, ex)
     positive = torch.where(a < 12.0, ex * torch.erfc(a), torch.special.erfcx(a))
     return torch.where(x < 0, 2.0 * ex - positive, positive)
 
 
-def _erfinv(x: torch.Tensor) -> torch.Tensor:
+def erfinv(x: torch.Tensor) -> torch.Tensor:
     """Inverse error function; ``erfinv(±1) = ±inf``, NaN outside ``[-1, 1]``."""
     return torch.erfinv(x)
 
 
-def _normcdfinv(x: torch.Tensor) -> torch.Tensor:
+def normcdfinv(x: torch.Tensor) -> torch.Tensor:
     """Inverse of the standard normal CDF; ``normcdfinv(0) = -inf``, ``normcdfinv(1) = inf``."""
     return torch.special.ndtri(x)
 
@@ -279,7 +297,7 @@ def _bessel_far(x: torch.Tensor, order: int) -> tuple[torch.Tensor, torch.Tensor
     fix = torch.isfinite(w) & (x < 2.0**1023)
     cc = torch.where(fix & (s * c < 0), w / ss, cc)
     ss = torch.where(fix & (s * c >= 0), w / cc, ss)
-    scale = _INV_SQRT_PI / torch.sqrt(x)
+    scale = INV_SQRT_PI / torch.sqrt(x)
     if order == 0:
         return scale * (p * cc - q * ss), scale * (p * ss + q * cc)
     # Order 1: the phase is x - 3 pi / 4, so cos -> ss / sqrt(2) and sin -> -cc / sqrt(2).
@@ -293,9 +311,9 @@ def _bessel_near(x: torch.Tensor, order: int) -> tuple[torch.Tensor, torch.Tenso
     if order == 0:
         j = (z - _J0_DR[0]) * (z - _J0_DR[1]) * _polevl(z, _J0_RP) / _polevl(z, _J0_RQ)
         j = torch.where(x < 1e-5, 1.0 - 0.25 * z, j)
-        return j, _polevl(z, _Y0_YP) / _polevl(z, _Y0_YQ) + _TWO_OVER_PI * log_x * j
+        return j, _polevl(z, _Y0_YP) / _polevl(z, _Y0_YQ) + TWO_OVER_PI * log_x * j
     j = _polevl(z, _J1_RP) / _polevl(z, _J1_RQ) * x * (z - _J1_Z[0]) * (z - _J1_Z[1])
-    y = x * (_polevl(z, _Y1_YP) / _polevl(z, _Y1_YQ)) + _TWO_OVER_PI * j * log_x - _TWO_OVER_PI / x
+    y = x * (_polevl(z, _Y1_YP) / _polevl(z, _Y1_YQ)) + TWO_OVER_PI * j * log_x - TWO_OVER_PI / x
     return j, y
 
 
@@ -308,14 +326,14 @@ def _bessel(x: torch.Tensor, order: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.where(far, jf, jn), torch.where(far, yf, yn)
 
 
-def _j0(x: torch.Tensor) -> torch.Tensor:
+def j0(x: torch.Tensor) -> torch.Tensor:
     """Bessel function of the first kind, order 0 (even; ``j0(±inf) = 0``)."""
     j = _bessel(x, 0)[0]
     j = torch.where(x == 0, 1.0, j)
     return torch.where(torch.isinf(x), 0.0, torch.where(torch.isnan(x), x, j))
 
 
-def _j1(x: torch.Tensor) -> torch.Tensor:
+def j1(x: torch.Tensor) -> torch.Tensor:
     """Bessel function of the first kind, order 1 (odd; ``j1(±0) = ±0``, ``j1(±inf) = ±0``)."""
     j = _bessel(x, 1)[0]
     j = torch.where(torch.isinf(x) | (x == 0), 0.0, torch.where(torch.isnan(x), x, j))
@@ -325,21 +343,21 @@ def _j1(x: torch.Tensor) -> torch.Tensor:
 def _y(x: torch.Tensor, order: int) -> torch.Tensor:
     """Bessel function of the second kind: ``-inf`` at ``±0``, NaN below 0, ``0`` at ``+inf``."""
     y = _bessel(x, order)[1]
-    y = torch.where(x == _INF, 0.0, torch.where(torch.isnan(x), x, y))
-    return torch.where(x == 0, -_INF, torch.where(x < 0, _NAN, y))
+    y = torch.where(x == INF, 0.0, torch.where(torch.isnan(x), x, y))
+    return torch.where(x == 0, -INF, torch.where(x < 0, NAN, y))
 
 
-def _y0(x: torch.Tensor) -> torch.Tensor:
+def y0(x: torch.Tensor) -> torch.Tensor:
     """Bessel function of the second kind, order 0: ``y0(±0) = -inf``, NaN below 0, ``y0(inf) = 0``."""
     return _y(x, 0)
 
 
-def _y1(x: torch.Tensor) -> torch.Tensor:
+def y1(x: torch.Tensor) -> torch.Tensor:
     """Bessel function of the second kind, order 1: ``y1(±0) = -inf``, NaN below 0, ``y1(inf) = 0``."""
     return _y(x, 1)
 
 
-def _cyl_bessel_i0(x: torch.Tensor) -> torch.Tensor:
+def cyl_bessel_i0(x: torch.Tensor) -> torch.Tensor:
     """Modified Bessel function of the first kind, order 0 (even; ``i0(±inf) = inf``).
 
     Past ``|x| = 700``, ``exp(|x|)`` alone would overflow before the result does: it is applied in
@@ -348,13 +366,13 @@ def _cyl_bessel_i0(x: torch.Tensor) -> torch.Tensor:
     a = x.abs()
     big = a > 700.0
     r = torch.where(big, torch.special.i0e(a) * torch.exp(0.5 * a) * torch.exp(0.5 * a), torch.special.i0(a))
-    return torch.where(torch.isinf(a), _INF, r)
+    return torch.where(torch.isinf(a), INF, r)
 
 
-def _cyl_bessel_i1(x: torch.Tensor) -> torch.Tensor:
+def cyl_bessel_i1(x: torch.Tensor) -> torch.Tensor:
     """Modified Bessel function of the first kind, order 1 (odd; ``i1(±inf) = ±inf``)."""
     a = x.abs()
     big = a > 700.0
     r = torch.where(big, torch.special.i1e(a) * torch.exp(0.5 * a) * torch.exp(0.5 * a), torch.special.i1(a))
-    r = torch.where(torch.isinf(a), _INF, r)
+    r = torch.where(torch.isinf(a), INF, r)
     return torch.where(torch.signbit(x), -r, r)

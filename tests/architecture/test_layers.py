@@ -208,42 +208,7 @@ def test_the_graph_sees_hidden_imports_and_private_names(tmp_path: Path) -> None
     assert [entry.split(" ")[1] for entry in private] == ["pkg.b._hidden"]
 
 
-#: (importing file, module) -> the ``_names`` it still takes from that module; issue 31 removes
-#: them, and the table may only shrink (the test fails when one is given up and not taken off,
-#: so that it cannot come back unnoticed).
-KNOWN_PRIVATE = {
-    ("tcjit/refmath_special.py", "tcjit.refmath_exact"): "_EULER_GAMMA _INF _INV_SQRT_PI _NAN _SQRT1_2_HI "
-    "_SQRT1_2_LO _TWO_OVER_PI _fast_two_sum _ldexp _two_prod _two_sum",
-    ("tcjit/refmath.py", "tcjit.refmath_exact"): "_cbrt _cospi _exp10 _fdim _fma _fmod _hypot _logb _norm3d "
-    "_norm4d _norm_narrow _pow _prepare _rcbrt _remainder _rhypot _rnorm3d _rnorm4d _rnorm_narrow _round "
-    "_rsqrt _sigmoid _sinpi _wide",
-    (
-        "tcjit/refmath.py",
-        "tcjit.refmath_special",
-    ): "_cyl_bessel_i0 _cyl_bessel_i1 _erfcinv _erfcx _erfinv _j0 "
-    "_j1 _normcdf _normcdfinv _tgamma _tgamma_narrow _y0 _y1",
-}
-
-
-def test_no_new_private_import() -> None:
+def test_no_private_import() -> None:
     """A ``_name`` is its module's own; another module that needs it needs a public name."""
     _, private = _graph()
-    found = {}
-    for entry in private:
-        where, qualified = entry.split(" ", 1)
-        module, _, name = qualified.rpartition(".")
-        found.setdefault((where.split(":")[0], module), set()).add(name)
-    known = {key: set(names.split()) for key, names in KNOWN_PRIVATE.items()}
-    new = {
-        key: sorted(names - known.get(key, set()))
-        for key, names in found.items()
-        if names - known.get(key, set())
-    }
-    gone = {
-        key: sorted(names - found.get(key, set()))
-        for key, names in known.items()
-        if names - found.get(key, set())
-    }
-    assert not new and not gone, (
-        f"private imports: new {new}; no longer there (take off KNOWN_PRIVATE): {gone}"
-    )
+    assert not private, "private names imported from another module:\n" + "\n".join(private)
