@@ -1,8 +1,8 @@
 """Which barriers between a team's parallel loops a kernel can do without.
 
-The CPU printer runs consecutive top-level parallel loops in one team of threads, each shared out
-by an ``omp for`` whose closing barrier keeps the loops in order (:meth:`~tcjit.mapping.c_printer.
-CPrinter.top`). A barrier costs more than its own time: every thread waits there for the slowest,
+The CPU target runs consecutive top-level parallel loops in one team of threads, each shared out
+by an ``omp for`` whose closing barrier keeps the loops in order (:mod:`.openmp_teams`). A
+barrier costs more than its own time: every thread waits there for the slowest,
 so a thread that runs late in each loop (the one that ran Python between the kernels, its caches
 cold) sets the pace of every loop. Where each thread only touches, in the next loop, what it
 touched itself in the loops since the last barrier, the barrier orders nothing and goes

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..polyhedral.errors import TCInternalError
 from ..polyhedral.lang import ast as A
@@ -33,12 +33,9 @@ from ..polyhedral.lang.checked import CheckedDef, CheckedStatement
 from ..polyhedral.lang.types import SCALAR_TYPES, ScalarType, common_type
 from ..polyhedral.scop import ScopStatement
 from . import ir
-from .accumulation import LONG_SUM
-from .barriers import needless_barriers
 from .c_prelude import PRELUDE, builtin_callee, int_suffix
 from .packing import Pack, contiguous_strides, spanned_elements
-from .parts import Part, Site, affine, constant_range
-from .prefetch import Fetch, plan_fetches
+from .parts import Part, Site
 
 __all__ = ["BoundsCheck", "CParam", "c_storage_type", "print_kernel"]
 
@@ -248,32 +245,20 @@ class ExprPrinter:
 
 
 class _VectorExprs(ExprPrinter):
-    """Prints the right-hand side of a vector register tile (:meth:`CPrinter.vector_tile`): an
-    access that moves along the vector dimension is a vector load of ``vtype`` (GCC's vector
-    extension, unaligned, may alias its element type); everything else is a scalar, which the
-    vector arithmetic broadcasts."""
+    """Prints the right-hand side of a vector register tile (:meth:`CPrinter.vector_tile`): the
+    accesses ``loads`` (``id()``) are vector loads of ``vtype`` (GCC's vector extension,
+    unaligned, may alias its element type); everything else is a scalar, which the vector
+    arithmetic broadcasts."""
 
-    def __init__(self, printer: CPrinter, st: CheckedStatement, vdim: str, vtype: str):
+    def __init__(self, printer: CPrinter, st: CheckedStatement, vtype: str, loads: frozenset[int]):
         super().__init__(printer, st)
-        self.vdim = vdim
         self.vtype = vtype
+        self.loads = loads
 
     def value(self, e: A.Expr) -> str:
-        if isinstance(e, A.Access) and self.p._vector_access(e.tensor, e.args, self.vdim) == "vector":
+        if isinstance(e, A.Access) and id(e) in self.loads:
             return f"(*(const {self.vtype} *)&t_{e.tensor}[{self.p.address(e.tensor, e.args, self, e)}])"
         return super().value(e)
-
-
-def _moves_by_one(e: ir.Expr, var: str) -> bool:
-    """Whether ``e`` is ``var`` or ``x + var`` with ``x`` free of ``var``."""
-    if e == ir.Var(var):
-        return True
-    return (
-        isinstance(e, ir.Op)
-        and e.op == "+"
-        and e.args[1] == ir.Var(var)
-        and var not in ir.free_vars(e.args[0])
-    )
 
 
 def _wrapping(op: str, a: str, b: str, t: ScalarType) -> str:
@@ -387,23 +372,17 @@ class CPrinter:
         self.bounded: list[str] = []  # and its inputs: each access bounds-checked (after the shadowed)
         self.blocks_before = 0  # the emulated target: blocks of the launches printed so far
         self.enclosing: list[str] = []  # loop iterators in scope
-        self.serial: dict[str, ir.For] = {}  # enclosing loops printed as plain serial C loops
         self.symbol = "tc_kernel"
         self.source_lines = cdef.source.splitlines()
         self.accumulator: _Accumulator | None = None  # inside a register tile's loop
-        self.tiles = 0  # register tiles printed (their arrays are numbered)
         self.vector_types: dict[str, tuple[str, int]] = {}  # vector tiles' types: (element, bytes)
-        self.fetches: dict[int, list[Fetch]] = {}  # id() of a top-level parallel loop -> what it fetches
+        self.pending_fetches: tuple[ir.Fetch, ...] = ()  # what the next parallel loop fetches (ir.Fetching)
         self.fetching: dict[str, list[str]] = {}  # while printing one: loop variable -> calls at its top
         self.helpers: list[list[str]] = []  # static functions the regions call (the fetches'), each's lines
         self.packed: frozenset[str] = frozenset()  # inputs read from packed panels
-        self.vector_bytes = 32
         self.buffer_shadows: list[tuple[str, int]] = []  # the emulated target's promoted buffers
         # updates whose complete vector register tiles start from zero (see :func:`print_kernel`),
-        # and for each statement printed, whether every printing of it started so
-        self.foldable: frozenset[str] = frozenset()
-        self.printed: dict[str, bool] = {}
-        self.team = False  # the next parallel loop is shared out by an enclosing team (:meth:`top`)
+        self.team = False  # the next parallel loop is shared out by an enclosing team (:meth:`team_region`)
         self.nowait = False  # and needs no barrier after it (:mod:`.barriers`)
         self.sites: Mapping[str, Site] = {}  # marks that fill a part of a packed input (:mod:`.packing`)
 
@@ -528,11 +507,8 @@ class CPrinter:
         return f"{lvalue} = {value};"
 
     # ------------------------------------------------------------------------------ statements
-    def comment(self, sname: str, *, from_zero: bool = False) -> str:
-        """The comment every printing of an instance of ``sname`` starts with (it also records
-        the printing: ``from_zero`` when a register tile holds the whole reduction of each of its
-        outputs and starts it from zero, or starts the first chunk from zero, :meth:`tile_start`)."""
-        self.printed[sname] = self.printed.get(sname, True) and from_zero
+    def comment(self, sname: str) -> str:
+        """The comment every printing of an instance of ``sname`` starts with: its TC line."""
         st = self.statements[sname].source
         line = st.source.span.line
         text = self.source_lines[line - 1].strip() if 0 < line <= len(self.source_lines) else ""
@@ -599,181 +575,24 @@ class CPrinter:
         self.lines.append(f"{indent}{{ {self.bindings(node.statement, node.args)}")
         self.lines.append(f"{indent}  {self.body(node.statement)} }}")
 
-    def one_element_update(self, runs: Sequence[ir.Run], inner: set[str]) -> CheckedStatement | None:
-        """The update statement every one of ``runs`` instantiates, if they all update one element
-        that none of the loop variables ``inner`` moves, and its right-hand side does not read the
-        tensor it updates (a register or a partial result can then hold the element); else None."""
-        if not runs or len({r.statement for r in runs}) != 1:
-            return None
-        scop_st = self.statements[runs[0].statement]
-        st = scop_st.source
-        if scop_st.kind != "update" or not st.plain_lhs:
-            return None
-        if any(isinstance(a, A.Access) and a.tensor == st.tensor for a in A.walk(st.rhs)):
-            return None
-        elements = set()
-        for r in runs:
-            bound = dict(zip(scop_st.dims, r.args))
-            element = tuple(bound[v] for v in st.lhs_vars)
-            if any(ir.free_vars(e) & inner for e in element):
-                return None
-            elements.add(element)
-        return st if len(elements) == 1 else None
-
-    def register_tile(self, loop: ir.For, kinds: set[str], indent: str) -> bool:
-        """A register tile (see :mod:`.cpu`): the outputs the point loops below ``loop`` update
-        live in a local array across ``loop``; False (print it plainly) if the nest does not fit.
-
-        Expected shape: ``loop`` (a reduction loop), more reduction loops, then the point loops
-        (``unroll``/``simd`` kinds, or single-iteration ones) around instances of one update
-        statement only, whose output element depends on neither ``loop`` nor the loops between.
-        With ``simd_reduction`` on ``loop`` itself (the dot-product form) ``loop`` is strip-mined
-        into :attr:`lanes` partial sums per output, added up after it.
-        """
-        if "simd_reduction" not in kinds:
-            shape = _reduction_chain(loop)
-            if shape is not None:
-                return self.chain_tile(loop, *shape, indent)
-        chain, node = [], loop.body
-        while isinstance(node, (ir.For, ir.Mark)):
-            if isinstance(node, ir.Mark):
-                node = node.body
-            elif node.degenerate or set(node.kind.split("+")) & {"unroll", "simd"}:
-                break
-            else:
-                chain.append(node)
-                node = node.body
-        inner = {loop.var, *(c.var for c in chain)}
-        found = self._tile_points(node, inner)
-        if found is None:
-            return False
-        points, node, runs, st, extents = found
-        dot = "simd_reduction" in kinds
-        if dot and (chain or any("simd" in p.kind.split("+") for p in points) or st.op not in _ASSOCIATIVE):
-            dot = False
-        lanes = self.lanes(self.element_type(st.tensor)) if dot else 1
-        if math.prod(extents) * lanes > MAX_REGISTER_TILE:
-            return False
-        name = f"tc_r{self.tiles}"
-        self.tiles += 1
-        full, conds = _full_tiles(points)
-        if conds:
-            self.lines.append(f"{indent}if ({' && '.join(conds)}) {{")
-            self._register_tile(loop, full, node, runs, extents, dot, name, indent + "  ")
+    # ------------------------------------------------------------------------- register tiles
+    def register_tile(self, n: ir.RegisterTile | ir.FullTiles, indent: str) -> None:
+        """A register tile (:mod:`.register_tiles` planned it): the outputs its point loops update
+        live in registers across its reduction loops."""
+        if isinstance(n, ir.FullTiles):
+            self.lines.append(f"{indent}if ({' && '.join(expr(c)[1:-1] for c in n.conds)}) {{")
+            self.register_tile(n.full, indent + "  ")
             self.lines.append(f"{indent}}} else {{")
-            # Unrolling loops with variable bounds costs the compiler time and buys nothing.
-            rolled = [_without_kind(p, "unroll") for p in points]
-            self._register_tile(loop, rolled, node, runs, extents, dot, name, indent + "  ")
+            self.register_tile(n.rolled, indent + "  ")
             self.lines.append(f"{indent}}}")
+        elif n.form == "vector":
+            self.vector_tile(n, indent)
+        elif n.form == "chain_vector":
+            self.chain_vector(n, indent)
+        elif n.form == "chain_array":
+            self.chain_array(n, indent)
         else:
-            self._register_tile(loop, points, node, runs, extents, dot, name, indent)
-        return True
-
-    def _tile_points(self, node: ir.Node, inner: set[str]):
-        """``(points, body, runs, statement, extents)`` of a register tile whose point loops start
-        at ``node``: the ``unroll``/``simd`` (or single-iteration) loops, of constant extents and
-        bounds free of the reduction loops ``inner`` and of each other, around instances of one
-        update of one element that ``inner`` does not move (:meth:`one_element_update`); None
-        if the nest is not of that shape."""
-        points: list[ir.For] = []
-        while isinstance(node, (ir.For, ir.Mark)):
-            if isinstance(node, ir.Mark):
-                node = node.body
-                continue
-            if not (node.degenerate or set(node.kind.split("+")) & {"unroll", "simd"}):
-                return None
-            points.append(node)
-            node = node.body
-        runs = _flat_runs(node)
-        st = self.one_element_update(runs or [], inner) if points else None
-        if st is None:
-            return None
-        pvars = {p.var for p in points}
-        extents = []
-        for p in points:
-            if (ir.free_vars(p.init) | ir.free_vars(p.cond)) & (inner | (pvars - {p.var})):
-                return None
-            if p.degenerate:
-                continue
-            hi = _constant_upper_bound(p.cond, p.var)
-            if not isinstance(p.init, ir.Int) or p.init.value < 0 or p.step != 1 or hi is None:
-                return None
-            extents.append(hi + 1)
-        return points, node, runs, st, extents
-
-    def chain_tile(self, loop: ir.For, chain: list[ir.For], vloop: ir.For, indent: str) -> bool:
-        """The dot-product register tile over a chain of reductions (:mod:`.cpu`,
-        ``_register_tile_chain``): ``loop`` (marked ``accumulate``), the loops ``chain`` below it,
-        the ``simd_reduction`` loop ``vloop``, then the point loops around one ``+=`` update.
-        Every output of the tile keeps a vector of partial sums across all of them; the lanes
-        are added up once, after ``loop``. False (print the nest plainly) if it does not fit."""
-        if not self.canonical(vloop) or vloop.step != 1:
-            return False
-        inner = {loop.var, *(c.var for c in chain), vloop.var}
-        found = self._tile_points(vloop.body, inner)
-        if found is None:
-            return False
-        points, node, runs, st, extents = found
-        if st.op != "+=":
-            return False
-        plan = self._chain_plan(runs, vloop)
-        if plan is not None:
-            if math.prod(extents) > MAX_VECTOR_ACCUMULATORS:
-                return False
-        elif math.prod(extents) * self.lanes(self.element_type(st.tensor)) > MAX_REGISTER_TILE:
-            return False
-        name = f"tc_r{self.tiles}"
-        self.tiles += 1
-        full, conds = _full_tiles(points)
-        copies = [(full, indent + "  "), ([_without_kind(p, "unroll") for p in points], indent + "  ")]
-        if not conds:
-            copies = [(points, indent)]
-        for k, (pts, ind) in enumerate(copies):
-            if conds:
-                self.lines.append(
-                    f"{indent}if ({' && '.join(conds)}) {{" if k == 0 else f"{indent}}} else {{"
-                )
-            if plan is not None:
-                self._chain_vector(loop, chain, vloop, pts, runs, extents, plan, name, ind)
-            else:
-                self._chain_array(loop, chain, vloop, pts, node, runs, extents, name, ind)
-        if conds:
-            self.lines.append(f"{indent}}}")
-        return True
-
-    def _chain_plan(self, runs: Sequence[ir.Run], vloop: ir.For):
-        """``(type, dimension)`` if the chain tile's update can run in vector registers along loop
-        ``vloop``: a ``+=`` of float32 or float64 values into a tensor of that type (or of float32
-        ones accumulated in float64, a long sum, where ``vloop`` runs a known number of times
-        below :data:`.accumulation.LONG_SUM`: one run is the shortest float32 block
-        :meth:`_chain_vector` may use), one dimension moving by one along ``vloop``
-        and a right-hand side :meth:`_vector_value` accepts; None otherwise (and in the
-        emulated target, which checks races per element)."""
-        if self.shadowed:
-            return None
-        scop_st = self.statements[runs[0].statement]
-        st = scop_st.source
-        t = self.cdef.tensor(st.tensor).dtype
-        et = self.element_type(st.tensor)
-        if t.name not in ("float32", "float64") or st.value_type != t:
-            return None
-        if et != t:
-            runs_of = _extent(vloop)
-            if not (t.name == "float32" and et.name == "float64") or runs_of is None or runs_of >= LONG_SUM:
-                return None  # float32 blocks need runs of a known length below LONG_SUM
-        vdims = set()
-        for run in runs:
-            bound = dict(zip(scop_st.dims, run.args))
-            moving = [d for d in scop_st.dims if vloop.var in ir.free_vars(bound[d])]
-            if len(moving) != 1 or not _moves_by_one(bound[moving[0]], vloop.var):
-                return None
-            vdims.add(moving[0])
-        if len(vdims) != 1:
-            return None
-        (vdim,) = vdims
-        if vdim in st.lhs_vars or not self._vector_value(st.rhs, t, vdim):
-            return None
-        return t, vdim
+            self.array_tile(n, indent)
 
     def _vtype(self, ctype: str, count: int) -> str:
         """The name of a vector type of ``count`` elements of C type ``ctype``, declared in the
@@ -796,9 +615,9 @@ class CPrinter:
             indent += "  "
         return closing, indent
 
-    def _chain_vector(self, loop, chain, vloop, points, runs, extents, plan, name, indent) -> None:
+    def chain_vector(self, n: ir.RegisterTile, indent: str) -> None:
         """The chain tile in GCC vector types: per output one vector of ``L`` partial sums
-        (:attr:`lanes` of the tensor's type); every step loads each operand's vector once for all
+        (``n.lanes`` of the tensor's type); every step loads each operand's vector once for all
         the outputs that share it. ``vloop`` is strip-mined by ``L``; its remainder is one
         overlapping vector that ends at the loop's last value, the lanes counted already masked
         to +0 (bitwise, so that NaN and infinities in them count nothing), or scalar updates of
@@ -810,28 +629,28 @@ class CPrinter:
         ``vloop`` (a row of a convolution's output: tens of terms), far fewer than the
         :data:`.accumulation.LONG_SUM` terms below which float32 sums are accurate enough everywhere else
         in tcjit, and the long sum itself is carried in float64."""
-        t, vdim = plan
+        t, vloop, runs, points, name = n.vector, n.vloop, n.runs, n.points, n.name
         first = runs[0]
         st = self.statements[first.statement].source
         et = self.element_type(st.tensor)
         wide = et != t
         ct, ect = c_compute_type(t), c_compute_type(et)
-        lanes = self.lanes(t)
+        lanes = n.lanes
         vt = self._vtype(ct, lanes)
         wt = self._vtype(ect, lanes)
         lane_int = "int32_t" if ct == "float" else "int64_t"
         it = self._vtype(lane_int, lanes)
         acc = f"{name}_p" if wide else name
         idx = "".join(f"[{p.var}]" for p in points if not p.degenerate)
-        dims = "".join(f"[{e}]" for e in extents)
+        dims = "".join(f"[{e}]" for e in n.dims)
         nest = list(points)
-        vex = _VectorExprs(self, st, vdim, vt)
+        vex = _VectorExprs(self, st, vt, n.vector_loads)
         sex = ExprPrinter(self, st)
         addr = self.address(st.tensor, st.lhs, sex, st.source)
         lhs_bind = self.bindings(first.statement, first.args, set(st.lhs_vars))
-        loops = ", ".join([loop.var, *(c.var for c in chain), vloop.var])
-        loops_ = [loop, *chain]
-        block = _float32_block(loops_, vloop) if wide else 0  # float32 partials inside loops_[:block]
+        loops = ", ".join([*(c.var for c in n.loops), vloop.var])
+        loops_ = list(n.loops)
+        block = n.block
         how = f"vectors of {lanes}"
         if wide:
             per = f"iteration of {loops_[block - 1].var}" if block else "tile"
@@ -850,7 +669,7 @@ class CPrinter:
             self.point_nest(nest, f"{acc}{idx} = ({vt}){{0}};", inner)
         more, inner_ = self._chain_open(loops_[block:], inner)
         outer, inner = inner, inner_
-        hi = _constant_upper_bound(vloop.cond, vloop.var, constant=False)
+        hi = _upper_bound(vloop)
         v = vloop.var
         self.lines.append(
             f"{inner}const int64_t tc_lo = {expr(vloop.init)}, tc_hi = {hi};"
@@ -877,9 +696,10 @@ class CPrinter:
         svalue = convert(convert(sex.value(st.rhs), st.value_type, t), t, t)
         self.lines.append(f"{inner}  for (int64_t {v} = tc_main; {v} <= tc_hi; {v}++) {{")
         self.point_nest(
-            [_without_kind(p, "unroll") for p in nest],
+            nest,
             updates(lambda: f"{acc}{idx}[{v} - tc_main] += {svalue};"),
             inner + "    ",
+            unroll=False,
         )
         self.lines.append(f"{inner}  }}")
         self.lines.append(f"{inner}}}")
@@ -889,22 +709,22 @@ class CPrinter:
         self.lines.extend(reversed(closing))
         self._store_lane_sums(st, addr, et, lanes, f"tc_s + {name}{idx}[tc_l]", nest, lhs_bind, indent)
 
-    def _chain_array(self, loop, chain, vloop, points, node, runs, extents, name, indent) -> None:
+    def chain_array(self, n: ir.RegisterTile, indent: str) -> None:
         """The chain tile where the update does not fit vector types (a conversion, a call, a
-        gather): per output an array of :attr:`lanes` partial sums in the type the tensor is held
+        gather): per output an array of ``n.lanes`` partial sums in the type the tensor is held
         in, ``vloop`` strip-mined into an ``omp simd`` loop over the lanes, its remainder
         accumulated into lane 0."""
-        first = runs[0]
+        first, points, name = n.runs[0], n.points, n.name
         st = self.statements[first.statement].source
         et = self.element_type(st.tensor).compute
         ct = c_compute_type(et)
-        lanes = self.lanes(self.element_type(st.tensor))
+        lanes = n.lanes
         idx = "".join(f"[{p.var}]" for p in points if not p.degenerate)
-        dims = "".join(f"[{e}]" for e in extents) + f"[{lanes}]"
+        dims = "".join(f"[{e}]" for e in n.dims) + f"[{lanes}]"
         ex = ExprPrinter(self, st)
         addr = self.address(st.tensor, st.lhs, ex, st.source)
         lhs_bind = self.bindings(first.statement, first.args, set(st.lhs_vars))
-        loops = ", ".join([loop.var, *(c.var for c in chain), vloop.var])
+        loops = ", ".join([*(c.var for c in n.loops), n.vloop.var])
         self.lines.append(
             f"{indent}{{ /* register tile (dot-product form over a chain of reductions, {lanes} lanes):"
             f" '{st.tensor}' kept in {name} across loops {loops} */"
@@ -914,8 +734,8 @@ class CPrinter:
         self.point_nest(
             points, f"for (int tc_l = 0; tc_l < {lanes}; tc_l++) {name}{idx}[tc_l] = {zero};", indent + "  "
         )
-        closing, inner = self._chain_open([loop, *chain], indent + "  ")
-        self._lane_strips(vloop, points, node, first.statement, f"{name}{idx}", lanes, inner)
+        closing, inner = self._chain_open(n.loops, indent + "  ")
+        self._lane_strips(n, f"{name}{idx}", inner)
         self.accumulator = None
         self.lines.extend(reversed(closing))
         combine = combine_update(st.op, "tc_s", f"{name}{idx}[tc_l]", et)
@@ -933,55 +753,33 @@ class CPrinter:
         self.point_nest(points, f"{lhs_bind} {finish}", indent + "  ")
         self.lines.append(f"{indent}}}")
 
-    def _lane_strips(
-        self, vloop, points, node, statement: str, lanes_of: str, lanes: int, indent: str
-    ) -> None:
-        """The dot-product forms' reduction loop ``vloop``, strip-mined: whole strips of ``lanes``
-        iterations add into ``lanes_of[0 .. lanes - 1]`` (a ``simd`` lane loop inside the point
-        loops), the remaining iterations into ``lanes_of[0]``."""
-        hi = _constant_upper_bound(vloop.cond, vloop.var, constant=False)
+    def _lane_strips(self, n: ir.RegisterTile, lanes_of: str, indent: str) -> None:
+        """The dot-product forms' reduction loop ``n.vloop``, strip-mined (``n.compute``): whole
+        strips of ``n.lanes`` iterations add into ``lanes_of[0 .. lanes - 1]`` (a ``simd`` lane
+        loop inside the point loops), the remaining iterations into ``lanes_of[0]``."""
+        lanes = n.lanes
         self.lines.append(
-            f"{indent}const int64_t tc_lo = {expr(vloop.init)}, tc_hi = {hi};"
+            f"{indent}const int64_t tc_lo = {expr(n.vloop.init)}, tc_hi = {_upper_bound(n.vloop)};"
             f" const int64_t tc_main = tc_hi < tc_lo ? tc_lo"
             f" : tc_lo + (tc_hi - tc_lo + 1) / {lanes} * {lanes};"
         )
-        lane_loop = ir.For(
-            "tc_l",
-            ir.Int(0),
-            ir.Op("<", (ir.Var("tc_l"), ir.Int(lanes))),
-            1,
-            _substitute_runs(node, {vloop.var: ir.Op("+", (ir.Var("tc_k"), ir.Var("tc_l")))}),
-            kind="simd",
-        )
-        main = ir.For(
-            "tc_k",
-            ir.Var("tc_lo"),
-            ir.Op("<", (ir.Var("tc_k"), ir.Var("tc_main"))),
-            lanes,
-            _rebuild(points, lane_loop),
-        )
-        tail = ir.For(
-            vloop.var,
-            ir.Var("tc_main"),
-            ir.Op("<=", (ir.Var(vloop.var), ir.Var("tc_hi"))),
-            1,
-            _rebuild(points, node),
-        )
-        self.accumulator = _Accumulator(statement, f"{lanes_of}[tc_l]")
-        self.loop(main, indent)
-        self.accumulator = _Accumulator(statement, f"{lanes_of}[0]")
-        self.loop(tail, indent)
+        main, tail = n.compute.children
+        self.accumulator = _Accumulator(n.statement, f"{lanes_of}[tc_l]")
+        self.node(main, indent)
+        self.accumulator = _Accumulator(n.statement, f"{lanes_of}[0]")
+        self.node(tail, indent)
 
-    def _register_tile(self, loop, points, node, runs, extents, dot, name, indent) -> None:
-        if not dot and self.vector_tile(loop, points, node, name, indent):
-            return
-        first = runs[0]
+    def array_tile(self, n: ir.RegisterTile, indent: str) -> None:
+        """The outer-product form (an array of sums per output, loaded before the reduction loop
+        and stored after it) or the dot-product form (``n.lanes`` partial sums per output)."""
+        dot = n.form == "dot"
+        first, points, name, loop = n.runs[0], n.points, n.name, n.loops[0]
         st = self.statements[first.statement].source
         et = self.element_type(st.tensor).compute
         ct = c_compute_type(et)
-        lanes = self.lanes(self.element_type(st.tensor)) if dot else 1
+        lanes = n.lanes
         idx = "".join(f"[{p.var}]" for p in points if not p.degenerate)
-        dims = "".join(f"[{e}]" for e in extents) + (f"[{lanes}]" if dot else "")
+        dims = "".join(f"[{e}]" for e in n.dims) + (f"[{lanes}]" if dot else "")
         ex = ExprPrinter(self, st)
         addr = self.address(st.tensor, st.lhs, ex, st.source)
         lhs_bind = self.bindings(first.statement, first.args, set(st.lhs_vars))
@@ -997,7 +795,7 @@ class CPrinter:
             start = f"{name}{idx} = {self.load(st.tensor, addr, et)};"
         self.point_nest(points, f"{lhs_bind} {start}", indent + "  ")
         if dot:
-            self._lane_strips(loop, points, node, first.statement, f"{name}{idx}", lanes, indent + "  ")
+            self._lane_strips(n, f"{name}{idx}", indent + "  ")
             finish = (
                 f"{ct} tc_s = {self.load(st.tensor, addr, et)};"
                 f" {_fold_lanes(st.op, f'{name}{idx}', lanes, et)}"
@@ -1005,78 +803,27 @@ class CPrinter:
             )
         else:
             self.accumulator = _Accumulator(first.statement, f"{name}{idx}")
-            body = _rebuild_chain(loop.body, points)
-            self.loop(ir.For(loop.var, loop.init, loop.cond, loop.step, body), indent + "  ")
+            self.node(n.compute, indent + "  ")
             finish = self.store(st.tensor, addr, f"{name}{idx}")
         self.accumulator = None
         self.point_nest(points, f"{lhs_bind} {finish}", indent + "  ")
         self.lines.append(f"{indent}}}")
 
-    def vector_tile(self, loop: ir.For, points, node, name: str, indent: str) -> bool:
-        """The outer-product form in vector registers (a micro-kernel); False if it does not apply.
-
-        A register tile whose innermost point loop is the ``simd`` loop, of a constant extent that
-        is a multiple of :attr:`lanes`, the others unrolled, around one instance of a ``+=`` whose
-        output and operands are float32 or float64 (no conversions, no wide accumulator) and whose
-        right-hand side is ``+ - *`` of accesses, literals and scalars. Every access moves by one
-        element along the vector loop (a vector load) or not at all (a scalar, broadcast). The sums
-        live in ``<lanes>``-wide vector variables (GCC's vector extension) across the reduction
-        loops, each row's operands loaded once per step: the code gcc makes of it is a BLAS
-        micro-kernel (``float[..][..]`` arrays with an ``omp simd`` loop leave it spilling partial
-        sums to the stack).
-        """
-        runs = _flat_runs(node)
-        live = [p for p in points if not p.degenerate]
-        if not runs or not live or live[-1].kind.split("+").count("simd") != 1:
-            return False
-        extents = []
-        for p in live:
-            hi = _constant_upper_bound(p.cond, p.var)
-            if hi is None or _variable_bounds(p.cond) or p.init != ir.Int(0) or p.step != 1:
-                return False
-            if p is not live[-1] and "unroll" not in p.kind.split("+"):
-                return False
-            extents.append(hi + 1)
-        simd = live[-1].var
-        plan = self._vector_plan(runs, simd, "vector")
-        if plan is None:
-            return False
-        st, et, vdim = plan
-        lanes = self.lanes(et)
-        if extents[-1] % lanes or math.prod(extents) // lanes > MAX_VECTOR_ACCUMULATORS:
-            return False
-        vtype = self.vector_type(et)
-        chunks = extents[-1] // lanes
-        chunk = ir.For(
-            "tc_v", ir.Int(0), ir.Op("<=", (ir.Var("tc_v"), ir.Int(chunks - 1))), 1, node, kind="unroll"
-        )
-        nest = (
-            [
-                ir.For(p.var, p.init, p.cond, p.step, p.body, kind="unroll") if p.degenerate is False else p
-                for p in points[:-1]
-            ]
-            if points[-1] is live[-1]
-            else None
-        )
-        if nest is None:  # a degenerate point loop inside the vector loop: keep the plain form
-            return False
-        nest.append(chunk)
-        idx = "".join(f"[{p.var}]" for p in live[:-1]) + "[tc_v]"
-        dims = "".join(f"[{e}]" for e in extents[:-1]) + f"[{chunks}]"
-        lane0 = f"const int64_t {simd} = {lanes} * tc_v;"
-        ex = _VectorExprs(self, st, vdim, vtype)
+    def vector_tile(self, n: ir.RegisterTile, indent: str) -> None:
+        """The outer-product form in vector registers (a micro-kernel, see
+        :mod:`.register_tiles`): the sums live in ``n.lanes``-wide vector variables (GCC's vector
+        extension) across the reduction loops, each row's operands loaded once per step."""
+        first, runs, nest, name, loop = n.runs[0], n.runs, n.points, n.name, n.loops[0]
+        st = self.statements[first.statement].source
+        lanes = n.lanes
+        vtype = self._vtype(c_compute_type(n.vector), lanes)
+        idx = "".join(f"[{p.var}]" for p in nest if not p.degenerate)
+        dims = "".join(f"[{e}]" for e in n.dims)
+        lane0 = f"const int64_t {n.var} = {lanes} * tc_v;"
+        ex = _VectorExprs(self, st, vtype, n.vector_loads)
         addr = self.address(st.tensor, st.lhs, ex, st.source)
-        first = runs[0]
         lhs_bind = self.bindings(first.statement, first.args, set(st.lhs_vars))
-        across = [loop]  # the reduction loops between the tile's loop and its point loops
-        while True:
-            nxt = across[-1].body
-            while isinstance(nxt, ir.Mark):
-                nxt = nxt.body
-            if not isinstance(nxt, ir.For) or nxt.var in {p.var for p in points}:
-                break
-            across.append(nxt)
-        start = self.tile_start(across, runs)
+        start = None if n.start is None else " && ".join(f"{o} == {v}" for o, v in n.start)
         how = {None: "", "": ", whole sums from zero"}.get(start, f", from zero where {start}")
         self.lines.append(
             f"{indent}{{ /* register tile (outer-product form, vectors of {lanes}): '{st.tensor}' kept in"
@@ -1095,13 +842,12 @@ class CPrinter:
             self.lines.append(f"{indent}  }} else {{")
             self.point_nest(nest, load, indent + "    ")
             self.lines.append(f"{indent}  }}")
-        from_zero = start is not None
         closing, inner = [], indent + "  "
-        for chain in across:
+        for chain in n.loops:
             self.lines.append(f"{inner}{self.loop_header(chain)} {{")
             closing.append(f"{inner}}}")
             inner += "  "
-        self.lines.append(f"{inner}{self.comment(first.statement, from_zero=from_zero)}")
+        self.lines.append(f"{inner}{self.comment(first.statement)}")
         value = ex.value(st.rhs)
         updates = " ".join(
             f"{{ {self.bindings(r.statement, r.args)} {name}{idx} += {value}; }}" for r in runs
@@ -1112,167 +858,10 @@ class CPrinter:
             nest, f"{lane0} {lhs_bind} *({vtype} *)&t_{st.tensor}[{addr}] = {name}{idx};", indent + "  "
         )
         self.lines.append(f"{indent}}}")
-        return True
 
-    def tile_start(self, loops: Sequence[ir.For], runs: Sequence[ir.Run]) -> str | None:
-        """How a register tile across ``loops`` (its reduction loop and those below it, above the
-        point loops) around ``runs`` starts its sums: ``""`` from zero, as each execution holds
-        the whole reduction of every output it updates; a C condition, true in the execution that
-        updates its outputs first (the first chunk of a reduction an enclosing loop splits), which
-        starts from zero while the others load what the earlier ones stored; None: it loads.
-
-        The update must be in :attr:`foldable` (a ``+=!``). Each reduction variable is bound to
-        ``i + c`` or ``k*o + i + c``: ``i`` one of ``loops``, a different one for each variable,
-        over a constant range ``[a, b)``; ``o`` an enclosing serial loop (:attr:`serial`) over a
-        constant range, ``k = b - a``, none of the outputs' subscripts depending on it. Together
-        they span the variable's whole range ``[lo, hi)``: ``a + c = lo`` and ``b + c = hi``
-        without ``o``; ``k*o_lo + a + c = lo`` and ``k*o_hi + b + c = hi`` with it.
-
-        Why that suffices: an instance runs once, and the schedule orders an output's instances
-        by ``o`` before ``i`` (``o`` encloses the tile, and the point of the output fixes every
-        other loop). The execution at ``o = o_lo`` runs the output's first points, ``[lo, lo + k)``
-        (the domain is a box over the variable's range, as the constant bounds show), so no
-        instance updated the output before it: it holds the initialisation's zero there, which
-        the tile need not load; the later chunks load what it stored. With no ``o``, an execution
-        runs every point, and each output holds zero at its start.
-        """
-        sname = runs[0].statement
-        if sname not in self.foldable:
-            return None
-        scop_st = self.statements[sname]
-        st = scop_st.source
-        spans = {}
-        for loop in loops:
-            span = _constant_span(loop)
-            if span is None:
-                return None
-            spans[loop.var] = span
-        try:
-            ranges = {
-                v: (st.range_of(v).lo.evaluate(self.sizes), st.range_of(v).hi.evaluate(self.sizes))
-                for v in st.reduction_vars
-            }
-        except (KeyError, ValueError, TypeError):  # a range over sizes this printer was not given
-            return None
-        first: dict[str, int] = {}  # chunk loop -> its first value
-        for run in runs:
-            bound = dict(zip(scop_st.dims, run.args))
-            inner, outer = [], []
-            for v in st.reduction_vars:
-                form = affine(bound[v])
-                if form is None:
-                    return None
-                coefs, c = dict(form[0]), form[1]
-                mine = [(u, k) for u, k in coefs.items() if u in spans]
-                rest = [(u, k) for u, k in coefs.items() if u not in spans]
-                if len(mine) != 1 or mine[0][1] != 1 or len(rest) > 1:
-                    return None
-                a, b = spans[mine[0][0]]
-                lo, hi = ranges[v]
-                inner.append(mine[0][0])
-                if not rest:
-                    if (a + c, b + c) != (lo, hi):
-                        return None
-                    continue
-                o, k = rest[0]
-                chunk = self.serial.get(o)
-                span = None if chunk is None else _constant_span(chunk)
-                if span is None or k != b - a or (k * span[0] + a + c, k * (span[1] - 1) + b + c) != (lo, hi):
-                    return None
-                outer.append(o)
-                first[o] = span[0]
-            if len(set(inner)) != len(inner) or len(set(outer)) != len(outer):
-                return None
-            lhs = {d: a for d, a in zip(scop_st.dims, run.args) if d not in st.reduction_vars}
-            if any(set(outer) & ir.free_vars(a) for a in lhs.values()):
-                return None
-        return " && ".join(f"{o} == {v}" for o, v in sorted(first.items()))
-
-    def vector_type(self, t: ScalarType) -> str:
-        """The name of the vector type of ``t`` (:attr:`lanes` of them), declared in the kernel."""
-        ctype = c_compute_type(t)
-        vtype = f"tc_v{self.lanes(t)}{'f32' if ctype == 'float' else 'f64'}"
-        self.vector_types[vtype] = (ctype, self.lanes(t) * _ctype_size(t))
-        return vtype
-
-    def _vector_plan(self, runs: Sequence[ir.Run], var: str, output: str):
-        """``(statement, type, dimension)`` if ``runs`` (instances of one statement) can run in
-        vector registers along loop ``var``: a float32 or float64 ``+=`` without conversions or a
-        wide accumulator, one dimension moving by one along ``var``, its output moving as
-        ``output`` says (:meth:`_vector_access`) and a right-hand side :meth:`_vector_value`
-        accepts; None otherwise (and in the emulated target, which checks races per element)."""
-        if self.shadowed:
-            return None
-        scop_st = self.statements[runs[0].statement]
-        st = scop_st.source
-        et = self.element_type(st.tensor)
-        if st.op != "+=" or et.name not in ("float32", "float64") or st.tensor in self.wide:
-            return None
-        if st.value_type != et or self.cdef.tensor(st.tensor).dtype != et:
-            return None
-        vdims = set()
-        for run in runs:
-            bound = dict(zip(scop_st.dims, run.args))
-            moving = [d for d in scop_st.dims if var in ir.free_vars(bound[d])]
-            if len(moving) != 1 or not _moves_by_one(bound[moving[0]], var):
-                return None
-            vdims.add(moving[0])
-        if len(vdims) != 1:
-            return None
-        (vdim,) = vdims
-        if self._vector_access(st.tensor, st.lhs, vdim) != output or not self._vector_value(st.rhs, et, vdim):
-            return None
-        return st, et, vdim
-
-    def _vector_access(self, tensor: str, args: Sequence[A.Expr], vdim: str) -> str | None:
-        """How an access moves along the vector dimension ``vdim``: ``"scalar"`` (not at all: no
-        subscript mentions ``vdim``, or those that do are of stride 0, as in an expanded tensor
-        such as the gradient ``sum().backward()`` passes), ``"vector"`` (by one element: a
-        subscript ``vdim`` or ``vdim + c`` of stride 1), or None."""
-        if tensor in self.wide or any(id(a) in self.checked for a in args):
-            return None
-        strides = self.strides[tensor]
-        moving = [k for k, a in enumerate(args) if vdim in A.index_vars(a)]
-        if all(strides[k] == 0 for k in moving):
-            return "scalar"
-        if len(moving) != 1 or strides[moving[0]] != 1:
-            return None
-        a = args[moving[0]]
-        if isinstance(a, A.Ident):
-            return "vector"
-        if isinstance(a, A.Binary) and a.op in ("+", "-"):  # vdim + e, vdim - e, e + vdim
-            pairs = [(a.lhs, a.rhs)] + ([(a.rhs, a.lhs)] if a.op == "+" else [])
-            for this, other in pairs:
-                if isinstance(this, A.Ident) and this.name == vdim and vdim not in A.index_vars(other):
-                    return "vector"
-        return None
-
-    def _vector_value(self, e: A.Expr, t: ScalarType, vdim: str) -> bool:
-        """Whether :class:`_VectorExprs` can print ``e``: ``+ - *`` of type ``t`` over accesses that
-        :meth:`_vector_access` accepts, literals and scalar arguments."""
-        if e.dtype != t:
-            return False
-        if isinstance(e, (A.IntLit, A.FloatLit)):
-            return True
-        if isinstance(e, A.Ident):
-            return e.kind == "scalar"
-        if isinstance(e, A.Access):
-            return (
-                self.cdef.tensor(e.tensor).dtype == t
-                and self._vector_access(e.tensor, e.args, vdim) is not None
-            )
-        if isinstance(e, A.Unary):
-            return e.op == "-" and self._vector_value(e.arg, t, vdim)
-        if isinstance(e, A.Binary):
-            return (
-                e.op in ("+", "-", "*")
-                and self._vector_value(e.lhs, t, vdim)
-                and self._vector_value(e.rhs, t, vdim)
-            )
-        return False
-
-    def point_nest(self, points: Sequence[ir.For], body: str, indent: str) -> None:
-        """The point loops of a register tile around ``body`` (their bounds use only outer loops)."""
+    def point_nest(self, points: Sequence[ir.For], body: str, indent: str, *, unroll: bool = True) -> None:
+        """The point loops of a register tile around ``body`` (their bounds use only outer loops);
+        without ``unroll``, none is unrolled."""
         closing = []
         for p in points:
             if p.degenerate:
@@ -1280,7 +869,7 @@ class CPrinter:
             else:
                 if "simd" in p.kind.split("+"):
                     self.lines.append(f"{indent}#pragma omp simd")
-                elif "unroll" in p.kind.split("+"):
+                elif unroll and "unroll" in p.kind.split("+"):
                     self.lines.append(f"{indent}#pragma GCC unroll {UNROLL_PRAGMA}")
                 self.lines.append(f"{indent}{self.loop_header(p)} {{")
             closing.append(f"{indent}}}")
@@ -1288,24 +877,12 @@ class CPrinter:
         self.lines.append(f"{indent}{body}")
         self.lines.extend(reversed(closing))
 
-    def lanes(self, t: ScalarType) -> int:
-        """Partial sums per output in the dot-product form: one vector register of ``t``."""
-        return max(1, self.vector_bytes // max(1, _ctype_size(t)))
-
-    def reduction_loop(self, loop: ir.For, indent: str, *, vector: bool) -> bool:
-        """A vector reduction: accumulate in a register across ``loop``; False if it does not apply."""
-        run = loop.body
-        if not isinstance(run, ir.Run):
-            return False
+    def reduction_loop(self, n: ir.Accumulation, indent: str) -> None:
+        """A reduction into a register (:mod:`.reduction_forms`): the element accumulates in a
+        local across the loop, which OpenMP vectorises where ``n.vector``."""
+        loop, run, vector = n.loop, n.loop.body, n.vector
         scop_st = self.statements[run.statement]
         st = scop_st.source
-        if scop_st.kind != "update" or not st.plain_lhs:
-            return False
-        bound = dict(zip(scop_st.dims, run.args))
-        if any(loop.var in ir.free_vars(bound[v]) for v in st.lhs_vars):
-            return False
-        if any(isinstance(a, A.Access) and a.tensor == st.tensor for a in A.walk(st.rhs)):
-            return False  # the sum reads its own target: keep every update in memory, in order
         t = self.cdef.tensor(st.tensor).dtype
         et = self.element_type(st.tensor).compute
         ct = c_compute_type(et)
@@ -1319,7 +896,7 @@ class CPrinter:
         elif vector and et.is_float and st.op in ("max=", "min="):
             # the prelude's reductions; simdlen: gcc otherwise keeps 4 lanes
             fn = builtin_callee("fmax" if st.op == "max=" else "fmin", ct)
-            pragma = f"#pragma omp simd simdlen({self.lanes(et)}) reduction({fn}:tc_acc)"
+            pragma = f"#pragma omp simd simdlen({n.lanes}) reduction({fn}:tc_acc)"
         elif vector and et.is_integral and et.kind != "bool" and st.op in ("max=", "min="):
             pragma = f"#pragma omp simd reduction({st.op[:3]}:tc_acc)"
         acc = self.accumulator
@@ -1336,7 +913,6 @@ class CPrinter:
         self.lines.append(f"{indent}    tc_acc = {combine_update(st.op, 'tc_acc', f'({value})', et)};")
         self.lines.append(f"{indent}  }}")
         self.lines.append(f"{indent}  {finish} }}")
-        return True
 
     # ----------------------------------------------------------------------------------- loops
     @staticmethod
@@ -1345,16 +921,6 @@ class CPrinter:
         c = loop.cond
         cond = expr(c)[1:-1] if isinstance(c, ir.Op) and c.op in ("<", "<=", ">", ">=", "==") else expr(c)
         return f"for (int64_t {v} = {expr(loop.init)}; {cond}; {v} += {loop.step})"
-
-    @staticmethod
-    def canonical(loop: ir.For) -> bool:
-        c = loop.cond
-        return (
-            isinstance(c, ir.Op)
-            and c.op in ("<", "<=")
-            and c.args[0] == ir.Var(loop.var)
-            and loop.var not in ir.free_vars(c.args[1])
-        )
 
     def node(self, n: ir.Node | None, indent: str) -> None:
         if n is None:
@@ -1389,6 +955,17 @@ class CPrinter:
             self.ids(n.grid, "b", "blocks of one launch", n.body, indent, n.buffers)
         elif isinstance(n, ir.Threads):
             self.ids(n.block, "t", "threads of the block up to the next barrier", n.body, indent)
+        elif isinstance(n, (ir.RegisterTile, ir.FullTiles)):
+            self.register_tile(n, indent)
+        elif isinstance(n, ir.ParallelReduction):
+            self.parallel_reduction(n, indent)
+        elif isinstance(n, ir.Accumulation):
+            self.reduction_loop(n, indent)
+        elif isinstance(n, ir.Team):
+            self.team_region(n, indent)
+        elif isinstance(n, ir.Fetching):
+            self.pending_fetches = n.fetches
+            self.node(n.body, indent)
         else:
             raise TCInternalError(f"cannot print {n!r}")
 
@@ -1446,6 +1023,7 @@ class CPrinter:
             raise TCInternalError("promoted buffers need the GPU printers")
 
     def loop(self, n: ir.For, indent: str) -> None:
+        fetches, self.pending_fetches = self.pending_fetches, ()
         if n.degenerate:
             self.lines.append(f"{indent}{{ const int64_t {n.var} = {expr(n.init)};")
             self.enclosing.append(n.var)
@@ -1453,14 +1031,7 @@ class CPrinter:
             self.enclosing.pop()
             self.lines.append(f"{indent}}}")
             return
-        kinds = set(n.kind.split("+")) if self.canonical(n) else {"serial"}
-        if "accumulate" in kinds and self.accumulator is None and self.register_tile(n, kinds, indent):
-            return
-        if "parallel_reduction" in kinds and self.accumulator is None and self.parallel_reduction(n, indent):
-            return
-        if kinds & {"simd_reduction", "reduction"} and "parallel" not in kinds:
-            if self.reduction_loop(n, indent, vector="simd_reduction" in kinds):
-                return
+        kinds = ir.loop_kinds(n)
         team, self.team = self.team, False
         nowait, self.nowait = self.nowait, False
         if "parallel" in kinds:
@@ -1479,84 +1050,32 @@ class CPrinter:
         for call in self.fetching.pop(n.var, ()):  # a later loop's input, a slice per iteration
             self.lines.append(f"{indent}  {call}")
         self.enclosing.append(n.var)
-        plain = kinds <= {"serial", "unroll"}
-        if plain:  # its iterations run in order, in one thread (a first chunk: :meth:`tile_start`)
-            self.serial[n.var] = n
         if "parallel" in kinds:
-            self.region(n, indent + "  ")
+            self.region(n, indent + "  ", fetches=fetches)
         else:
             self.node(n.body, indent + "  ")
-        if plain:
-            del self.serial[n.var]
         self.enclosing.pop()
         self.lines.append(f"{indent}}}")
 
-    def top(self, tree: ir.Node, indent: str) -> None:
-        """The kernel's body: consecutive top-level parallel loops, with the serial code between
-        them, share one team of threads (``omp parallel``), which shares out each loop
-        (``omp for``) and runs the serial code on one thread (``omp single``). Both end in a
-        barrier, as each loop's own ``omp parallel for`` did, so the order of the work is
-        unchanged; what goes is the start and end of a parallel region per loop (mlp3's
-        derived backward had 16). Code that opens parallel loops of its own below the top level
-        (a ``parallel_reduction``, a serial loop around parallel ones) ends the team."""
-        children = tree.children if isinstance(tree, ir.Block) else (tree,)
-        group: list[tuple[ir.Node, bool]] = []
-        self.plan_fetches(children)
-
-        def flush() -> None:
-            if sum(shared for _, shared in group) < 2:
-                for c, _ in group:
-                    self.node(c, indent)
+    def team_region(self, n: ir.Team, indent: str) -> None:
+        """Top-level code run by one team of threads (:mod:`.openmp_teams` formed it): the
+        parallel loops shared out by ``omp for``, the rest run by one thread (``omp single``)."""
+        self.lines.append(f"{indent}#pragma omp parallel num_threads(nthreads) if(nthreads > 1)")
+        self.lines.append(f"{indent}{{")
+        for m in n.members:
+            if m.shared:
+                self.team, self.nowait = True, m.nowait
+                self.node(m.body, indent + "  ")
+                self.team = self.nowait = False
             else:
-                self.lines.append(f"{indent}#pragma omp parallel num_threads(nthreads) if(nthreads > 1)")
-                self.lines.append(f"{indent}{{")
-                free = self._needless_barriers(group)
-                for k, (c, shared) in enumerate(group):
-                    if shared:
-                        self.team, self.nowait = True, k in free
-                        self.node(c, indent + "  ")
-                        self.team = self.nowait = False
-                    else:
-                        self.lines.append(f"{indent}  #pragma omp single")
-                        self.lines.append(f"{indent}  {{")
-                        self.node(c, indent + "    ")
-                        self.lines.append(f"{indent}  }}")
-                self.lines.append(f"{indent}}}")
-            group.clear()
+                self.lines.append(f"{indent}  #pragma omp single")
+                self.lines.append(f"{indent}  {{")
+                self.node(m.body, indent + "    ")
+                self.lines.append(f"{indent}  }}")
+        self.lines.append(f"{indent}}}")
 
-        for c in children:
-            if self._shareable(c):
-                group.append((c, True))
-            elif not ir.opens_parallel(c):
-                group.append((c, False))
-            else:
-                flush()
-                self.node(c, indent)
-        flush()
-
-    def plan_fetches(self, children: Sequence[ir.Node]) -> None:
-        """Which top-level parallel loops fetch inputs of later ones into cache
-        (:func:`~tcjit.mapping.prefetch.plan_fetches`): inputs read in place (not from a packed
-        panel), whose last dimension has stride 1."""
-        loops = []
-        for c in children:
-            while isinstance(c, ir.Mark):
-                c = c.body
-            if isinstance(c, ir.For) and not c.degenerate and "parallel" in c.kind.split("+"):
-                loops.append(c)
-        shapes, unit_last, item_bytes = {}, {}, {}
-        for name in self.cdef.params:
-            info = self.cdef.tensors.get(name)  # rank-0 scalars are not tensors
-            if info is None or not info.shape or name in self.packed or name not in self.strides:
-                continue
-            shapes[name] = tuple(int(d.evaluate(self.sizes)) for d in info.shape)
-            unit_last[name] = tuple(self.strides[name])[-1:] == (1,)
-            item_bytes[name] = _item_bytes(info.dtype)
-        plan = plan_fetches(loops, self.statements, self.sizes, shapes, unit_last, item_bytes)
-        self.fetches = {id(loops[i]): f for i, f in plan.items()}
-
-    def fetch_calls(self, fetches: Sequence[Fetch]) -> tuple[list[str], dict[str, list[str]]]:
-        """C for ``fetches`` (:meth:`plan_fetches`) in an iteration of the parallel loop that makes
+    def fetch_calls(self, fetches: Sequence[ir.Fetch]) -> tuple[list[str], dict[str, list[str]]]:
+        """C for ``fetches`` (:mod:`.openmp_teams`) in an iteration of the parallel loop that makes
         them: what goes first (this iteration's share of each box's lines: a thread shares the box
         out over the iterations it runs, a block of them in a static schedule), and the calls by
         the variable of the loop at whose top each goes (a slice of the share per iteration of the
@@ -1593,46 +1112,14 @@ class CPrinter:
             )
         return shares, calls
 
-    def _needless_barriers(self, group: Sequence[tuple[ir.Node, bool]]) -> frozenset[int]:
-        """The positions in a team's ``group`` (nodes, and whether each is a shared loop) of the
-        loops that need no barrier after them: the last, when nothing follows it in the team (the
-        team's end waits for every thread), and those :func:`~tcjit.mapping.barriers.
-        needless_barriers` finds among consecutive plain ``omp for`` loops (the ``simd`` ones
-        may split their iterations differently, and serial code in between runs in one thread
-        after a barrier)."""
-        free: set[int] = set()
-        if group and group[-1][1]:
-            free.add(len(group) - 1)
-        run: list[tuple[int, ir.For]] = []
-
-        def decide() -> None:
-            loops = [n for _, n in run]
-            free.update(run[i][0] for i in needless_barriers(loops, self.statements, self.sizes))
-            run.clear()
-
-        for k, (c, shared) in enumerate(group):
-            n = c
-            while isinstance(n, ir.Mark):
-                n = n.body
-            if shared and isinstance(n, ir.For) and "simd" not in n.kind.split("+"):
-                run.append((k, n))
-            else:
-                decide()
-        decide()
-        return frozenset(free)
-
-    def _shareable(self, n: ir.Node) -> bool:
-        """Whether ``n`` is a parallel loop that :meth:`loop` prints as an ``omp parallel for``
-        (not a reduction in any form), which a team's ``omp for`` may share out instead."""
-        while isinstance(n, ir.Mark) and n.name not in ("thread0", "sync"):
-            n = n.body
-        if not isinstance(n, ir.For) or n.degenerate or not self.canonical(n):
-            return False
-        kinds = set(n.kind.split("+"))
-        reductions = {"accumulate", "parallel_reduction", "simd_reduction", "reduction"}
-        return "parallel" in kinds and not kinds & reductions
-
-    def region(self, n: ir.For, indent: str, *, result: tuple[str, str, str] | None = None) -> str:
+    def region(
+        self,
+        n: ir.For,
+        indent: str,
+        *,
+        result: tuple[str, str, str] | None = None,
+        fetches: Sequence[ir.Fetch] = (),
+    ) -> str:
         """The body of a parallel loop, as a function of its own called once per iteration; the
         call is printed as a statement, or, with ``result`` (C type, variable, initial value), it
         is returned: the function then declares that variable and returns its final value.
@@ -1644,7 +1131,7 @@ class CPrinter:
         name = f"{self.symbol}_region{len(self.functions)}"
         outer = list(self.enclosing)
         saved, self.lines = self.lines, []
-        shares, self.fetching = self.fetch_calls(self.fetches.get(id(n), ()))
+        shares, self.fetching = self.fetch_calls(fetches)
         self.node(n.body, "  ")
         self.fetching = {}
         body, self.lines = [*shares, *self.lines], saved
@@ -1672,32 +1159,18 @@ class CPrinter:
             self.lines.append(f"{indent}{call};")
         return call
 
-    def parallel_reduction(self, loop: ir.For, indent: str) -> bool:
-        """A reduction loop run by threads (``parallel_reduction``, see :mod:`.cpu`); False (print
-        it serially) unless every statement instance below ``loop`` updates one element, the same
-        for all, by an associative and commutative operator, and ``loop`` has a constant start and
-        at most :data:`MAX_PARTIALS` iterations.
-
-        Each iteration, a function of its own (:meth:`region`), reduces its part into a local
-        variable it returns; the partial results land in an array, one slot per iteration, and are
-        combined into the element in iteration order after the loop. The result does not depend on
-        the number of threads.
+    def parallel_reduction(self, n: ir.ParallelReduction, indent: str) -> None:
+        """A reduction loop run by threads (:mod:`.reduction_forms`). Each iteration, a function of
+        its own (:meth:`region`), reduces its part into a local variable it returns; the partial
+        results land in an array, one slot per iteration, and are combined into the element in
+        iteration order after the loop. The result does not depend on the number of threads.
         """
-        runs = ir.runs(loop.body)
-        st = self.one_element_update(runs, {loop.var} | _loop_vars(loop.body))
-        if st is None or st.op not in _ASSOCIATIVE:
-            return False
-        hi = _constant_upper_bound(loop.cond, loop.var)
-        if not isinstance(loop.init, ir.Int) or loop.step < 1 or hi is None or hi < loop.init.value:
-            return False
-        count = (hi - loop.init.value) // loop.step + 1
-        if count > MAX_PARTIALS:
-            return False
+        loop, first, count = n.loop, n.first, n.count
+        st = self.statements[first.statement].source
         et = self.element_type(st.tensor).compute
         ct = c_compute_type(et)
         identity = reduction_identity(st.op, et)
         addr = self.address(st.tensor, st.lhs, ExprPrinter(self, st), st.source)
-        first = runs[0]
         self.lines.append(
             f"{indent}{{ /* parallel reduction: '{st.tensor}' in {count} partial results over loop"
             f" {loop.var}, combined in order */"
@@ -1729,24 +1202,11 @@ class CPrinter:
             f" {self.store(st.tensor, addr, 'tc_s')} }}"
         )
         self.lines.append(f"{indent}}}")
-        return True
 
 
 # ------------------------------------------------------------------------------- register tiles
 #: ``#pragma GCC unroll`` factor of a register tile's point loops (they are at most this long).
 UNROLL_PRAGMA = 64
-
-#: The largest register tile (local array elements) the printer emits; larger ones spill anyway.
-MAX_REGISTER_TILE = 512
-
-#: The most vector partial sums a vector register tile keeps (x86-64 has 16 vector registers with
-#: AVX2: 6 x 2 sums, 2 loaded operand vectors and a broadcast fit).
-MAX_VECTOR_ACCUMULATORS = 16
-
-#: The most iterations (partial results, on the stack) of a loop run as a parallel reduction.
-MAX_PARTIALS = 4096
-
-_ASSOCIATIVE = ("+=", "*=", "max=", "min=")
 
 
 @dataclass(frozen=True)
@@ -1758,214 +1218,16 @@ class _Accumulator:
     ref: str
 
 
-def _ctype_size(t: ScalarType) -> int:
-    return {"double": 8, "float": 4}.get(c_compute_type(t), max(1, t.bits // 8))
-
-
 def _emulated(node: ir.Node) -> bool:
     return isinstance(node, ir.Blocks) or (
         isinstance(node, ir.Block) and any(isinstance(c, ir.Blocks) for c in node.children)
     )
 
 
-def _loop_vars(node: ir.Node | None) -> set[str]:
-    """The variables of every loop in ``node``."""
-    if isinstance(node, ir.For):
-        return {node.var} | _loop_vars(node.body)
-    if isinstance(node, ir.Mark):
-        return _loop_vars(node.body)
-    if isinstance(node, ir.Block):
-        return set().union(*(_loop_vars(c) for c in node.children))
-    if isinstance(node, ir.If):
-        return _loop_vars(node.then) | _loop_vars(node.other)
-    return set()
-
-
-def _without_runs(node: ir.Node | None, names: frozenset[str]) -> ir.Node | None:
-    """``node`` without the instances of the statements ``names``, and without the loops,
-    conditions and blocks left empty (None if nothing is left)."""
-    if isinstance(node, ir.Run):
-        return None if node.statement in names else node
-    if isinstance(node, ir.Block):
-        kept = tuple(k for k in (_without_runs(c, names) for c in node.children) if k is not None)
-        return ir.Block(kept) if kept else None
-    if isinstance(node, (ir.For, ir.Mark)):
-        body = _without_runs(node.body, names)
-        return None if body is None else replace(node, body=body)
-    if isinstance(node, ir.If):
-        then, other = _without_runs(node.then, names), _without_runs(node.other, names)
-        if then is None and other is None:
-            return None
-        return ir.If(node.cond, then if then is not None else ir.Block(()), other)
-    return node
-
-
-def _flat_runs(node: ir.Node) -> list[ir.Run] | None:
-    """The statement instances of a loop-free ``node`` in order; None if it has loops or guards."""
-    if isinstance(node, ir.Run):
-        return [node]
-    if isinstance(node, ir.Mark):
-        return _flat_runs(node.body)
-    if isinstance(node, ir.Block):
-        out: list[ir.Run] = []
-        for c in node.children:
-            part = _flat_runs(c)
-            if part is None:
-                return None
-            out += part
-        return out
-    return None
-
-
-def _substitute_runs(node: ir.Node, values: dict[str, ir.Expr]) -> ir.Node:
-    """Loop-free ``node`` with ``values`` substituted into its statement arguments."""
-    if isinstance(node, ir.Run):
-        return ir.Run(node.statement, tuple(ir.substitute(a, values) for a in node.args))
-    if isinstance(node, ir.Mark):
-        return ir.Mark(node.name, _substitute_runs(node.body, values))
-    if isinstance(node, ir.Block):
-        return ir.Block(tuple(_substitute_runs(c, values) for c in node.children))
-    raise TCInternalError(f"cannot substitute into {node!r}")
-
-
-def _reduction_chain(loop: ir.For) -> tuple[list[ir.For], ir.For] | None:
-    """``(chain, vector loop)`` if the loops below ``loop`` lead, through loops that are not a
-    register tile's point loops, to a ``simd_reduction`` loop (the chain form of a register
-    tile); None otherwise."""
-    chain, node = [], loop.body
-    while isinstance(node, (ir.For, ir.Mark)):
-        if isinstance(node, ir.Mark):
-            node = node.body
-            continue
-        kinds = set(node.kind.split("+"))
-        if "simd_reduction" in kinds and not node.degenerate:
-            return chain, node
-        if kinds & {"unroll", "simd"}:
-            return None
-        chain.append(node)
-        node = node.body
-    return None
-
-
-def _extent(loop: ir.For) -> int | None:
-    """How many iterations ``loop`` runs, if its bounds are constants."""
-    if loop.degenerate:
-        return 1
-    hi = _constant_upper_bound(loop.cond, loop.var)
-    if hi is None or _variable_bounds(loop.cond) or not isinstance(loop.init, ir.Int) or loop.step < 1:
-        return None
-    return max(0, (hi - loop.init.value) // loop.step + 1)
-
-
-def _float32_block(loops: Sequence[ir.For], vloop: ir.For) -> int:
-    """Where a chain tile of a float32 sum held in float64 starts its float32 partial sums: the
-    number of ``loops`` (outermost first) outside them. The partials sum the loops inside, as
-    many of them as keep an output's terms per block below :data:`.accumulation.LONG_SUM` (a float32 sum
-    that long is accurate enough everywhere in tcjit): a convolution's whole ``h`` x ``w``
-    plane, or, where the bounds are not constants, one run of ``vloop``."""
-
-    terms = _extent(vloop)
-    if terms is None:
-        return len(loops)
-    block = len(loops)
-    for k in reversed(range(len(loops))):
-        n = _extent(loops[k])
-        if n is None or terms * n >= LONG_SUM:
-            break
-        terms *= n
-        block = k
-    return block
-
-
-def _rebuild(points: Sequence[ir.For], body: ir.Node) -> ir.Node:
-    """The nest of ``points`` (copies of the loops) around ``body``."""
-    for p in reversed(points):
-        body = ir.For(p.var, p.init, p.cond, p.step, body, kind=p.kind, degenerate=p.degenerate)
-    return body
-
-
-def _without_kind(loop: ir.For, kind: str) -> ir.For:
-    """``loop`` with ``kind`` removed from its ``+``-joined kinds (``serial`` if none is left)."""
-    kinds = [k for k in loop.kind.split("+") if k != kind]
-    return replace(loop, kind="+".join(kinds) or "serial")
-
-
-def _full_tiles(points: Sequence[ir.For]) -> tuple[list[ir.For], list[str]]:
-    """A register tile's point loops with constant bounds, and the C conditions under which a
-    tile is full. Partial tiles (extents that the tile size does not divide) have bounds such as
-    ``min(2, 63 - 3 * c3)``, which the compiler cannot unroll; full tiles get a copy with constant
-    bounds, which it unrolls and keeps in registers."""
-    full, conds = [], []
-    for p in points:
-        if p.degenerate:
-            full.append(p)
-            continue
-        hi = _constant_upper_bound(p.cond, p.var)
-        conds += [f"{expr(e)} >= {hi}" for e in _variable_bounds(p.cond)]
-        full.append(ir.For(p.var, p.init, ir.Op("<=", (ir.Var(p.var), ir.Int(hi))), 1, p.body, kind=p.kind))
-    return full, conds
-
-
-def _variable_bounds(cond: ir.Expr) -> list[ir.Expr]:
-    """The non-constant operands of the ``min`` bounding a point loop (a partial tile's bounds)."""
-    found: list[ir.Expr] = []
-
-    def visit(e: ir.Expr) -> None:
-        if isinstance(e, ir.Op) and e.op == "min":
-            for a in e.args:
-                visit(a)
-        elif not isinstance(e, ir.Int):
-            found.append(e)
-
-    visit(cond.args[1])
-    if cond.op == "<":
-        return [ir.Op("-", (e, ir.Int(1))) for e in found]
-    return found
-
-
-def _rebuild_chain(node: ir.Node, points: Sequence[ir.For]) -> ir.Node:
-    """``node`` (a register tile's loop body) with its point loops replaced by ``points``."""
-    if isinstance(node, ir.Mark):
-        return _rebuild_chain(node.body, points)
-    if isinstance(node, ir.For) and not (node.degenerate or set(node.kind.split("+")) & {"unroll", "simd"}):
-        return ir.For(
-            node.var, node.init, node.cond, node.step, _rebuild_chain(node.body, points), kind=node.kind
-        )
-    inner = node
-    for _ in points:
-        while isinstance(inner, ir.Mark):
-            inner = inner.body
-        inner = inner.body
-    return _rebuild(points, inner)
-
-
-def _constant_span(loop: ir.For) -> tuple[int, int] | None:
-    """``[first, last + 1)`` of a loop with exact constant bounds and step 1
-    (:func:`~tcjit.mapping.parts.constant_range`); None otherwise."""
-    span = None if loop.degenerate else constant_range(loop)
-    return None if span is None or span.step != 1 else (span.start, span.stop)
-
-
-def _constant_upper_bound(cond: ir.Expr, var: str, *, constant: bool = True):
-    """The largest value of ``var`` that ``cond`` (``var <= e`` / ``var < e``) allows: an int
-    (``constant``: the smallest integer operand of ``e``'s ``min``; None if there is none), or,
-    with ``constant=False``, C for it."""
-    if not (isinstance(cond, ir.Op) and cond.op in ("<", "<=") and cond.args[0] == ir.Var(var)):
-        return None
-    bound, shift = cond.args[1], (1 if cond.op == "<" else 0)
-    if not constant:
-        return f"({expr(bound)} - {shift})"
-    found: list[int] = []
-
-    def visit(e: ir.Expr) -> None:
-        if isinstance(e, ir.Int):
-            found.append(e.value)
-        elif isinstance(e, ir.Op) and e.op == "min":
-            for a in e.args:
-                visit(a)
-
-    visit(bound)
-    return min(found) - shift if found else None
+def _upper_bound(loop: ir.For) -> str:
+    """C for the last value of ``loop`` (``var <= e`` or ``var < e``; ``e`` may not be constant)."""
+    bound, shift = loop.cond.args[1], (1 if loop.cond.op == "<" else 0)
+    return f"({expr(bound)} - {shift})"
 
 
 def expr(e: ir.Expr) -> str:
@@ -2004,11 +1266,10 @@ def print_kernel(
     wide: Mapping[str, ScalarType] | None = None,
     copy_in: frozenset[str] = frozenset(),
     header: str = "",
-    vector_bytes: int = 32,
     printer: Callable[..., CPrinter] | None = None,
     packs: Mapping[str, Pack] | None = None,
     parallel: bool = True,
-    foldable: frozenset[str] = frozenset(),
+    folded: Sequence[str] = (),
     parts: Mapping[str, Part] | None = None,
     sites: Mapping[str, Site] | None = None,
     held: Mapping[str, int] | None = None,
@@ -2018,19 +1279,16 @@ def print_kernel(
 
     The function is ``void symbol(int nthreads, int64_t *tc_errors, <params>)``; ``tc_errors``
     points at two int64 slots (check number, offending subscript), zero on entry.
-    ``vector_bytes`` is the width of the target's vector registers (the dot-product form of a
-    register tile keeps one register of partial sums per output). ``printer`` makes the printer
+    ``body`` is the kernel IR after the target's passes (:mod:`.openmp_teams`,
+    :mod:`.reduction_forms`). ``printer`` makes the printer
     from ``(cdef, statements, sizes, strides, checked, wide)`` (the emulated target's prints
     promoted buffers). ``packs``: inputs read from transposed panels (:mod:`.packing`), which the
     kernel allocates and fills first; ``strides`` then holds the panels' strides for them.
     ``parts``: those of them filled a part at a time at the marks ``sites`` in ``body``
     (:func:`~tcjit.mapping.parts.place_parts`); ``strides`` holds the parts' strides for them.
     ``parallel``: whether the panels may be filled by several threads (the option parallelize).
-    ``foldable``: ``!`` initialisations (``S0_init``) whose update writes every element they write
-    (:func:`~tcjit.mapping.lower.lower_cpu` proves it); one is left out of the kernel when every
-    register tile of its update holds whole sums and starts them from zero
-    or from zero at their first chunk (:meth:`CPrinter.tile_start`): the kernel is printed again
-    without it.
+    ``folded``: the ``!`` initialisations (``S0_init``) that ``body`` leaves out
+    (:func:`~tcjit.mapping.reduction_forms.folded_initialisations`), named in a comment.
 
     ``held``: tensors of ``params`` (temporaries; name -> elements) the kernel keeps in a workspace
     of its own rather than taking them as parameters: the function is then a wrapper that takes
@@ -2044,55 +1302,42 @@ def print_kernel(
     parts = dict(parts or {})
     emulated = _emulated(body)
 
-    def printed(tree: ir.Node) -> CPrinter:
-        p = (printer or CPrinter)(cdef, statements, sizes, strides, checked, wide)
-        p.symbol = symbol
-        p.vector_bytes = vector_bytes
-        p.foldable = frozenset(name.removesuffix("_init") for name in foldable)
-        p.packed = frozenset(packs)
-        p.sites = dict(sites or {})
-        for q in params:
-            if q.kind == "tensor" and q.name in parts:  # the tensor, and this thread's part buffer
-                ct = c_storage_type(cdef.tensor(q.name).dtype)
-                per = _padded_elements(parts[q.name].shape, cdef.tensor(q.name).dtype)
-                mine = f"pk_{q.name} + (pn_{q.name} > 1 ? (int64_t)omp_get_thread_num() * {per} : 0)"
-                p.aliases += [
-                    f"const {ct} *restrict u_{q.name} = p_{q.name};",
-                    f"{ct} *restrict b_{q.name} = {mine};",
-                ]
-                p.signature += [f"const {ct} *restrict u_{q.name}", f"{ct} *restrict b_{q.name}"]
-                p.arguments += [f"p_{q.name}", mine]
-            elif q.kind == "tensor":
-                pointer = f"p_{q.name}"
-                if q.name in packs:  # this thread's panel (its own, or the only one)
-                    per = _padded_elements(packs[q.name].shape, cdef.tensor(q.name).dtype)
-                    pointer = f"pk_{q.name} + (pn_{q.name} > 1 ? (int64_t)omp_get_thread_num() * {per} : 0)"
-                p.aliases.append(f"{q.ctype} t_{q.name} = {pointer};")
-                p.signature.append(f"{q.ctype} t_{q.name}")
-                p.arguments.append(pointer)
-            else:
-                p.signature.append(f"{q.ctype} s_{q.name}")
-                p.arguments.append(f"s_{q.name}")
-        for name, wt in wide.items():
-            p.aliases.append(f"{c_compute_type(wt)} *restrict w_{name} = wp_{name};")
-            p.signature.append(f"{c_compute_type(wt)} *restrict w_{name}")
-            p.arguments.append(f"wp_{name}")
-        if emulated:
-            p.shadowed = [*cdef.outputs, *cdef.temporaries]
-            p.bounded = [q.name for q in params if q.kind == "tensor" and q.name not in p.shadowed]
-            p.node(tree, "  ")
+    p = (printer or CPrinter)(cdef, statements, sizes, strides, checked, wide)
+    p.symbol = symbol
+    p.packed = frozenset(packs)
+    p.sites = dict(sites or {})
+    for q in params:
+        if q.kind == "tensor" and q.name in parts:  # the tensor, and this thread's part buffer
+            ct = c_storage_type(cdef.tensor(q.name).dtype)
+            per = _padded_elements(parts[q.name].shape, cdef.tensor(q.name).dtype)
+            mine = f"pk_{q.name} + (pn_{q.name} > 1 ? (int64_t)omp_get_thread_num() * {per} : 0)"
+            p.aliases += [
+                f"const {ct} *restrict u_{q.name} = p_{q.name};",
+                f"{ct} *restrict b_{q.name} = {mine};",
+            ]
+            p.signature += [f"const {ct} *restrict u_{q.name}", f"{ct} *restrict b_{q.name}"]
+            p.arguments += [f"p_{q.name}", mine]
+        elif q.kind == "tensor":
+            pointer = f"p_{q.name}"
+            if q.name in packs:  # this thread's panel (its own, or the only one)
+                per = _padded_elements(packs[q.name].shape, cdef.tensor(q.name).dtype)
+                pointer = f"pk_{q.name} + (pn_{q.name} > 1 ? (int64_t)omp_get_thread_num() * {per} : 0)"
+            p.aliases.append(f"{q.ctype} t_{q.name} = {pointer};")
+            p.signature.append(f"{q.ctype} t_{q.name}")
+            p.arguments.append(pointer)
         else:
-            p.top(tree, "  ")
-        return p
-
-    p = printed(body)
-    # An initialisation is left out when every printing of its update started from zero
-    # (a complete register tile) and the update writes every element it would have written.
-    folded = sorted(name for name in foldable if p.printed.get(name.removesuffix("_init"), False))
+            p.signature.append(f"{q.ctype} s_{q.name}")
+            p.arguments.append(f"s_{q.name}")
+    for name, wt in wide.items():
+        p.aliases.append(f"{c_compute_type(wt)} *restrict w_{name} = wp_{name};")
+        p.signature.append(f"{c_compute_type(wt)} *restrict w_{name}")
+        p.arguments.append(f"wp_{name}")
+    if emulated:
+        p.shadowed = [*cdef.outputs, *cdef.temporaries]
+        p.bounded = [q.name for q in params if q.kind == "tensor" and q.name not in p.shadowed]
     if folded:
-        p = printed(_without_runs(body, frozenset(folded)))
-        note = f"  /* left out, as register tiles start their sums from zero: {', '.join(folded)} */"
-        p.lines.insert(0, note)
+        p.lines.append(f"  /* left out, as register tiles start their sums from zero: {', '.join(folded)} */")
+    p.node(body, "  ")
     common, fills, panels, freed, panel_bytes = _panels(p, packs, parallel, parts)
     prologue, epilogue = _wide_buffers(p, wide, copy_in, cleanup=" ".join(freed))
     prologue, epilogue = [*panels, *prologue], [*epilogue, *(f"  {f}" for f in freed)]
@@ -2529,7 +1774,7 @@ def _part_fill(name: str, pack: Pack, part: Part, ct: str, rows: bool, item: int
     ]
 
 
-def _fetch_helper(fn: str, f: Fetch, strides: tuple[int, ...], dtype: ScalarType) -> tuple[list[str], int]:
+def _fetch_helper(fn: str, f: ir.Fetch, strides: tuple[int, ...], dtype: ScalarType) -> tuple[list[str], int]:
     """C of ``fn(src, from, to)``, which asks for the cache lines ``[from, to)`` of ``f``'s box of
     its tensor, into L2, and how many lines (slots) the box has. The box is fetched a row (its
     extent along the last dimension, unit-stride) at a time; each row has a slot for one line

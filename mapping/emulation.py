@@ -45,6 +45,8 @@ from .lower import (
     kernel_stages,
     lower_gpu,
 )
+from .reduction_forms import plan_reductions
+from .register_tiles import TilingFacts
 
 __all__ = ["ORDERS", "fission", "lower_emulated"]
 
@@ -140,11 +142,13 @@ def lower_emulated(
     # semantics); the CUDA printer keeps such buffers in global memory the runtime allocates
     wide = wide_accumulators(cdef, sizes)
     header = kernel_header(cdef, f"emulated CUDA target, options: {options!r}")
-    body = ir.Block(tuple(launches))
+    statements = {s.name: s for s in scop.statements}
+    facts = TilingFacts(cdef, statements, sizes, strides, checked, wide, vector_bytes=32, emulated=True)
+    body = plan_reductions(ir.Block(tuple(launches)), facts)
     text, checks = print_kernel(
         cdef,
         body,
-        {s.name: s for s in scop.statements},
+        statements,
         symbol=symbol,
         params=params,
         sizes=sizes,
@@ -157,7 +161,9 @@ def lower_emulated(
     )
     stages = kernel_stages(sched, low.plan.schedule, low.plan.decisions, body)
     shared = tuple(b.name for k in low.plan.kernels for b in k.buffers if b.space == "shared")
-    return CpuKernelSource(text, symbol, tuple(params), zero, checks, tuple(wide), stages, buffers=shared)
+    return CpuKernelSource(
+        text, symbol, tuple(params), zero, checks, tuple(wide), stages, buffers=shared, kernel_ir=body
+    )
 
 
 def _shadow(buffer: str) -> str:

@@ -20,6 +20,12 @@ by ``+``, from marks ``kind@depth`` the CPU mapping
 puts above one-member bands: a mark applies to the loop ``c{depth}`` right below it and to no other),
 :class:`If`, :class:`Block`, :class:`Run` and :class:`Mark` (a mark that no loop absorbed: its band
 had a single iteration).
+
+The target's passes record their decisions as nodes of their own, which the printers print as
+they are: the emulated target's :class:`Blocks` and :class:`Threads` (:mod:`.emulation`); the CPU
+target's :class:`Team` and :class:`Fetching` (:mod:`.openmp_teams`), :class:`RegisterTile` and
+:class:`FullTiles` (:mod:`.register_tiles`), :class:`ParallelReduction` and :class:`Accumulation`
+(:mod:`.reduction_forms`). :mod:`.ir_text` prints any of it as indented text.
 """
 
 from __future__ import annotations
@@ -35,25 +41,35 @@ from ..polyhedral.names import isl_name
 
 __all__ = [
     "SYNC_MARK",
+    "TILE_FORMS",
+    "Accumulation",
     "Block",
     "Blocks",
     "Buffer",
     "Expr",
+    "Fetch",
+    "Fetching",
     "For",
+    "FullTiles",
     "If",
     "Int",
     "Mark",
     "Node",
     "Op",
+    "ParallelReduction",
+    "RegisterTile",
     "Run",
+    "Team",
+    "TeamMember",
     "Threads",
     "Var",
+    "canonical",
     "free_vars",
     "from_isl_ast",
+    "loop_kinds",
     "loops",
     "nodes",
     "opens_parallel",
-    "render",
     "runs",
     "substitute",
 ]
@@ -159,7 +175,146 @@ class Threads:
     body: Node
 
 
-Node = Union[For, If, Block, Run, Mark, Blocks, Threads]  # noqa: UP007
+# -------------------------------------------------------------- decisions of the CPU target's passes
+@dataclass(frozen=True)
+class Fetch:
+    """An input's box that a loop's iterations fetch into cache, a slice at a time, for a later
+    loop (:mod:`.prefetch` decides).
+
+    :ivar tensor: the input. :ivar box: per dimension, the first and last index fetched.
+    :ivar shared: the fetching parallel loop's variable, first index and iteration count: each
+        thread fetches the whole box, shared out over the iterations it runs (the later loop's
+        iterations may read any of it: a weight gradient's sum over the batch reads all of it).
+    :ivar loops: the variables of the serial loops below it (outermost first, each with its first
+        index and iteration count) over whose iterations each iteration's share is spread, a few
+        lines at the top of each.
+    """
+
+    tensor: str
+    box: tuple[tuple[int, int], ...]
+    shared: tuple[str, int, int]
+    loops: tuple[tuple[str, int, int], ...]
+
+
+@dataclass(frozen=True)
+class Fetching:
+    """``body``, a top-level parallel loop, whose iterations also fetch ``fetches`` for later
+    loops (:mod:`.openmp_teams` places it)."""
+
+    fetches: tuple[Fetch, ...]
+    body: Node
+
+
+@dataclass(frozen=True)
+class TeamMember:
+    """A member of a :class:`Team`: a parallel loop the team shares out (``shared``; ``nowait``:
+    no barrier after it), or code that one thread of the team runs."""
+
+    body: Node
+    shared: bool
+    nowait: bool = False
+
+
+@dataclass(frozen=True)
+class Team:
+    """Consecutive top-level code run by one team of threads (OpenMP's ``parallel`` region):
+    ``members`` in order (:mod:`.openmp_teams` decides)."""
+
+    members: tuple[TeamMember, ...]
+
+
+#: The forms of a register tile (:mod:`.register_tiles` says what each is).
+TILE_FORMS = ("outer", "vector", "dot", "chain_vector", "chain_array")
+
+
+@dataclass(frozen=True)
+class RegisterTile:
+    """A register tile (:mod:`.register_tiles` decides it): the elements that the instances
+    ``runs`` of update ``statement`` update at each point of the point loops ``points`` live in
+    registers (an array or vectors named ``name``, of ``dims`` per output, times ``lanes`` partial
+    sums in the dot-product forms) across the reduction loops ``loops`` (the first is the marked
+    loop; the others lie between it and ``vloop`` or the point loops). ``body``: what runs at
+    each point.
+
+    By form (:data:`TILE_FORMS`): ``compute`` is the reduction loop with the point loops inside
+    (``outer``), or the strip-mined ``vloop`` (``dot``, ``chain_array``: its whole strips, then
+    the rest). The vector forms (``vector``, ``chain_vector``) hold sums of type ``vector`` along
+    dimension ``vdim`` and load the accesses ``vector_loads`` (``id()`` of the right-hand side's
+    accesses) as vectors; ``vector``: ``var`` is the ``simd`` point loop's variable, made a chunk
+    loop ``tc_v`` of the point loops, and ``start`` says how the sums start (None: loaded;
+    ``()``: from zero; else pairs ``(loop, first value)``: from zero where those enclosing loops
+    are at their first values, :func:`~tcjit.mapping.register_tiles.tile_start`);
+    ``chain_vector``: ``block`` of ``loops`` lie outside the float32 partial sums of a long sum.
+    """
+
+    form: str
+    name: str
+    statement: str
+    runs: tuple[Run, ...]
+    loops: tuple[For, ...]
+    points: tuple[For, ...]
+    dims: tuple[int, ...]
+    lanes: int
+    body: Node
+    vloop: For | None = None
+    compute: Node | None = None
+    vector: object = None  # a ScalarType
+    vdim: str = ""
+    var: str = ""
+    start: tuple[tuple[str, int], ...] | None = None
+    block: int = 0
+    vector_loads: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
+class FullTiles:
+    """A register tile whose point loops have bounds that are not constants (partial tiles at
+    the ends): ``full`` where every condition of ``conds`` holds (each point loop runs its whole
+    extent, with constant bounds), else ``rolled``."""
+
+    conds: tuple[Expr, ...]
+    full: RegisterTile
+    rolled: RegisterTile
+
+
+@dataclass(frozen=True)
+class ParallelReduction:
+    """``loop`` run by threads, each iteration reducing the instances below it, which all
+    update the element ``first`` updates, into a partial result of its own; the ``count``
+    partial results are combined into the element in iteration order after the loop
+    (:mod:`.reduction_forms` decides)."""
+
+    loop: For
+    first: Run
+    count: int
+
+
+@dataclass(frozen=True)
+class Accumulation:
+    """``loop``, whose body is one instance of an update of one element the loop does not move:
+    the element is held in a register across the loop (``vector``: a vector reduction of
+    ``lanes`` lanes) (:mod:`.reduction_forms` decides)."""
+
+    loop: For
+    vector: bool
+    lanes: int
+
+
+Node = Union[  # noqa: UP007
+    For,
+    If,
+    Block,
+    Run,
+    Mark,
+    Blocks,
+    Threads,
+    Fetching,
+    Team,
+    RegisterTile,
+    FullTiles,
+    ParallelReduction,
+    Accumulation,
+]
 
 
 # ------------------------------------------------------------------------------------ from the isl AST
@@ -317,7 +472,8 @@ def map_runs(node: Node, fn: Callable[[Run], Node]) -> Node:
 
 
 def nodes(node: Node | None):
-    """Every statement node of ``node`` (``node`` first), in pre-order."""
+    """Every statement node of ``node`` (``node`` first), in pre-order; below a register tile,
+    the nest it replaces (once per copy of a split tile)."""
     if node is None:
         return
     yield node
@@ -327,8 +483,18 @@ def nodes(node: Node | None):
     elif isinstance(node, Block):
         for c in node.children:
             yield from nodes(c)
-    elif isinstance(node, (For, Mark, Blocks, Threads)):
+    elif isinstance(node, (For, Mark, Blocks, Threads, Fetching)):
         yield from nodes(node.body)
+    elif isinstance(node, Team):
+        for m in node.members:
+            yield from nodes(m.body)
+    elif isinstance(node, RegisterTile):  # the nest it replaces, as written
+        yield from nodes(node.loops[0])
+    elif isinstance(node, FullTiles):  # both copies
+        yield from nodes(node.full)
+        yield from nodes(node.rolled)
+    elif isinstance(node, (ParallelReduction, Accumulation)):
+        yield from nodes(node.loop)
 
 
 def loops(node: Node) -> list[For]:
@@ -352,77 +518,28 @@ def opens_parallel(node: Node | None) -> bool:
         )
     if isinstance(node, Block):
         return any(opens_parallel(c) for c in node.children)
-    if isinstance(node, Mark):
+    if isinstance(node, (Mark, Fetching)):
         return opens_parallel(node.body)
+    if isinstance(node, (RegisterTile, FullTiles, Accumulation)):
+        return False
     if isinstance(node, If):
         return opens_parallel(node.then) or opens_parallel(node.other)
     return True
 
 
-# ------------------------------------------------------------------------------------------ reading
-_INFIX = {"+", "-", "*", "<", "<=", ">", ">=", "==", "&&", "||"}
+def canonical(loop: For) -> bool:
+    """Whether ``loop``'s condition is ``var < e`` or ``var <= e`` with ``e`` free of ``var``:
+    the loops the CPU target may run in other ways than as written (its kind applies)."""
+    c = loop.cond
+    return (
+        isinstance(c, Op)
+        and c.op in ("<", "<=")
+        and c.args[0] == Var(loop.var)
+        and loop.var not in free_vars(c.args[1])
+    )
 
 
-def render_expr(e: Expr) -> str:
-    """``e`` as text: infix operators parenthesised, the others as calls (``floordiv(i, 4)``)."""
-    if isinstance(e, Int):
-        return str(e.value)
-    if isinstance(e, Var):
-        return e.name
-    args = [render_expr(a) for a in e.args]
-    if e.op in _INFIX and len(args) == 2:
-        return f"({args[0]} {e.op} {args[1]})"
-    if e.op == "neg":
-        return f"-{args[0]}"
-    if e.op == "select":
-        return f"({args[0]} ? {args[1]} : {args[2]})"
-    return f"{e.op}({', '.join(args)})"
-
-
-def render(node: Node | None, indent: str = "") -> str:
-    """Kernel IR ``node`` as indented text, one statement per line (``tcjit show --stage ir``):
-    loops with their kind, conditions, marks, statement instances with their arguments, and the
-    emulated target's launches, blocks and threads with their buffers."""
-    lines: list[str] = []
-
-    def visit(n: Node | None, pad: str) -> None:
-        if n is None:
-            return
-        if isinstance(n, Block):
-            for c in n.children:
-                visit(c, pad)
-        elif isinstance(n, For):
-            if n.degenerate:
-                lines.append(f"{pad}let {n.var} = {render_expr(n.init)}  # {n.kind}, one iteration")
-            else:
-                step = f"{n.var} += {n.step}"
-                lines.append(
-                    f"{pad}for {n.var} = {render_expr(n.init)}; {render_expr(n.cond)}; {step}  # {n.kind}"
-                )
-            visit(n.body, pad + "  ")
-        elif isinstance(n, If):
-            lines.append(f"{pad}if {render_expr(n.cond)}:")
-            visit(n.then, pad + "  ")
-            if n.other is not None:
-                lines.append(f"{pad}else:")
-                visit(n.other, pad + "  ")
-        elif isinstance(n, Run):
-            lines.append(f"{pad}{n.statement}({', '.join(render_expr(a) for a in n.args)})")
-        elif isinstance(n, Mark):
-            lines.append(f"{pad}mark {n.name!r}:")
-            visit(n.body, pad + "  ")
-        elif isinstance(n, Blocks):
-            lines.append(f"{pad}blocks of grid {n.grid}, {n.block} threads each:")
-            for b in n.buffers:
-                lines.append(
-                    f"{pad}  {b.space} {b.name}{''.join(f'[{d}]' for d in b.shape)}  # of {b.tensor}"
-                )
-            visit(n.body, pad + "  ")
-        elif isinstance(n, Threads):
-            lines.append(f"{pad}threads {n.block}:")
-            visit(n.body, pad + "  ")
-        else:
-            raise TCInternalError(f"no text for kernel IR node {type(n).__name__}")
-
-    visit(node, indent)
-    return "\n".join(lines)
+def loop_kinds(loop: For) -> set[str]:
+    """How the target runs ``loop``: its kinds, or ``serial`` alone where it is not
+    :func:`canonical`."""
+    return set(loop.kind.split("+")) if canonical(loop) else {"serial"}

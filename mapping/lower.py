@@ -37,9 +37,13 @@ from .accumulation import wide_accumulators
 from .c_printer import BoundsCheck, CParam, c_storage_type, print_kernel
 from .cpu import hoist_initialisations, initialised_in_place, map_cpu
 from .gpu import GpuKernelPlan, GpuPlan, launch_bodies, map_gpu
+from .ir_text import render
+from .openmp_teams import plan_teams
 from .packing import contiguous_strides, packed_operands, spanned_elements
 from .parts import place_parts
 from .promotion import TensorInfo
+from .reduction_forms import folded_initialisations, plan_reductions, without_runs
+from .register_tiles import TilingFacts
 
 __all__ = [
     "CpuKernelSource",
@@ -69,6 +73,8 @@ class CpuKernelSource:
     :ivar stages: readable intermediate forms (``schedule``, ``tree``, ``decisions``, ``ir``).
     :ivar buffers: the emulated target: its race-checked shared buffers, after the outputs and
         temporaries in the numbering of race reports.
+    :ivar kernel_ir: the kernel IR the source was printed from, the passes' decisions in it (not
+        stored with the source: a kernel loaded from the cache has none).
     """
 
     source: str
@@ -79,6 +85,7 @@ class CpuKernelSource:
     wide: tuple[str, ...] = ()
     stages: Mapping[str, str] = field(default_factory=dict, compare=False)
     buffers: tuple[str, ...] = ()
+    kernel_ir: ir.Node | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict:
         out = {
@@ -416,9 +423,29 @@ def lower_cpu(
     symbol = symbol or entry_symbol(cdef.name)
     wide = wide_accumulators(cdef, sizes)
     header = kernel_header(cdef, f"options: {options!r}")
+    facts = TilingFacts(
+        cdef,
+        statements,
+        sizes,
+        strides,
+        checked,
+        wide,
+        vector_bytes,
+        foldable=frozenset(name.removesuffix("_init") for name in covered_initialisations(scop, fixed)),
+    )
+
+    def planned(tree: ir.Node) -> ir.Node:
+        return plan_reductions(plan_teams(tree, cdef, statements, sizes, strides, frozenset(packs)), facts)
+
+    kernel = planned(body)
+    # An initialisation is left out when every register tile of its update starts from zero and
+    # the update writes every element it would have written.
+    folded = folded_initialisations(kernel, frozenset(f"{name}_init" for name in facts.foldable))
+    if folded:
+        kernel = planned(without_runs(body, frozenset(folded)))
     text, checks = print_kernel(
         cdef,
-        body,
+        kernel,
         statements,
         symbol=symbol,
         params=params,
@@ -428,16 +455,15 @@ def lower_cpu(
         wide=wide,
         copy_in=frozenset(zero) & frozenset(wide),
         header=header,
-        vector_bytes=vector_bytes,
         packs=packs,
         parallel=options.parallelize,
-        foldable=covered_initialisations(scop, fixed),
+        folded=folded,
         parts=parts,
         sites=sites,
         held=held,
         zeroed=frozenset(zero) & frozenset(held),
     )
-    stages = kernel_stages(sched, plan.schedule, plan.decisions, body)
+    stages = kernel_stages(sched, plan.schedule, plan.decisions, kernel)
     return CpuKernelSource(
         text,
         symbol,
@@ -446,6 +472,7 @@ def lower_cpu(
         checks,
         tuple(wide),
         stages,
+        kernel_ir=kernel,
     )
 
 
@@ -479,7 +506,7 @@ def kernel_stages(sched: isl.Schedule, mapped: isl.Schedule, decisions, body: ir
         "schedule": tc_names_in(str(sched)),
         "tree": tc_names_in(str(mapped.get_root())),
         "decisions": "\n".join(decisions),
-        "ir": tc_names_in(ir.render(body)),
+        "ir": tc_names_in(render(body)),
     }
 
 

@@ -32,10 +32,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from . import ir
 from .barriers import footprint
+from .ir import Fetch
 from .parts import accesses, constant_range
 
 FETCH_BYTES = 512 * 1024
@@ -50,25 +50,6 @@ WORK_PER_LINE = 2048
 less work is slowed by the fetches more than the later loop gains (module docstring)."""
 
 LINE_BYTES = 64
-
-
-@dataclass(frozen=True)
-class Fetch:
-    """An input's box that a loop's iterations fetch a slice at a time.
-
-    :ivar tensor: the input. :ivar box: per dimension, the first and last index fetched.
-    :ivar shared: the fetching parallel loop's variable, first index and iteration count: each
-        thread fetches the whole box, shared out over the iterations it runs (the later loop's
-        iterations may read any of it: a weight gradient's sum over the batch reads all of it).
-    :ivar loops: the variables of the serial loops below it (outermost first, each with its first
-        index and iteration count) over whose iterations each iteration's share is spread, a few
-        lines at the top of each.
-    """
-
-    tensor: str
-    box: tuple[tuple[int, int], ...]
-    shared: tuple[str, int, int]
-    loops: tuple[tuple[str, int, int], ...]
 
 
 def _instances(node: ir.Node | None) -> int:

@@ -1,6 +1,8 @@
-"""Register tiles (mapping/cpu.py, ``_register_tile``; c_printer.py, ``register_tile``).
+"""Register tiles (mapping/cpu.py, ``_register_tile``; mapping/register_tiles.py; printed by
+c_printer.py, ``register_tile``).
 
-Each form is recognised where it should be (the decision and the printed C say so), refused where
+Each form is recognised where it should be (the mapping's decision and the kernel IR's
+:class:`~tcjit.mapping.ir.RegisterTile` nodes say so), refused where
 it must not apply, and computes what the oracle computes at sizes with full tiles, partial tiles
 and (dot-product form) a strip-mining tail. The outer-product form keeps every element's updates
 in schedule order, so its results are bit-identical to the same kernel without register tiles.
@@ -14,8 +16,10 @@ import torch
 
 import tcjit
 from tcjit.cpu_runtime import vector_bytes
+from tcjit.mapping import ir
 from tcjit.mapping.lower import contiguous_strides, lower_cpu
 from tcjit.mapping.options import MappingOptions
+from tcjit.pipeline import lowered
 from tcjit.polyhedral.lang.check import check_source
 
 MATMUL = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, r_k) * B(r_k, n) }"
@@ -49,6 +53,15 @@ def _lowered(src: str, sizes: dict, options=OPTS):
     return lower_cpu(cdef, dict(sizes), strides, options.validate("cpu").values, vector_bytes=VECTOR_BYTES)
 
 
+def _tiles(low) -> list[ir.RegisterTile]:
+    """The register tiles of a lowered kernel's IR (both copies of a split one)."""
+    return [n for n in ir.nodes(low.kernel_ir) if isinstance(n, ir.RegisterTile)]
+
+
+#: The tile forms (:data:`tcjit.mapping.ir.TILE_FORMS`) of each form the mapping decides.
+FORMS = {"outer-product form": {"outer", "vector"}, "dot-product form": {"dot"}}
+
+
 def _inputs(shapes, dtype=torch.float32, seed=0):
     g = torch.Generator().manual_seed(seed)
     return tuple(torch.randn(*s, generator=g, dtype=dtype) for s in shapes)
@@ -67,14 +80,14 @@ def _inputs(shapes, dtype=torch.float32, seed=0):
 def test_forms_are_recognised(src: str, sizes: dict, form: str) -> None:
     low = _lowered(src, sizes)
     assert "register tile" in low.stages["decisions"], low.stages["decisions"]
-    assert f"register tile ({form}" in low.source
+    assert {t.form for t in _tiles(low)} <= FORMS[form] and _tiles(low)
 
 
 def test_no_tile_without_shared_operands() -> None:
     """A row sum shares nothing between rows: no register tile (it would only add passes)."""
     low = _lowered(ROWSUM, {"M": 64, "K": 100})
     assert "register tile" not in low.stages["decisions"]
-    assert "register tile" not in low.source
+    assert not _tiles(low)
 
 
 @pytest.mark.parametrize(
@@ -97,7 +110,7 @@ def test_dot_product_form_with_every_reduction(op: str) -> None:
     if op == "*=!":
         A, B = 1 + 0.01 * A, 1 + 0.01 * B
     low = _lowered(src, {"M": 7, "K": 29, "N": 5})
-    assert "register tile (dot-product form" in low.source
+    assert {t.form for t in _tiles(low)} == {"dot"}
     H.check_against_oracle(src, None, (A, B), options=OPTS, reduction_length=29)
 
 
@@ -135,14 +148,20 @@ def test_tile_sizes_that_leave_no_partial_tiles_come_first(sizes: dict, tile: tu
     """Partial tiles cost a second copy of the tile's code (the C compiler's time, not speed)."""
     low = _lowered(TMM, sizes)
     assert f"register tile {tile} (dot-product form)" in low.stages["decisions"], low.stages["decisions"]
+    assert [t.form for t in _tiles(low)] == ["dot"] * copies
     assert low.source.count("register tile (dot-product form") == copies
     A, B = _inputs([(sizes["M"], sizes["K"]), (sizes["N"], sizes["K"])])
     H.check_against_oracle(TMM, None, (A, B), options=OPTS, reduction_length=sizes["K"])
 
 
 def test_partial_tiles_are_not_unrolled() -> None:
-    """The partial copy's point loops have variable bounds: no unroll pragma on them."""
-    src = _lowered(TMM, {"M": 7, "K": 29, "N": 5}).source
+    """The partial copy's point loops have variable bounds: they are not unrolled (and the C has no
+    unroll pragma on them); the full copy's have constant bounds."""
+    low = _lowered(TMM, {"M": 7, "K": 29, "N": 5})
+    (split,) = [n for n in ir.nodes(low.kernel_ir) if isinstance(n, ir.FullTiles)]
+    assert all("unroll" not in p.kind.split("+") for p in split.rolled.points)
+    assert all(isinstance(p.cond.args[1], ir.Int) for p in split.full.points if not p.degenerate)
+    src = low.source
     partial = src[src.index("} else {") :]
     assert "tc_min_i64(" in partial
     for line, following in zip(partial.splitlines(), partial.splitlines()[1:]):
@@ -247,8 +266,17 @@ def test_sums_start_from_zero_where_no_update_came_before(K: int, tile: tuple, s
     A, B = _inputs([(16, K), (K, 32 * WIDTH)])  # whole tiles of 4 rows and 2 vectors
     kernel = tcjit.define(MATMUL)
     opts = OPTS.tile(*tile).register_tile(4, 16 * WIDTH)
-    source = tcjit.compile(kernel, A, B, options=opts).source
-    assert "register tile (outer-product form, vectors of" in source
+    low = lowered(kernel.definition, {"M": 16, "K": K, "N": 32 * WIDTH}, opts)
+    starts = {t.start for t in _tiles(low)}
+    assert {t.form for t in _tiles(low)} == {"vector"}
+    if start == "chunks":  # from zero where the chunk loop is at its first value
+        ((pair,),) = starts
+        assert pair[1] == 0
+    else:
+        assert starts == {() if start == "whole" else None}
+    statements = {r.statement for r in ir.runs(low.kernel_ir)}
+    assert ("S0_init" in statements) == (start == "loads")
+    source = low.source
     assert ("whole sums from zero" in source) == (start == "whole")
     first = [x for x in source.splitlines() if "from zero where" in x]
     assert bool(first) == (start == "chunks"), first
@@ -268,7 +296,9 @@ def test_partial_tiles_keep_the_initialisation() -> None:
     A, B = _inputs([(13, 20), (20, 32 * WIDTH)])
     kernel = tcjit.define(MATMUL)
     opts = OPTS.register_tile(4, 16 * WIDTH)
-    source = tcjit.compile(kernel, A, B, options=opts).source
+    low = lowered(kernel.definition, {"M": 13, "K": 20, "N": 32 * WIDTH}, opts)
+    assert () in {t.start for t in _tiles(low)} and "S0_init" in {r.statement for r in ir.runs(low.kernel_ir)}
+    source = low.source
     assert "whole sums from zero" in source
     assert "S0_init (initialisation)" in source
     assert _folded(source) == ""
@@ -310,11 +340,10 @@ def test_parallel_loops_share_one_team(threads: int) -> None:
     inputs = _inputs(shapes)
     kernel = tcjit.define(MLP2)
     opts = MappingOptions("naive").vectorize(True).tile(8, 16, 8)
-    source = tcjit.compile(kernel, *inputs, options=opts).source
-    entry = source[source.index("void tc_entry_mlp2(") :]
-    assert entry.count("#pragma omp parallel num_threads(nthreads) if(nthreads > 1)") == 1, entry
-    assert entry.count("#pragma omp for") >= 3, entry
-    assert "#pragma omp parallel for" not in entry, entry
+    kernel_ir = lowered(kernel.definition, {"B": 40, "M": 24, "N": 32, "P": 16}, opts).kernel_ir
+    (team,) = [n for n in kernel_ir.children if isinstance(n, ir.Team)]
+    assert sum(m.shared for m in team.members) >= 3, team
+    assert not any(ir.opens_parallel(n) for n in kernel_ir.children if not isinstance(n, ir.Team))
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(threads)
@@ -350,18 +379,22 @@ def test_barriers_stay_where_a_loop_reads_what_other_threads_wrote(threads: int)
     the oracle for any number of threads (1 and 3 split the iterations differently from 2)."""
     opts = MappingOptions("naive").vectorize(True).tile(8, 16, 8)
     cases = (
-        (MLP2, "mlp2", [(40, 24), (32, 24), (32,), (16, 32)], 32, None),
-        (MIX, "mix", [(40, 32), (40, 40)], 40, 1),
+        (MLP2, {"B": 40, "M": 24, "N": 32, "P": 16}, [(40, 24), (32, 24), (32,), (16, 32)], 32, None),
+        (MIX, {"B": 40, "N": 32}, [(40, 32), (40, 40)], 40, 1),
     )
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(threads)
-        for src, name, shapes, n, kept in cases:
+        for src, sizes, shapes, n, kept in cases:
             inputs = _inputs(shapes)
-            fors = _omp_fors(tcjit.compile(tcjit.define(src), *inputs, options=opts).source, name)
-            assert len(fors) >= 3, fors
-            waits = [k for k, x in enumerate(fors) if not x.endswith(" nowait")]
-            assert waits == ([] if kept is None else [kept]), fors
+            low = lowered(check_source(src).entry(), sizes, opts)
+            (team,) = [t for t in ir.nodes(low.kernel_ir) if isinstance(t, ir.Team)]
+            shared = [m for m in team.members if m.shared]
+            assert len(shared) >= 3, team
+            waits = [k for k, m in enumerate(shared) if not m.nowait]
+            assert waits == ([] if kept is None else [kept]), team
+            fors = _omp_fors(low.source, low.symbol.removeprefix("tc_entry_"))
+            assert [not x.endswith(" nowait") for x in fors] == [not m.nowait for m in shared], fors
             H.check_against_oracle(src, None, inputs, options=opts, reduction_length=n)
     finally:
         torch.set_num_threads(before)

@@ -103,6 +103,7 @@ def test_show_ir_and_the_c_without_its_prelude(capsys, fcrelu_file):
     """The kernel IR the printer prints, and the C with the prelude (the same in every kernel)
     left out; the emulated target's IR shows its launches, blocks and threads."""
     from tcjit.mapping import ir
+    from tcjit.mapping.ir_text import render
 
     code, text, _ = _run(capsys, "show", fcrelu_file, "--stage", "ir", "--sizes", FC_SIZES)
     assert code == 0 and "# parallel" in text and re.search(r"^\s+S0\(", text, re.M), text
@@ -119,7 +120,7 @@ def test_show_ir_and_the_c_without_its_prelude(capsys, fcrelu_file):
     loop = ir.For(
         "i", ir.Int(0), ir.Op("<", (ir.Var("i"), ir.Int(4))), 1, ir.Run("S0", (ir.Var("i"),)), "simd"
     )
-    assert ir.render(ir.If(ir.Op("==", (ir.Var("j"), ir.Int(0))), loop, None)) == (
+    assert render(ir.If(ir.Op("==", (ir.Var("j"), ir.Int(0))), loop, None)) == (
         "if (j == 0):\n  for i = 0; (i < 4); i += 1  # simd\n    S0(i)"
     )
 
