@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from ..errors import TCDerivativeError
 from ..lang import ast as A
 from ..lang.builtins import BUILTINS
-from ..lang.check import KEYWORDS
+from ..lang.check_signature import KEYWORDS
 from ..lang.checked import CheckedDef, CheckedStatement
 from ..lang.types import lookup_type
 
