@@ -1,4 +1,4 @@
-"""Automatic backward (polyhedral/autodiff.py, tcjit/derived.py): gradcheck in float64.
+"""Automatic backward (polyhedral/autodiff/, tcjit/derived.py): gradcheck in float64.
 
 Every kernel of KERNELS.md and a set of further programs (temporaries, versions, guards, scalar
 arguments, strides, padding, every builtin with a derivative, ``*=``/``min=`` reductions, rank-0
