@@ -49,7 +49,7 @@ from ..polyhedral.names import entry_symbol
 from ..polyhedral.scop import ScopStatement
 from . import ir
 from .accumulation import wide_accumulators
-from .c_printer import BoundsCheck, CParam, c_compute_type, c_float_literal, combine_update
+from .c_exprs import BoundsCheck, CParam, c_compute_type, c_float_literal, combine_update
 from .cuda_prelude import CUDA_PRELUDE
 from .emulation import fission
 from .gpu import BLOCK_IDS, THREAD_IDS

@@ -35,7 +35,8 @@ from ..polyhedral.lang.checked import CheckedDef
 from ..polyhedral.names import entry_symbol
 from . import ir
 from .accumulation import wide_accumulators
-from .c_printer import CParam, c_float_literal, c_int_literal, print_kernel, stack_array
+from .c_exprs import CParam, c_float_literal, c_int_literal, stack_array
+from .c_kernel import print_kernel
 from .gpu import THREAD_IDS
 from .gpu_printer import GpuPrinter
 from .lower import (

@@ -23,15 +23,8 @@ from ..polyhedral.lang import ast as A
 from ..polyhedral.lang.types import ScalarType
 from ..polyhedral.scop import Scop
 from . import ir
-from .c_printer import (
-    CPrinter,
-    ExprPrinter,
-    c_compute_type,
-    c_storage_type,
-    combine_update,
-    expr,
-    reduction_identity,
-)
+from .c_exprs import ExprPrinter, c_compute_type, c_storage_type, combine_update, expr, reduction_identity
+from .c_printer import CPrinter
 from .gpu import GpuPlan
 from .promotion import Copy, Promoted
 from .reduction import BlockReduction
@@ -71,7 +64,7 @@ class GpuPrinter(CPrinter):
 
     @classmethod
     def factory(cls, plan: GpuPlan, scop: Scop, **kwargs) -> Callable[..., GpuPrinter]:
-        """A printer factory for :func:`~tcjit.mapping.c_printer.print_kernel` with ``plan``'s
+        """A printer factory for :func:`~tcjit.mapping.c_kernel.print_kernel` with ``plan``'s
         promotion."""
         buffers = {b.name: b for k in plan.kernels for b in k.buffers}
         promoted = promoted_references(plan, scop)

@@ -59,6 +59,7 @@ __all__ = [
     "ParallelReduction",
     "RegisterTile",
     "Run",
+    "Site",
     "Team",
     "TeamMember",
     "Threads",
@@ -194,6 +195,25 @@ class Fetch:
     box: tuple[tuple[int, int], ...]
     shared: tuple[str, int, int]
     loops: tuple[tuple[str, int, int], ...]
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where a part of a packed input is filled (:func:`.parts.place_parts` decides): the body of
+    the loop that the mark ``name`` wraps; ``origin`` is the part's first element (one expression
+    over the enclosing loops' variables per dimension).
+
+    :ivar ahead: the first element of the part the loop's next iteration fills, where the part
+        moves with the loop and the input has a unit-stride dimension (else empty): the printer
+        asks for its lines to be brought into cache while this iteration computes
+        (:mod:`.c_panels`). :ivar more: whether there is a next
+        iteration (the loop's condition for it; None without ``ahead``).
+    """
+
+    tensor: str
+    origin: tuple[Expr, ...]
+    ahead: tuple[Expr, ...] = ()
+    more: Expr | None = None
 
 
 @dataclass(frozen=True)

@@ -34,12 +34,14 @@ from ..polyhedral.schedule import bands, check_legality, member_extent, schedule
 from ..polyhedral.scop import Dependences, Scop, build_scop, compute_dependences, instance_text
 from . import ir
 from .accumulation import wide_accumulators
-from .c_printer import BoundsCheck, CParam, c_storage_type, print_kernel
+from .c_exprs import BoundsCheck, CParam, c_storage_type
+from .c_kernel import print_kernel
 from .cpu import hoist_initialisations, initialised_in_place, map_cpu
 from .gpu import GpuKernelPlan, GpuPlan, launch_bodies, map_gpu
 from .ir_text import render
+from .layout import contiguous_strides, spanned_elements
 from .openmp_teams import plan_teams
-from .packing import contiguous_strides, packed_operands, spanned_elements
+from .packing import packed_operands
 from .parts import place_parts
 from .promotion import TensorInfo
 from .reduction_forms import folded_initialisations, plan_reductions, without_runs
@@ -233,7 +235,7 @@ def _zero_init(scop: Scop, fixed: isl.Set, shapes: Mapping[str, tuple[int, ...]]
 def covered_initialisations(scop: Scop, fixed: isl.Set) -> frozenset[str]:
     """The ``!`` initialisations (``S0_init``) whose update (``S0``) writes every element they
     write: the printer may leave one out where register tiles start its sums from zero
-    (:func:`~tcjit.mapping.c_printer.print_kernel`). An output element whose reduction is empty
+    (:func:`~tcjit.mapping.c_kernel.print_kernel`). An output element whose reduction is empty
     (a ``where`` excluding all its points, an empty range) keeps its initialisation."""
     written: dict[str, isl.Set] = {}
 

@@ -17,7 +17,7 @@ buffer holds the same elements under the same subscripts. The mapper's stride sc
 ``j`` as the vector loop and the outer-product register tile applies.
 
 :func:`packed_operands` decides, from the definition, the sizes and the strides of the call; the C
-printer allocates and fills the buffers (:func:`tcjit.mapping.c_printer.print_kernel`'s
+printer allocates and fills the buffers (:func:`tcjit.mapping.c_kernel.print_kernel`'s
 ``packs``). An input is packed when:
 
 * it is a tensor parameter of rank 2 or more (inputs are never written, so a copy made once stays
@@ -39,20 +39,17 @@ importable without isl (a kernel loaded from disk needs :func:`packed_operands`'
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 
 from ..polyhedral.lang import ast as A
 from ..polyhedral.lang.checked import CheckedDef
+from .layout import Pack, contiguous_strides
 
 __all__ = [
     "MIN_REUSE",
     "PART_REFILLS",
-    "Pack",
-    "contiguous_strides",
     "index_extent",
     "packed_operands",
-    "spanned_elements",
 ]
 
 #: The fewest times each element of a packed input must be read: below this the copy (a read and
@@ -63,47 +60,6 @@ MIN_REUSE = 8
 #: most this many times the tensor (a part filled again for each iteration of a loop that does not
 #: move it costs a copy each time); past that the panel is filled whole, before the loops.
 PART_REFILLS = 2
-
-
-@dataclass(frozen=True)
-class Pack:
-    """One packed input.
-
-    :ivar tensor: the input's name.
-    :ivar dim: the dimension that becomes unit-stride (the one indexed by the output's last index).
-    :ivar source: the input's element strides as passed (the copy reads with them).
-    :ivar strides: the buffer's element strides, per dimension of the input in its order: dense,
-        ``dim`` innermost and the other dimensions outside it in their order.
-    :ivar shape: the input's shape.
-    """
-
-    tensor: str
-    dim: int
-    source: tuple[int, ...]
-    strides: tuple[int, ...]
-    shape: tuple[int, ...]
-
-    @property
-    def order(self) -> tuple[int, ...]:
-        """The input's dimensions from the buffer's outermost to its innermost."""
-        return (*(d for d in range(len(self.shape)) if d != self.dim), self.dim)
-
-
-def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """Element strides of a contiguous tensor of ``shape`` (row-major; a zero extent counts as one)."""
-    out, step = [], 1
-    for n in reversed(shape):
-        out.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(out))
-
-
-def spanned_elements(shape: Sequence[int], strides: Sequence[int]) -> int:
-    """Elements from a tensor's first element to its last with these ``strides``, both included
-    (0 when a dimension is empty): what a buffer holding it needs."""
-    if not all(shape):
-        return 0
-    return 1 + sum((n - 1) * abs(st) for n, st in zip(shape, strides))
 
 
 def packed_operands(

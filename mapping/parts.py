@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from ..polyhedral.lang import ast as A
 from . import ir
-from .packing import PART_REFILLS, Pack, contiguous_strides
+from .layout import Pack, Part, contiguous_strides
+from .packing import PART_REFILLS
 
 __all__ = [
     "PART_BYTES",
     "PART_REFILLS",
-    "Part",
-    "Site",
     "accesses",
     "affine",
     "constant_interval",
@@ -39,39 +38,6 @@ __all__ = [
 #: Python and autograd code that runs between the kernels of a training step runs slower for it
 #: (bench/results/HISTORY.md has the timing).
 PART_BYTES = 256 << 10
-
-
-@dataclass(frozen=True)
-class Part:
-    """A packed input filled a part at a time inside the loops that read it (:func:`place_parts`).
-
-    :ivar tensor: the input's name.
-    :ivar shape: the part's extent along each dimension of the input (the largest site's).
-    :ivar strides: the part buffer's element strides per dimension of the input: dense, in the
-        panel's order (:attr:`Pack.order`), so the packed dimension stays unit-stride.
-    """
-
-    tensor: str
-    shape: tuple[int, ...]
-    strides: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Site:
-    """Where a part is filled: the body of the loop that the mark ``name`` wraps; ``origin`` is the
-    part's first element (one expression over the enclosing loops' variables per dimension).
-
-    :ivar ahead: the first element of the part the loop's next iteration fills, where the part
-        moves with the loop and the input has a unit-stride dimension (else empty): the printer
-        asks for its lines to be brought into cache while this iteration computes
-        (:func:`~tcjit.mapping.c_printer._part_ahead`). :ivar more: whether there is a next
-        iteration (the loop's condition for it; None without ``ahead``).
-    """
-
-    tensor: str
-    origin: tuple[ir.Expr, ...]
-    ahead: tuple[ir.Expr, ...] = ()
-    more: ir.Expr | None = None
 
 
 # An affine form over loop variables: (((var, coefficient), ...) sorted, constant).
@@ -337,7 +303,7 @@ def place_parts(
     packs: Mapping[str, Pack],
     sizes: Mapping[str, int],
     item_bytes: Mapping[str, int],
-) -> tuple[ir.Node, dict[str, Part], dict[str, Site]]:
+) -> tuple[ir.Node, dict[str, Part], dict[str, ir.Site]]:
     """Where to fill each packed input a part at a time (:data:`PART_BYTES`), instead of whole
     before the kernel: ``body`` with a mark (``part<k>``) around the body of each loop that fills
     one, the inputs so filled, and the sites by mark name.
@@ -355,7 +321,7 @@ def place_parts(
     whole, before the kernel's loops.
     """
     parts: dict[str, Part] = {}
-    sites: dict[str, Site] = {}
+    sites: dict[str, ir.Site] = {}
     for name, pack in packs.items():
         marks = _sites(body, name, statements, sizes, pack.shape, PART_BYTES // max(1, item_bytes[name]))
         if not marks:
@@ -460,7 +426,7 @@ def _mark(
     node: ir.Node | None,
     marks: Mapping[int, tuple[_Aff, ...]],
     tensor: str,
-    sites: dict[str, Site],
+    sites: dict[str, ir.Site],
     ahead: bool = False,
 ):
     """``node`` with the body of each loop in ``marks`` wrapped in a mark naming its site (with
@@ -472,7 +438,7 @@ def _mark(
         if id(node) in marks:
             label = f"part{len(sites)}"
             origin = marks[id(node)]
-            site = Site(tensor, tuple(_expr(a) for a in origin))
+            site = ir.Site(tensor, tuple(_expr(a) for a in origin))
             if ahead and not node.degenerate and any(dict(a[0]).get(node.var) for a in origin):
                 following = tuple(
                     _aff(dict(a[0]), a[1] + dict(a[0]).get(node.var, 0) * node.step) for a in origin

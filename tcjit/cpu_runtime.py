@@ -465,7 +465,7 @@ class CpuKernel:
         fn.argtypes = argtypes
         fn.restype = None
         self.fn = fn
-        # A library with a workspace exports these two (mapping/c_printer.py _workspace_release).
+        # A library with a workspace exports these two (mapping/c_kernel.py, _workspace_release).
         self._release = getattr(lib, "tc_release", None)
         self._kept_bytes = getattr(lib, "tc_kept_bytes", None)
         if self._kept_bytes is not None:

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 
 from .binding import Binding
 from .kernel_cache import BUILD_LOCK, cache_key, kernel_store, load_stored, save_stored
-from .mapping.packing import contiguous_strides
+from .mapping.layout import contiguous_strides
 from .polyhedral.lang.checked import CheckedDef
 from .runtime import Compiled, call_layout, out_layouts
 from .targets import TARGETS

@@ -13,7 +13,7 @@ from collections.abc import Collection, Sequence
 import torch
 
 from .binding import Binding, torch_dtype
-from .mapping.packing import contiguous_strides
+from .mapping.layout import contiguous_strides
 from .polyhedral.errors import Span, TCBoundsError, TCCallError
 from .polyhedral.lang.checked import CheckedDef
 

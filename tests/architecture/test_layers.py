@@ -212,3 +212,22 @@ def test_no_private_import() -> None:
     """A ``_name`` is its module's own; another module that needs it needs a public name."""
     _, private = _graph()
     assert not private, "private names imported from another module:\n" + "\n".join(private)
+
+
+# ======================================================================== printers that only print
+#: The CPU target's printer: it takes the kernel IR (the passes' decisions in it) and a target
+#: description, and prints; it may import nothing of mapping/ that plans.
+C_PRINTER = {f"tcjit.mapping.{m}" for m in ("c_exprs", "c_tiles", "c_printer", "c_panels", "c_kernel")}
+
+#: What the printer may import from mapping/: the IR, element layouts and the C prelude.
+PRINTED_FROM = C_PRINTER | {"tcjit.mapping.ir", "tcjit.mapping.layout", "tcjit.mapping.c_prelude"}
+
+
+def test_the_c_printer_imports_no_planning_module() -> None:
+    edges, _ = _graph()
+    assert C_PRINTER <= set(edges), sorted(C_PRINTER - set(edges))
+    planning = {
+        module: sorted(m for m in edges[module] if m.startswith("tcjit.mapping.") and m not in PRINTED_FROM)
+        for module in sorted(C_PRINTER)
+    }
+    assert not any(planning.values()), planning

@@ -12,8 +12,8 @@ from dataclasses import replace
 import pytest
 
 from tcjit.mapping import ir
+from tcjit.mapping.layout import contiguous_strides
 from tcjit.mapping.openmp_teams import plan_teams
-from tcjit.mapping.packing import contiguous_strides
 from tcjit.mapping.reduction_forms import folded_initialisations, plan_reductions, without_runs
 from tcjit.mapping.register_tiles import TilingFacts
 from tcjit.polyhedral.lang.check import check_source

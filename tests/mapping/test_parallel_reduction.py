@@ -1,5 +1,5 @@
-"""Reductions to one element run in threads (mapping/cpu.py, ``_reduction_only``; c_printer.py,
-``parallel_reduction``).
+"""Reductions to one element run in threads (mapping/cpu.py, ``_reduction_only``;
+reduction_forms.py; c_printer.py, ``parallel_reduction``).
 
 A sum over a whole tensor has no parallel loop: every iteration updates the same element. The
 mapper marks its outermost reduction loop ``parallel_reduction``; each iteration computes a

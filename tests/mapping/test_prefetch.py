@@ -98,7 +98,7 @@ def test_the_compiler_keeps_the_prefetches(tmp_path) -> None:
     """A function that only prefetches looks free of side effects to GCC, which deleted every call
     of an earlier version of the fetch helpers in mlp3's derived backward (gcc 12: the C asked for
     ``O1``'s lines, the machine code did not; the timing showed it). The helpers are now ``noipa``
-    (``c_printer.PREFETCHING``), and this checks the machine code itself: that backward's
+    (``c_panels.PREFETCHING``), and this checks the machine code itself: that backward's
     fetches, and the look-ahead of the next part of a packed weight in the first layer, are
     there."""
     sk = suite.get("mlp3")

@@ -1,4 +1,4 @@
-"""A kernel compiled in parts (tcjit/cpu_runtime.py, ``compile_c``; c_printer.py, ``TC_PART_OF``).
+"""A kernel compiled in parts (tcjit/cpu_runtime.py, ``compile_c``; c_kernel.py, ``TC_PART_OF``).
 
 The printer guards each function of a kernel (the entry point 0, parallel regions from 1) with
 ``#if TC_PART_OF(number)``; the runtime compiles big kernels in several compiler processes at once

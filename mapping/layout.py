@@ -1,0 +1,66 @@
+"""Element layouts: the strides of contiguous tensors, the elements a strided tensor spans, and
+the layouts of a packed input's transposed panel (:class:`Pack`) and of its part buffers
+(:class:`Part`), which :mod:`.packing` and :mod:`.parts` decide and the C printer fills."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["Pack", "Part", "contiguous_strides", "spanned_elements"]
+
+
+@dataclass(frozen=True)
+class Pack:
+    """One packed input.
+
+    :ivar tensor: the input's name.
+    :ivar dim: the dimension that becomes unit-stride (the one indexed by the output's last index).
+    :ivar source: the input's element strides as passed (the copy reads with them).
+    :ivar strides: the buffer's element strides, per dimension of the input in its order: dense,
+        ``dim`` innermost and the other dimensions outside it in their order.
+    :ivar shape: the input's shape.
+    """
+
+    tensor: str
+    dim: int
+    source: tuple[int, ...]
+    strides: tuple[int, ...]
+    shape: tuple[int, ...]
+
+    @property
+    def order(self) -> tuple[int, ...]:
+        """The input's dimensions from the buffer's outermost to its innermost."""
+        return (*(d for d in range(len(self.shape)) if d != self.dim), self.dim)
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Element strides of a contiguous tensor of ``shape`` (row-major; a zero extent counts as one)."""
+    out, step = [], 1
+    for n in reversed(shape):
+        out.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(out))
+
+
+def spanned_elements(shape: Sequence[int], strides: Sequence[int]) -> int:
+    """Elements from a tensor's first element to its last with these ``strides``, both included
+    (0 when a dimension is empty): what a buffer holding it needs."""
+    if not all(shape):
+        return 0
+    return 1 + sum((n - 1) * abs(st) for n, st in zip(shape, strides))
+
+
+@dataclass(frozen=True)
+class Part:
+    """A packed input filled a part at a time inside the loops that read it (:func:`.parts.place_parts`).
+
+    :ivar tensor: the input's name.
+    :ivar shape: the part's extent along each dimension of the input (the largest site's).
+    :ivar strides: the part buffer's element strides per dimension of the input: dense, in the
+        panel's order (:attr:`Pack.order`), so the packed dimension stays unit-stride.
+    """
+
+    tensor: str
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
