@@ -73,9 +73,25 @@ __all__ = [
     "int_suffix",
     "integer_functions",
     "prelude_piece",
+    "without_prelude",
 ]
 
 _PIECES = importlib.resources.files(__package__) / "prelude"
+
+
+_PRELUDE_END = "/* ---- end of the tcjit prelude ---- */\n"
+
+
+def without_prelude(source: str, why: str) -> str:
+    """Generated ``source`` with its prelude (from its first line to its end marker) replaced by a
+    line that says so, and ``why`` (``tcjit show --no-prelude``, generated-code snapshots)."""
+    start = source.find("/* ---- tcjit")
+    end = source.find(_PRELUDE_END)
+    if start < 0 or end < 0:
+        return source
+    lines = source[start:end].count("\n") + 1
+    note = f"/* the tcjit prelude: {lines} lines, left out ({why}) */\n"
+    return source[:start] + note + source[end + len(_PRELUDE_END) :]
 
 
 def prelude_piece(name: str) -> str:

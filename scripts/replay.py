@@ -7,11 +7,16 @@ widths of 32 and 64 bytes (the generated C and the CPU defaults depend on the ho
 are fixed here), for ``cuda`` and for ``cuda-emulated``, with contiguous tensors; nothing is
 compiled. An item whose lowering raises records the error's class and message instead.
 
+A handful of items are also kept whole, their prelude left out, as generated-code snapshots in
+tests/data/snapshots/ (:data:`SNAPSHOTS`): a change to them shows as a diff in review, and
+tests/runtime/test_replay.py checks them. ``--update`` rewrites them with the digests.
+
 Each item's source has a digest; scripts/replay_digests.txt holds them, headed by the digest of the
 whole corpus, so that the file is the same on every machine at the same commit::
 
     python scripts/replay.py              # compare with the committed digests: exit 1 if any differ
-    python scripts/replay.py --update     # rewrite them (say in the commit message which and why)
+    python scripts/replay.py --update     # rewrite them and the snapshots (say in the commit
+                                          # message which kernels changed and why)
     python scripts/replay.py --dump DIR   # every source into DIR, to diff two commits' dumps
     python scripts/replay.py -k matmul    # only the items whose name contains "matmul"
 """
@@ -31,6 +36,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DIGESTS = ROOT / "scripts" / "replay_digests.txt"
 TARGETS = (("cpu", 32), ("cpu", 64), ("cuda", 0), ("cuda-emulated", 0))
+SNAPSHOT_DIR = ROOT / "tests" / "data" / "snapshots"
+
+#: The items kept whole (suite kernel, its small size number, target, vector bytes): a register
+#: tile and a fused epilogue (fcrelu), row reductions (softmax), a team of parallel loops with the
+#: barriers between layers (mlp3) and a convolution's chain of reductions (conv2d), for each target.
+SNAPSHOTS = tuple(
+    (kernel, 1, target, width)
+    for kernel in ("fcrelu", "softmax", "mlp3", "conv2d")
+    for target, width in (("cpu", 32), ("cuda", 0), ("cuda-emulated", 0))
+)
 
 
 @dataclass(frozen=True)
@@ -128,6 +143,34 @@ def generate(item: Item, target: str, width: int) -> str:
             os.environ["TCJIT_VECTOR_BYTES"] = host
 
 
+def snapshot_items() -> list[tuple[Item, str, int, Path]]:
+    """The snapshots' items, targets, widths and files."""
+    from tcjit import suite
+
+    out = []
+    for kernel, n, target, width in SNAPSHOTS:
+        k = suite.SUITE[kernel]
+        item = Item(f"suite/{k.name}", k.source, k.entry, tuple(sorted(k.small_sizes[n].items())), "default")
+        suffix = ".cu" if target == "cuda" else ".c"
+        out.append((item, target, width, SNAPSHOT_DIR / f"{kernel}-{target}{suffix}"))
+    return out
+
+
+def snapshot(item: Item, target: str, width: int) -> str:
+    """The snapshot of an item: its generated source, the prelude left out, headed by its label."""
+    from tcjit.mapping.c_prelude import without_prelude
+
+    text = without_prelude(generate(item, target, width), "scripts/replay.py snapshots")
+    return f"/* {item.label(target, width)} */\n{text}"
+
+
+def write_snapshots() -> int:
+    SNAPSHOT_DIR.mkdir(parents=True, exist_ok=True)
+    for item, target, width, path in snapshot_items():
+        path.write_text(snapshot(item, target, width), encoding="utf-8")
+    return len(SNAPSHOTS)
+
+
 def _one(job: tuple[Item, str, int]) -> tuple[str, str]:
     item, target, width = job
     return item.label(target, width), generate(item, target, width)
@@ -190,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.update:
         DIGESTS.write_text(render(found))
         print(f"replay: {len(found)} items written to {DIGESTS.relative_to(ROOT)}")
+        print(f"replay: {write_snapshots()} snapshots written to {SNAPSHOT_DIR.relative_to(ROOT)}")
         return 0
     want = read_digests(DIGESTS)
     if not args.k:

@@ -67,21 +67,6 @@ def _show_options(args, program, cdef, sizes: Mapping[str, int]) -> None:
         print(f"  {name}: {json.dumps(value)}")
 
 
-_PRELUDE_END = "/* ---- end of the tcjit prelude ---- */\n"
-
-
-def _without_prelude(source: str) -> str:
-    """Generated ``source`` with its prelude (from its first line to its end marker) replaced by a
-    line that says so."""
-    start = source.find("/* ---- tcjit")
-    end = source.find(_PRELUDE_END)
-    if start < 0 or end < 0:
-        return source
-    lines = source[start:end].count("\n") + 1
-    note = f"/* the tcjit prelude: {lines} lines, left out (--no-prelude) */\n"
-    return source[:start] + note + source[end + len(_PRELUDE_END) :]
-
-
 def _absent(args, cdef) -> frozenset[str]:
     """The outputs ``--absent`` names (gradients known to be zero), not all of them."""
     absent = frozenset(parse_names(args.absent, cdef.outputs, "--absent", "outputs") or ())
@@ -158,6 +143,7 @@ def cmd_show(args) -> int:
         _show_options(args, program, cdef, sizes)
     elif args.stage in MAPPED_STAGES:
         _need_sizes(cdef, sizes, f"--stage {args.stage}")
+        from .mapping.c_prelude import without_prelude
         from .pipeline import lowered as lower
 
         target = args.target or "cpu"
@@ -170,7 +156,7 @@ def cmd_show(args) -> int:
         opts = options_from_flags(args, cdef, sizes, target)
         lowered = lower(cdef, sizes, opts, target)
         if args.stage in ("c", "cuda"):
-            source = _without_prelude(lowered.source) if args.no_prelude else lowered.source
+            source = without_prelude(lowered.source, "--no-prelude") if args.no_prelude else lowered.source
             print(source, end="" if source.endswith("\n") else "\n")
         elif args.stage == "ir":
             print(lowered.stages["ir"])

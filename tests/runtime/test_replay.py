@@ -2,8 +2,10 @@
 host.
 
 A change to generated source fails here until ``python scripts/replay.py --update`` records it
-(and its commit message says which kernels changed and why). One suite kernel is replayed here,
-under every option set and target; the whole corpus takes minutes (``scripts/replay.py``).
+(and its commit message says which kernels changed and why), and so does a change to one of the
+generated-code snapshots in tests/data/snapshots/, which the same command rewrites. One suite
+kernel is replayed here, under every option set and target; the whole corpus takes minutes
+(``scripts/replay.py``).
 """
 
 from __future__ import annotations
@@ -55,3 +57,23 @@ def test_a_changed_source_shows_as_changed(tmp_path, monkeypatch) -> None:
     other.write_text(replay.render({item.label("cpu", 32): hashlib.sha256(at64.encode()).hexdigest()[:16]}))
     replay.DIGESTS = other
     assert replay.main(["-k", item.label("cpu", 32), "-j", "1"]) == 1
+
+
+def test_generated_code_snapshots_are_what_head_generates(monkeypatch) -> None:
+    """Each snapshot (a few suite kernels for every target, their prelude left out) is the source
+    HEAD generates; a difference shows as a diff of the generated code."""
+    import difflib
+
+    replay = _replay_module(monkeypatch)
+    items = replay.snapshot_items()
+    assert len(items) == len(replay.SNAPSHOTS) >= 9
+    assert {target for _, target, _, _ in items} == {"cpu", "cuda", "cuda-emulated"}
+    stale = []
+    for item, target, width, path in items:
+        want = path.read_text(encoding="utf-8") if path.exists() else ""
+        got = replay.snapshot(item, target, width)
+        assert "left out (scripts/replay.py snapshots)" in got or target == "cuda", got[:500]
+        if got != want:
+            diff = difflib.unified_diff(want.splitlines(), got.splitlines(), str(path), "HEAD", lineterm="")
+            stale.append("\n".join(list(diff)[:40]))
+    assert not stale, "snapshots differ (python scripts/replay.py --update):\n" + "\n\n".join(stale)
