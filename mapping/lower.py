@@ -30,7 +30,7 @@ from ..polyhedral.lang import ast as A
 from ..polyhedral.lang.checked import CheckedDef
 from ..polyhedral.lang.ranges import affine_form
 from ..polyhedral.names import entry_symbol, isl_name, tc_names_in
-from ..polyhedral.schedule import bands, check_legality, member_extent, schedule, tile
+from ..polyhedral.schedule import bands, check_legality, member_extent, schedule, schedule_text, tile
 from ..polyhedral.scop import Dependences, Scop, build_scop, compute_dependences, instance_text
 from . import ir
 from .accumulation import wide_accumulators
@@ -505,8 +505,8 @@ def kernel_stages(sched: isl.Schedule, mapped: isl.Schedule, decisions, body: ir
     the mapper's decisions and the kernel IR ``body`` that is printed; sizes, indices and tensors
     by their TC names."""
     return {
-        "schedule": tc_names_in(str(sched)),
-        "tree": tc_names_in(str(mapped.get_root())),
+        "schedule": schedule_text(sched),
+        "tree": schedule_text(mapped),
         "decisions": "\n".join(decisions),
         "ir": tc_names_in(render(body)),
     }

@@ -34,7 +34,16 @@ from .errors import TCInternalError
 from .names import isl_name, tc_names_in
 from .scop import Dependences, Scop
 
-__all__ = ["FUSION_STRATEGIES", "bands", "check_legality", "node_at", "node_path", "schedule", "tile"]
+__all__ = [
+    "FUSION_STRATEGIES",
+    "bands",
+    "check_legality",
+    "node_at",
+    "node_path",
+    "schedule",
+    "schedule_text",
+    "tile",
+]
 
 FUSION_STRATEGIES = ("Max", "Preserve3Coincident", "Min")
 
@@ -191,3 +200,10 @@ def tile(sched: isl.Schedule, sizes: Sequence[int]) -> isl.Schedule:
         for i, v in enumerate(vals):
             mv = mv.set_val(i, isl.Val.int_from_si(node.get_ctx(), v))
         result = node.band_tile(mv).get_schedule()
+
+
+def schedule_text(sched: isl.Schedule) -> str:
+    """``sched`` as indented text (isl's block YAML: one node per line, children indented), with
+    sizes, indices and tensors by their TC names: what ``tcjit show`` prints."""
+    printer = isl.Printer.to_str(sched.get_ctx()).set_yaml_style(isl.yaml_style.BLOCK)
+    return tc_names_in(printer.print_schedule(sched).get_str().rstrip())

@@ -108,7 +108,9 @@ def cmd_show(args) -> int:
     program, cdef = load_entry(args.file, args.entry)
     sizes = parse_sizes(args.sizes, cdef.sizes)
     if args.stage == "ast":
-        print(parse(program.source).get(cdef.name))
+        from .polyhedral.lang.ast_text import ast_text
+
+        print(ast_text(parse(program.source).get(cdef.name)))
     elif args.stage == "canonical":
         print(def_to_tc(cdef.ast), end="")
     elif args.stage == "backward":
@@ -119,8 +121,7 @@ def cmd_show(args) -> int:
         for text in (d.forward, d.backward):  # printed canonically, as the compiler reads them
             print(def_to_tc(check_source(text).defs[0].ast))
     elif args.stage in ("scop", "schedule"):
-        from .polyhedral.names import tc_names_in
-        from .polyhedral.schedule import schedule, tile
+        from .polyhedral.schedule import schedule, schedule_text, tile
         from .polyhedral.scop import build_scop, compute_dependences
 
         if cdef.sizes and not sizes and args.fix_sizes:
@@ -137,7 +138,7 @@ def cmd_show(args) -> int:
             if tiles is None:
                 tiles = base.get("tile") if base else ()
             sched = schedule(scop, compute_dependences(scop), fusion=fusion)
-            print(tc_names_in(str(tile(sched, tiles).get_root())))
+            print(schedule_text(tile(sched, tiles)))
     elif args.stage == "options":
         _need_sizes(cdef, sizes, "--stage options")
         _show_options(args, program, cdef, sizes)

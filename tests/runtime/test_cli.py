@@ -53,9 +53,9 @@ def test_show_checked_with_concrete_ranges(capsys):
     ("stage", "words"),
     [
         ("canonical", ["def conv2d(float32(N, C, H, W) I"]),
-        ("ast", ["Statement(tensor='O'"]),
+        ("ast", ["Def name='conv2d'  @", "\n  body:\n    - Statement tensor='O', op='+=', init=True"]),
         ("scop", ["S0_init (init, line 3)", "R3 reads", "I[a0 = n, a1 = r_c, a2 = h + r_kh"]),
-        ("schedule", ["domain:", "schedule:", "permutable: 1"]),
+        ("schedule", ["domain:", "\nchild:\n", "    child:\n      schedule:", "permutable: 1"]),
     ],
 )
 def test_show_stages(capsys, stage, words):
