@@ -1,15 +1,9 @@
 """The emulated CUDA target: a GPU-mapped kernel run on the CPU, so that CI checks every mapping.
 
-The GPU mapping (:mod:`.gpu`) gives, per launch, an isl AST over the block and thread ids
-``b0..b2, t0..t2``. Here the same AST becomes C (the CPU printer, the same value semantics) that
-loops over the blocks outside and the threads inside (notes/polyhedral.md 3.2, "barrier fission",
-as in MCUDA and POCL's work-item loops):
-
-* a subtree without a barrier (a ``sync`` mark) runs inside a loop over the block's threads;
-* a node holding a barrier runs once per block: a block of statements is split into maximal runs
-  without barriers, each in its own thread loop, and the end of a thread loop is the barrier; a
-  loop or condition holding a barrier must not depend on the thread ids (CUDA requires every
-  thread to reach a ``__syncthreads``, and it is checked here: a TCInternalError otherwise).
+The GPU mapping (:mod:`.gpu`) gives, per launch, kernel IR over the block and thread ids
+``b0..b2, t0..t2``. :func:`~tcjit.mapping.lower_gpu.lower_emulated` turns each launch into loops
+over the blocks outside and the threads inside (:mod:`.fission`), and :class:`EmulatedPrinter`
+prints it as C (the CPU printer, the same value semantics).
 
 The kernel takes an extra first argument, ``tc_order``: blocks and threads run forward (0),
 reversed (1) or shuffled (2). A mapping that lets two threads or two blocks touch the same element
@@ -28,143 +22,17 @@ thread.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-from ..polyhedral.errors import TCInternalError
-from ..polyhedral.lang.checked import CheckedDef
-from ..polyhedral.names import entry_symbol
 from . import ir
-from .accumulation import wide_accumulators
-from .c_exprs import CParam, c_float_literal, c_int_literal, stack_array
-from .c_kernel import print_kernel
+from .c_exprs import c_float_literal, c_int_literal, stack_array
 from .gpu import THREAD_IDS
 from .gpu_printer import GpuPrinter
-from .lower import (
-    CpuKernelSource,
-    kernel_header,
-    kernel_params,
-    kernel_stages,
-    lower_gpu,
-)
-from .reduction_forms import plan_reductions
-from .register_tiles import TilingFacts
 
-__all__ = ["ORDERS", "fission", "lower_emulated"]
+__all__ = ["ORDERS", "EmulatedPrinter"]
 
 #: The orders an emulated kernel can run its blocks and threads in (``tc_order``).
 ORDERS = ("forward", "reversed", "shuffled")
-
-
-def _has_barrier(node: ir.Node | None) -> bool:
-    if node is None or isinstance(node, ir.Run):
-        return False
-    if isinstance(node, ir.Mark):
-        return node.name == ir.SYNC_MARK or _has_barrier(node.body)
-    if isinstance(node, ir.For):
-        return _has_barrier(node.body)
-    if isinstance(node, ir.If):
-        return _has_barrier(node.then) or _has_barrier(node.other)
-    if isinstance(node, ir.Block):
-        return any(_has_barrier(c) for c in node.children)
-    raise TCInternalError(f"unexpected {node!r} in a GPU kernel")
-
-
-def _thread_free(e: ir.Expr, what: str) -> None:
-    if ir.free_vars(e) & set(THREAD_IDS):
-        raise TCInternalError(f"a barrier under a {what} that depends on the thread ids: {e}")
-
-
-def fission(node: ir.Node, block: tuple[int, int, int]) -> ir.Node:
-    """``node`` (one block's work) with loops over the threads around its barrier-free parts;
-    the barriers stay, as ``sync`` marks around nothing, between them (the emulation counts
-    barrier intervals there: two thread loops with no barrier between them, such as the end of
-    a loop's body and its start, are one interval on a GPU)."""
-    if not _has_barrier(node):
-        return ir.Threads(block, node)
-    if isinstance(node, ir.Mark):
-        if node.name != ir.SYNC_MARK:
-            return ir.Mark(node.name, fission(node.body, block))
-        barrier = ir.Mark(ir.SYNC_MARK, ir.Block(()))
-        if node.body == ir.Block(()):
-            return barrier
-        return _flat(ir.Block((fission(node.body, block), barrier)))
-    if isinstance(node, ir.For):
-        _thread_free(node.init, "loop")
-        _thread_free(node.cond, "loop")
-        return ir.For(
-            node.var, node.init, node.cond, node.step, fission(node.body, block), degenerate=node.degenerate
-        )
-    if isinstance(node, ir.If):
-        _thread_free(node.cond, "condition")
-        other = None if node.other is None else fission(node.other, block)
-        return ir.If(node.cond, fission(node.then, block), other)
-    assert isinstance(node, ir.Block)
-    out: list[ir.Node] = []
-    run: list[ir.Node] = []
-    for c in node.children:
-        if _has_barrier(c):
-            if run:
-                out.append(ir.Threads(block, ir.Block(tuple(run))))
-                run = []
-            out.append(fission(c, block))
-        else:
-            run.append(c)
-    if run:
-        out.append(ir.Threads(block, ir.Block(tuple(run))))
-    return _flat(ir.Block(tuple(out)))
-
-
-def _flat(node: ir.Block) -> ir.Block:
-    """``node`` with the blocks among its children replaced by their children."""
-    out: list[ir.Node] = []
-    for c in node.children:
-        out.extend(c.children if isinstance(c, ir.Block) else (c,))
-    return ir.Block(tuple(out))
-
-
-def lower_emulated(
-    cdef: CheckedDef,
-    sizes: Mapping[str, int],
-    strides: Mapping[str, tuple[int, ...]],
-    options,
-    *,
-    symbol: str | None = None,
-) -> CpuKernelSource:
-    """The C source of ``cdef``'s GPU mapping at ``sizes``, emulated (see the module's docstring).
-
-    Its first parameter after ``nthreads`` and ``tc_errors`` is the scalar ``tc_order``.
-    """
-    low = lower_gpu(cdef, sizes, options)
-    scop, _, _, sched, checked, zero = low.prepared
-    launches = [ir.Blocks(k.grid, k.block, fission(body, k.block), k.buffers) for k, body in low.launches]
-    params = [CParam("tc_order", "scalar", "int64_t"), *kernel_params(cdef)]
-    symbol = symbol or entry_symbol(cdef.name) + "_emulated"
-    # long float32 sums and half-precision sums accumulate wide, as on the CPU (the language's
-    # semantics); the CUDA printer keeps such buffers in global memory the runtime allocates
-    wide = wide_accumulators(cdef, sizes)
-    header = kernel_header(cdef, f"emulated CUDA target, options: {options!r}")
-    statements = {s.name: s for s in scop.statements}
-    facts = TilingFacts(cdef, statements, sizes, strides, checked, wide, vector_bytes=32, emulated=True)
-    body = plan_reductions(ir.Block(tuple(launches)), facts)
-    text, checks = print_kernel(
-        cdef,
-        body,
-        statements,
-        symbol=symbol,
-        params=params,
-        sizes=sizes,
-        strides=strides,
-        checked=checked,
-        wide=wide,
-        copy_in=frozenset(zero) & frozenset(wide),
-        header=header,
-        printer=_EmulatedPrinter.factory(low.plan, scop),
-    )
-    stages = kernel_stages(sched, low.plan.schedule, low.plan.decisions, body)
-    shared = tuple(b.name for k in low.plan.kernels for b in k.buffers if b.space == "shared")
-    return CpuKernelSource(
-        text, symbol, tuple(params), zero, checks, tuple(wide), stages, buffers=shared, kernel_ir=body
-    )
 
 
 def _shadow(buffer: str) -> str:
@@ -172,7 +40,7 @@ def _shadow(buffer: str) -> str:
     return "tc_bsh_" + buffer.removeprefix("tc_")
 
 
-class _EmulatedPrinter(GpuPrinter):
+class EmulatedPrinter(GpuPrinter):
     """Promoted buffers in the emulation: each block declares its own, fills them with a poison
     value (NaN, or an integer type's extreme) so that an element read before it is copied spoils
     the result, and race-checks its shared buffers; a private buffer has one copy per thread,

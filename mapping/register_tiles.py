@@ -79,7 +79,7 @@ class TilingFacts:
     :ivar wide: tensors accumulated in a wider type (long sums), and that type.
     :ivar vector_bytes: the width of the target's vector registers.
     :ivar foldable: updates (``S0``) whose ``!`` initialisation may be left out where every register
-        tile of the update starts its sums from zero (:func:`~tcjit.mapping.lower.lower_cpu`).
+        tile of the update starts its sums from zero (:func:`~tcjit.mapping.lower_cpu.lower_cpu`).
     :ivar emulated: the emulated CUDA target, which checks races per element (no vector forms).
     """
 

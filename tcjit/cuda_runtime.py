@@ -7,7 +7,7 @@ that launch real kernels (``tests/gpu/test_cuda_runtime.py``) skip without a GPU
 and the suite's GPU results, are in bench/results (HISTORY.md, gpu_suite_*.md).
 
 * The pipeline (:mod:`tcjit.pipeline`, the ``cuda`` backend of :mod:`tcjit.targets`) lowers a
-  definition with :func:`~tcjit.mapping.cuda_printer.lower_cuda`; :class:`CudaSpecialization`
+  definition with :func:`~tcjit.mapping.lower_gpu.lower_cuda`; :class:`CudaSpecialization`
   loads it with ``cupy.RawModule(code=...)``: CuPy runs NVRTC for the device's architecture
   and keeps the binary in its own kernel cache (``CUPY_CACHE_DIR``), keyed by the source, the
   options and the architecture. tcjit's store keeps the source and the launch table under a key

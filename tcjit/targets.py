@@ -86,7 +86,7 @@ class CpuTarget(Target):
 
     def lower(self, cdef, sizes, strides, values):
         from .cpu_runtime import vector_bytes
-        from .mapping.lower import lower_cpu
+        from .mapping.lower_cpu import lower_cpu
 
         return lower_cpu(cdef, dict(sizes), strides, values, vector_bytes=vector_bytes())
 
@@ -114,7 +114,7 @@ class EmulatedTarget(CpuTarget):
     name = "cuda-emulated"
 
     def lower(self, cdef, sizes, strides, values):
-        from .mapping.emulation import lower_emulated
+        from .mapping.lower_gpu import lower_emulated
 
         return lower_emulated(cdef, dict(sizes), strides, values)
 
@@ -142,7 +142,7 @@ class CudaTarget(Target):
         return f"cuda:sm_{major}{minor}:cupy-{cupy_module().__version__}"
 
     def lower(self, cdef, sizes, strides, values):
-        from .mapping.cuda_printer import lower_cuda
+        from .mapping.lower_gpu import lower_cuda
 
         return lower_cuda(cdef, dict(sizes), strides, values)
 

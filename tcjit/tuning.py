@@ -174,7 +174,7 @@ def tune_kernel(
     from .cache import Measured
     from .genetic import TunerSettings, WorkerPool, alternating_evaluator, tune
     from .kernel import Kernel
-    from .mapping.lower import outer_band_extents
+    from .mapping.prepare import outer_band_extents
     from .mapping.search_space import search_space
     from .pipeline import default_options
     from .tuned import options_database, tuning_key

@@ -224,7 +224,7 @@ def resolve_options(point: tuple[str, object], kernel: tcjit.Kernel, inputs) -> 
     if kind == "naive":
         return value
     from tcjit.binding import bind
-    from tcjit.mapping.lower import outer_band_extents
+    from tcjit.mapping.prepare import outer_band_extents
     from tcjit.pipeline import default_options
 
     sizes = bind(kernel.definition, inputs).sizes

@@ -25,8 +25,9 @@ import torch
 from tcjit import nvrtc, suite
 from tcjit.mapping.c_prelude import PRELUDE, builtin_callee
 from tcjit.mapping.cuda_prelude import CUDA_PRELUDE, prelude_functions
-from tcjit.mapping.cuda_printer import CudaKernelSource, cuda_type, lower_cuda
-from tcjit.mapping.lower import contiguous_strides
+from tcjit.mapping.cuda_printer import CudaKernelSource, cuda_type
+from tcjit.mapping.layout import contiguous_strides
+from tcjit.mapping.lower_gpu import lower_cuda
 from tcjit.mapping.options import MappingOptions
 from tcjit.polyhedral.errors import TCError, TCInternalError
 from tcjit.polyhedral.lang.builtins import BUILTINS, LANGUAGE_FUNCTIONS

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 import tcjit
 from tcjit import suite
 from tcjit.mapping import gpu, ir
-from tcjit.mapping.emulation import fission
+from tcjit.mapping.fission import fission
 from tcjit.mapping.options import MappingOptions
 from tcjit.mapping.search_space import search_space
 from tcjit.polyhedral.errors import TCInternalError

@@ -16,8 +16,8 @@ import pytest
 
 from tcjit.mapping import ir
 from tcjit.mapping.gpu import BLOCK_IDS, THREAD0_MARK, THREAD_IDS, barriers, map_gpu
-from tcjit.mapping.lower import tiled_schedule
 from tcjit.mapping.options import MappingOptions
+from tcjit.mapping.prepare import tiled_schedule
 from tcjit.polyhedral.lang.check import check_source
 
 MATMUL = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, r_k) * B(r_k, n) }"
@@ -205,7 +205,7 @@ def test_unfused_statements_are_separate_launches_in_order() -> None:
 def _lowered(name: str):
     from tcjit import suite
     from tcjit.mapping.defaults import default_options
-    from tcjit.mapping.lower import lower_gpu
+    from tcjit.mapping.lower_gpu import lower_gpu
 
     k = suite.get(name)
     cdef = check_source(k.source).entry(k.entry)

@@ -21,8 +21,7 @@ import torch
 import tcjit
 from tcjit import nvrtc, suite
 from tcjit.mapping import promotion
-from tcjit.mapping.cuda_printer import lower_cuda
-from tcjit.mapping.lower import lower_gpu
+from tcjit.mapping.lower_gpu import lower_cuda, lower_gpu
 from tcjit.mapping.options import MappingOptions
 
 

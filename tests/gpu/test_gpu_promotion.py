@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 import tcjit
 from tcjit import nvrtc, suite
 from tcjit.mapping import emulation, promotion
-from tcjit.mapping.cuda_printer import lower_cuda
-from tcjit.mapping.lower import contiguous_strides, lower_gpu
+from tcjit.mapping.layout import contiguous_strides
+from tcjit.mapping.lower_gpu import lower_cuda, lower_gpu
 from tcjit.mapping.options import MappingOptions
 from tcjit.mapping.search_space import search_space
 from tcjit.polyhedral.lang.check import check_source
@@ -224,7 +224,7 @@ def _drop(monkeypatch, where: str, index: int) -> None:
 
 def _unchecked(monkeypatch) -> None:
     """The emulation without the race check of shared buffers: only NaN and orders remain."""
-    monkeypatch.setattr(emulation._EmulatedPrinter, "buffer_race", lambda self, buf, index, write: None)
+    monkeypatch.setattr(emulation.EmulatedPrinter, "buffer_race", lambda self, buf, index, write: None)
 
 
 FCRELU = suite.get("fcrelu")

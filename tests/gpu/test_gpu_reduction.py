@@ -19,7 +19,7 @@ import torch
 import tcjit
 from tcjit import nvrtc, suite
 from tcjit.mapping import gpu, ir, reduction
-from tcjit.mapping.cuda_printer import lower_cuda
+from tcjit.mapping.lower_gpu import lower_cuda
 from tcjit.mapping.options import MappingOptions
 from tcjit.polyhedral.errors import TCInternalError
 from tcjit.polyhedral.lang.check import check_source

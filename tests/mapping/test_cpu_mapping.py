@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tcjit.mapping.defaults import default_options
-from tcjit.mapping.lower import INIT_WINDOW
+from tcjit.mapping.lower_cpu import INIT_WINDOW
 from tcjit.pipeline import lowered
 from tcjit.polyhedral.lang.check import check_source
 

@@ -18,7 +18,8 @@ import pytest
 import torch
 
 import tcjit
-from tcjit.mapping.lower import contiguous_strides, lower_cpu
+from tcjit.mapping.layout import contiguous_strides
+from tcjit.mapping.lower_cpu import lower_cpu
 from tcjit.mapping.options import MappingOptions
 from tcjit.mapping.packing import MIN_REUSE, packed_operands
 from tcjit.mapping.parts import PART_BYTES, PART_REFILLS

@@ -17,7 +17,8 @@ import torch
 import tcjit
 from tcjit.cpu_runtime import vector_bytes
 from tcjit.mapping import ir
-from tcjit.mapping.lower import contiguous_strides, lower_cpu
+from tcjit.mapping.layout import contiguous_strides
+from tcjit.mapping.lower_cpu import lower_cpu
 from tcjit.mapping.options import MappingOptions
 from tcjit.pipeline import lowered
 from tcjit.polyhedral.lang.check import check_source
@@ -309,7 +310,7 @@ def test_initialisations_of_empty_sums_are_covered_or_kept() -> None:
     """:func:`covered_initialisations`: a matmul's update writes every element its
     initialisation writes; a triangular sum's does not (row 0 has no points), so its
     initialisation may never be left out, and row 0 is the zero it stores."""
-    from tcjit.mapping.lower import _fixed, covered_initialisations
+    from tcjit.mapping.prepare import _fixed, covered_initialisations
     from tcjit.polyhedral.scop import build_scop
 
     cases = ((MATMUL, {"M": 4, "K": 3, "N": 5}, {"S0_init"}), (TRIANGLE, {"M": 6, "K": 8}, set()))

@@ -118,7 +118,7 @@ def test_a_second_run_resumes_and_measures_nothing_twice(db):
 
 
 def test_options_tuned_for_other_sizes_seed_a_new_search(db):
-    from tcjit.mapping.lower import outer_band_extents
+    from tcjit.mapping.prepare import outer_band_extents
     from tcjit.mapping.search_space import search_space
     from tcjit.tuned import options_database, tuning_key
     from tcjit.tuning import tune_kernel

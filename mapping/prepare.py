@@ -1,27 +1,24 @@
-"""Lowering one definition, at concrete sizes and strides, to a CPU kernel's C source.
+"""What every target's lowering shares: steps 1 to 3 of DESIGN.md's pipeline, and the kernel's
+parameters, header and readable stages.
 
-:func:`lower_cpu` runs the pipeline of DESIGN.md for the CPU target:
+:func:`prepare` gives
 
 1. the Scop (parametric, or specialised when the options fix parameters before scheduling or when
    the ranges are not affine in the sizes) and its dependences;
 2. the isl schedule with the options' outer fusion strategy, then specialised to the sizes and
-   tiled by the options' tile sizes;
+   tiled by the options' tile sizes (:func:`tiled_schedule`);
 3. proofs: the tiled schedule respects every dependence (:func:`check_legality`), and every affine
    access stays inside its tensor (a violation is the program's fault: :class:`TCBoundsError`
    pointing at the access, raised before anything runs); subscripts that are not affine are checked
-   when the kernel runs;
-4. the CPU mapping (:func:`~tcjit.mapping.cpu.map_cpu`), checked for legality once more;
-5. isl's AST, turned into kernel IR and printed as C.
+   when the kernel runs.
 
-The result is plain data (:class:`CpuKernelSource`, JSON-serialisable) so a kernel found on disk
-loads without isl.
+The targets' lowerings go on from there: :mod:`.lower_cpu`, :mod:`.lower_gpu`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import islpy as isl
 
@@ -29,77 +26,24 @@ from ..polyhedral.errors import TCBoundsError
 from ..polyhedral.lang import ast as A
 from ..polyhedral.lang.checked import CheckedDef
 from ..polyhedral.lang.ranges import affine_form
-from ..polyhedral.names import entry_symbol, isl_name, tc_names_in
+from ..polyhedral.names import isl_name, tc_names_in
 from ..polyhedral.schedule import bands, check_legality, member_extent, schedule, schedule_text, tile
 from ..polyhedral.scop import Dependences, Scop, build_scop, compute_dependences, instance_text
 from . import ir
-from .accumulation import wide_accumulators
-from .c_exprs import BoundsCheck, CParam, c_storage_type
-from .c_kernel import print_kernel
-from .cpu import hoist_initialisations, initialised_in_place, map_cpu
-from .gpu import GpuKernelPlan, GpuPlan, launch_bodies, map_gpu
+from .c_exprs import CParam, c_storage_type
+from .cpu import hoist_initialisations, initialised_in_place
 from .ir_text import render
-from .layout import contiguous_strides, spanned_elements
-from .openmp_teams import plan_teams
-from .packing import packed_operands
-from .parts import place_parts
-from .promotion import TensorInfo
-from .reduction_forms import folded_initialisations, plan_reductions, without_runs
-from .register_tiles import TilingFacts
 
 __all__ = [
-    "CpuKernelSource",
-    "GpuLowering",
     "Prepared",
-    "contiguous_strides",
-    "lower_cpu",
-    "lower_gpu",
+    "covered_initialisations",
+    "kernel_header",
+    "kernel_params",
+    "kernel_stages",
+    "outer_band_extents",
     "prepare",
     "tiled_schedule",
 ]
-
-
-@dataclass(frozen=True)
-class CpuKernelSource:
-    """A CPU kernel ready to compile.
-
-    :ivar source: the C text. :ivar symbol: the kernel function's name.
-    :ivar params: the parameters after ``nthreads`` and ``tc_errors``, in order: the inputs, the
-        outputs and, on the emulated CUDA target, the temporaries (a CPU kernel holds its
-        temporaries in its own workspace).
-    :ivar zero_init: outputs and temporaries among ``params`` the runtime must zero before the
-        call (tcjit allocates them): elements the kernel may read before writing, or never writes.
-    :ivar checks: the run-time bounds checks, by number - 1.
-    :ivar wide: tensors the kernel accumulates in a wider type (:func:`wide_accumulators`); it
-        allocates their buffers and reports a failed allocation as error -1.
-    :ivar stages: readable intermediate forms (``schedule``, ``tree``, ``decisions``, ``ir``).
-    :ivar buffers: the emulated target: its race-checked shared buffers, after the outputs and
-        temporaries in the numbering of race reports.
-    :ivar kernel_ir: the kernel IR the source was printed from, the passes' decisions in it (not
-        stored with the source: a kernel loaded from the cache has none).
-    """
-
-    source: str
-    symbol: str
-    params: tuple[CParam, ...]
-    zero_init: tuple[str, ...]
-    checks: tuple[BoundsCheck, ...]
-    wide: tuple[str, ...] = ()
-    stages: Mapping[str, str] = field(default_factory=dict, compare=False)
-    buffers: tuple[str, ...] = ()
-    kernel_ir: ir.Node | None = field(default=None, compare=False, repr=False)
-
-    def to_json(self) -> dict:
-        out = {
-            "symbol": self.symbol,
-            "params": [[p.name, p.kind, p.ctype] for p in self.params],
-            "zero_init": list(self.zero_init),
-            "checks": [[c.tensor, c.dim, c.size, list(c.span), c.verb] for c in self.checks],
-            "wide": list(self.wide),
-        }
-        if self.buffers:
-            out["buffers"] = list(self.buffers)
-        return out
 
 
 def _fixed(scop: Scop, sizes: Mapping[str, int]) -> isl.Set:
@@ -341,141 +285,6 @@ def prepare(
     scop, deps, fixed, sched = tiled_schedule(cdef, sizes, options, window=window, packed=packed)
     checked = _prove_bounds(scop, fixed, shapes, sizes)
     return Prepared(scop, deps, fixed, sched, checked, _zero_init(scop, fixed, shapes))
-
-
-@dataclass(frozen=True)
-class GpuLowering:
-    """The GPU mapping of one definition, ready to print (:func:`lower_gpu`): the prepared model,
-    the mapping plan and each launch's kernel IR (barriers as ``sync`` marks)."""
-
-    prepared: Prepared
-    plan: GpuPlan
-    launches: tuple[tuple[GpuKernelPlan, ir.Node], ...]
-
-
-def lower_gpu(cdef: CheckedDef, sizes: Mapping[str, int], options) -> GpuLowering:
-    """:func:`prepare`, :func:`~tcjit.mapping.gpu.map_gpu`, then one kernel IR per launch: what the
-    CUDA printer and the emulated target print."""
-    prepared = prepare(cdef, sizes, options)
-    wide = wide_accumulators(cdef, sizes)
-    tensors = {
-        t.name: TensorInfo(
-            tuple(s.evaluate(sizes) for s in t.shape), max(1, (wide.get(t.name) or t.dtype).bits // 8)
-        )
-        for t in cdef.tensor_infos
-    }
-    plan = map_gpu(
-        prepared.deps, prepared.sched, options, prepared.fixed, scop=prepared.scop, tensors=tensors
-    )
-    params = {p: sizes[p] for p in prepared.scop.params}
-    return GpuLowering(prepared, plan, tuple(launch_bodies(plan, params)))
-
-
-#: The CPU target keeps a ``!`` initialisation in the band of its update when the reduction takes
-#: at most this many points per output (:func:`~tcjit.mapping.cpu.hoist_initialisations`).
-INIT_WINDOW = 16
-
-
-def lower_cpu(
-    cdef: CheckedDef,
-    sizes: Mapping[str, int],
-    strides: Mapping[str, tuple[int, ...]],
-    options,
-    *,
-    symbol: str | None = None,
-    vector_bytes: int = 32,
-) -> CpuKernelSource:
-    """The C source of ``cdef`` at ``sizes`` for tensors with element ``strides`` (every tensor).
-
-    :arg options: :class:`~tcjit.mapping.option_values.OptionValues` (already validated for "cpu").
-    :arg vector_bytes: the width of the target's vector registers (a register tile's partial sums).
-
-    With ``options.pack_operands`` the inputs :func:`~tcjit.mapping.packing.packed_operands` picks
-    are read from transposed panels: the mapper and the printer see the panels' strides, and the
-    printed kernel fills the panels first.
-    """
-    packs = packed_operands(cdef, sizes, strides) if options.pack_operands else {}
-    strides = {**strides, **{name: pack.strides for name, pack in packs.items()}}
-    scop, deps, fixed, sched, checked, zero = prepare(
-        cdef, sizes, options, window=INIT_WINDOW, packed=frozenset(packs)
-    )
-    legal_sizes = {p: sizes[p] for p in scop.params} or None
-    work = sum(
-        math.prod(max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes)) for r in st.ranges)
-        for st in cdef.statements
-    )
-    plan = map_cpu(scop, deps, sched, options, sizes, strides, work)
-    check_legality(plan.schedule, deps, sizes=legal_sizes)
-
-    build = isl.AstBuild.from_context(fixed)
-    ast = build.node_from_schedule(plan.schedule)
-    body = ir.from_isl_ast(ast, params={p: sizes[p] for p in scop.params})
-    statements = {s.name: s for s in scop.statements}
-    items = {name: max(1, cdef.tensor(name).dtype.bits // 8) for name in packs}
-    body, parts, sites = place_parts(body, statements, packs, sizes, items)
-    strides = {**strides, **{name: part.strides for name, part in parts.items()}}
-
-    params = kernel_params(cdef)
-    # Temporaries live in the kernel's workspace, kept between calls: no tensor to allocate per
-    # call, and memory the last call left in cache.
-    held = {
-        name: spanned_elements([s.evaluate(sizes) for s in cdef.tensor(name).shape], strides[name])
-        for name in cdef.temporaries
-    }
-    symbol = symbol or entry_symbol(cdef.name)
-    wide = wide_accumulators(cdef, sizes)
-    header = kernel_header(cdef, f"options: {options!r}")
-    facts = TilingFacts(
-        cdef,
-        statements,
-        sizes,
-        strides,
-        checked,
-        wide,
-        vector_bytes,
-        foldable=frozenset(name.removesuffix("_init") for name in covered_initialisations(scop, fixed)),
-    )
-
-    def planned(tree: ir.Node) -> ir.Node:
-        return plan_reductions(plan_teams(tree, cdef, statements, sizes, strides, frozenset(packs)), facts)
-
-    kernel = planned(body)
-    # An initialisation is left out when every register tile of its update starts from zero and
-    # the update writes every element it would have written.
-    folded = folded_initialisations(kernel, frozenset(f"{name}_init" for name in facts.foldable))
-    if folded:
-        kernel = planned(without_runs(body, frozenset(folded)))
-    text, checks = print_kernel(
-        cdef,
-        kernel,
-        statements,
-        symbol=symbol,
-        params=params,
-        sizes=sizes,
-        strides=strides,
-        checked=checked,
-        wide=wide,
-        copy_in=frozenset(zero) & frozenset(wide),
-        header=header,
-        packs=packs,
-        parallel=options.parallelize,
-        folded=folded,
-        parts=parts,
-        sites=sites,
-        held=held,
-        zeroed=frozenset(zero) & frozenset(held),
-    )
-    stages = kernel_stages(sched, plan.schedule, plan.decisions, kernel)
-    return CpuKernelSource(
-        text,
-        symbol,
-        tuple(q for q in params if q.name not in held),
-        tuple(name for name in zero if name not in held),
-        checks,
-        tuple(wide),
-        stages,
-        kernel_ir=kernel,
-    )
 
 
 def kernel_params(cdef: CheckedDef) -> list[CParam]:

@@ -1,0 +1,154 @@
+"""Lowering one definition, at concrete sizes and strides, for the GPU: its mapping, and the
+source of the two targets that print it, CUDA (:func:`lower_cuda`) and the emulated CUDA target
+that runs it on the CPU (:func:`lower_emulated`).
+
+:func:`lower_gpu` runs :func:`~tcjit.mapping.prepare.prepare`, the GPU mapping
+(:func:`~tcjit.mapping.gpu.map_gpu`: blocks, threads, promotion, block reductions) and builds
+one kernel IR per launch; each target then checks that every thread of a block reaches each
+barrier (:func:`~tcjit.mapping.fission.fission`) and prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..polyhedral.lang.checked import CheckedDef
+from ..polyhedral.names import entry_symbol
+from . import ir
+from .accumulation import wide_accumulators
+from .c_exprs import CParam, c_compute_type
+from .c_kernel import print_kernel
+from .cuda_printer import CudaKernelSource, CudaLaunch, CudaPrinter, print_cuda
+from .emulation import EmulatedPrinter
+from .fission import fission
+from .gpu import GpuKernelPlan, GpuPlan, launch_bodies, map_gpu
+from .lower_cpu import CpuKernelSource
+from .prepare import Prepared, kernel_header, kernel_params, kernel_stages, prepare
+from .promotion import TensorInfo
+from .reduction_forms import plan_reductions
+from .register_tiles import TilingFacts
+
+__all__ = ["GpuLowering", "lower_cuda", "lower_emulated", "lower_gpu"]
+
+
+@dataclass(frozen=True)
+class GpuLowering:
+    """The GPU mapping of one definition, ready to print (:func:`lower_gpu`): the prepared model,
+    the mapping plan and each launch's kernel IR (barriers as ``sync`` marks)."""
+
+    prepared: Prepared
+    plan: GpuPlan
+    launches: tuple[tuple[GpuKernelPlan, ir.Node], ...]
+
+
+def lower_gpu(cdef: CheckedDef, sizes: Mapping[str, int], options) -> GpuLowering:
+    """:func:`prepare`, :func:`~tcjit.mapping.gpu.map_gpu`, then one kernel IR per launch: what the
+    CUDA printer and the emulated target print."""
+    prepared = prepare(cdef, sizes, options)
+    wide = wide_accumulators(cdef, sizes)
+    tensors = {
+        t.name: TensorInfo(
+            tuple(s.evaluate(sizes) for s in t.shape), max(1, (wide.get(t.name) or t.dtype).bits // 8)
+        )
+        for t in cdef.tensor_infos
+    }
+    plan = map_gpu(
+        prepared.deps, prepared.sched, options, prepared.fixed, scop=prepared.scop, tensors=tensors
+    )
+    params = {p: sizes[p] for p in prepared.scop.params}
+    return GpuLowering(prepared, plan, tuple(launch_bodies(plan, params)))
+
+
+def lower_emulated(
+    cdef: CheckedDef,
+    sizes: Mapping[str, int],
+    strides: Mapping[str, tuple[int, ...]],
+    options,
+    *,
+    symbol: str | None = None,
+) -> CpuKernelSource:
+    """The C source of ``cdef``'s GPU mapping at ``sizes``, emulated (see the module's docstring).
+
+    Its first parameter after ``nthreads`` and ``tc_errors`` is the scalar ``tc_order``.
+    """
+    low = lower_gpu(cdef, sizes, options)
+    scop, _, _, sched, checked, zero = low.prepared
+    launches = [ir.Blocks(k.grid, k.block, fission(body, k.block), k.buffers) for k, body in low.launches]
+    params = [CParam("tc_order", "scalar", "int64_t"), *kernel_params(cdef)]
+    symbol = symbol or entry_symbol(cdef.name) + "_emulated"
+    # long float32 sums and half-precision sums accumulate wide, as on the CPU (the language's
+    # semantics); the CUDA printer keeps such buffers in global memory the runtime allocates
+    wide = wide_accumulators(cdef, sizes)
+    header = kernel_header(cdef, f"emulated CUDA target, options: {options!r}")
+    statements = {s.name: s for s in scop.statements}
+    facts = TilingFacts(cdef, statements, sizes, strides, checked, wide, vector_bytes=32, emulated=True)
+    body = plan_reductions(ir.Block(tuple(launches)), facts)
+    text, checks = print_kernel(
+        cdef,
+        body,
+        statements,
+        symbol=symbol,
+        params=params,
+        sizes=sizes,
+        strides=strides,
+        checked=checked,
+        wide=wide,
+        copy_in=frozenset(zero) & frozenset(wide),
+        header=header,
+        printer=EmulatedPrinter.factory(low.plan, scop),
+    )
+    stages = kernel_stages(sched, low.plan.schedule, low.plan.decisions, body)
+    shared = tuple(b.name for k in low.plan.kernels for b in k.buffers if b.space == "shared")
+    return CpuKernelSource(
+        text, symbol, tuple(params), zero, checks, tuple(wide), stages, buffers=shared, kernel_ir=body
+    )
+
+
+# ----------------------------------------------------------------------------------------- lowering
+def lower_cuda(
+    cdef: CheckedDef,
+    sizes: Mapping[str, int],
+    strides: Mapping[str, tuple[int, ...]],
+    options,
+    *,
+    symbol: str | None = None,
+) -> CudaKernelSource:
+    """The CUDA source of ``cdef``'s GPU mapping at ``sizes`` for tensors with element ``strides``.
+
+    :arg options: :class:`~tcjit.mapping.option_values.OptionValues` (validated for "cuda").
+    :arg symbol: the kernels' name prefix (default ``tc_entry_<name>``); launch ``i`` is ``<symbol>_k<i>``.
+    :raises TCInternalError: the mapping put a barrier under control flow that depends on the
+        thread ids (not every thread of the block would reach it).
+    """
+    low = lower_gpu(cdef, sizes, options)
+    scop, _, _, sched, checked, zero = low.prepared
+    symbol = symbol or entry_symbol(cdef.name)
+    launches = []
+    for i, (k, body) in enumerate(low.launches):
+        fission(body, k.block)  # checks that every thread of a block reaches each barrier
+        launches.append((CudaLaunch(f"{symbol}_k{i}", k.grid, k.block), body))
+    params = kernel_params(cdef)
+    # Sums the language accumulates wider than their type (float16 sums, long float32 sums) live in
+    # a contiguous buffer of the wide type the runtime allocates, fills from the tensor and rounds
+    # back into it after the last launch (the CPU kernel does the same with malloc).
+    wide = wide_accumulators(cdef, sizes)
+    for name, wt in wide.items():
+        params.append(CParam(name, "wide", f"{c_compute_type(wt)} *restrict"))
+    header = kernel_header(cdef, f"CUDA target, options: {options!r}")
+    text, checks = print_cuda(
+        cdef,
+        launches,
+        {s.name: s for s in scop.statements},
+        params=params,
+        sizes=sizes,
+        strides=strides,
+        checked=checked,
+        header=header,
+        wide=wide,
+        printer=CudaPrinter.factory(low.plan, scop, readonly=options.use_readonly_cache),
+        buffers=[k.buffers for k, _ in low.launches],
+    )
+    body = ir.Block(tuple(ir.Blocks(k.grid, k.block, b, k.buffers) for k, b in low.launches))
+    stages = kernel_stages(sched, low.plan.schedule, low.plan.decisions, body)
+    return CudaKernelSource(text, symbol, tuple(k for k, _ in launches), tuple(params), zero, checks, stages)
