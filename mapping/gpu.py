@@ -41,8 +41,6 @@ from ..polyhedral.lang import ast as A
 from ..polyhedral.schedule import bands, member_extent, node_at, node_path
 from ..polyhedral.scop import Dependences, Reduction, Scop
 from . import ir
-from .cpu import has_band_below, leading_coincident, member_spread
-from .cpu import statements_of as _names
 from .promotion import Copy, Graft, Promoted, TensorInfo, apply_grafts, promote_private, promote_shared
 from .reduction import (
     REDUCE_MARK,
@@ -52,6 +50,8 @@ from .reduction import (
     extension,
     single_owner,
 )
+from .tree_queries import has_band_below, leading_coincident, member_spread
+from .tree_queries import statements_of as _names
 
 __all__ = [
     "BLOCK_IDS",
