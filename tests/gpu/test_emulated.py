@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 import tcjit
 from tcjit import suite
-from tcjit.mapping import gpu, ir
+from tcjit.mapping import gpu, gpu_blocks, gpu_reductions, gpu_threads, ir
 from tcjit.mapping.fission import fission
 from tcjit.mapping.options import MappingOptions
 from tcjit.mapping.search_space import search_space
@@ -238,7 +238,8 @@ def test_blocks_that_share_an_element_are_a_race(monkeypatch) -> None:
     """A (broken) mapper that took a reduction member for coincident puts it on blocks: two blocks
     then add into S, which the shadow check reports."""
     src = "def total(float(N) A) -> (S) { S +=! A(r_n) }"
-    monkeypatch.setattr(gpu, "leading_coincident", lambda band: band.band_n_member())
+    for module in (gpu_blocks, gpu_threads, gpu_reductions):  # every use the GPU mapper makes
+        monkeypatch.setattr(module, "leading_coincident", lambda band: band.band_n_member())
     opts = MappingOptions("naive").tile(4).map_to_blocks(8).map_to_threads(1)
     with pytest.raises(tcjit.TCInternalError, match="race"):
         tcjit.define(src)(torch.randn(32), options=opts, target="cuda-emulated")

@@ -20,7 +20,7 @@ import torch
 
 import tcjit
 from tcjit import nvrtc, suite
-from tcjit.mapping import promotion
+from tcjit.mapping import promotion_private
 from tcjit.mapping.lower_gpu import lower_cuda, lower_gpu
 from tcjit.mapping.options import MappingOptions
 
@@ -160,12 +160,12 @@ def test_without_private_promotion_nothing_changes() -> None:
 # ======================================================================== broken promotions caught
 def _broken(monkeypatch, side: str) -> None:
     """Private promotion without its copies on ``side`` ("before": copies in, "after": writes back)."""
-    graft = promotion._PrivatePromoter.private_graft
+    graft = promotion_private.PrivatePromoter.private_graft
 
     def broken(self, scope):
         return replace(graft(self, scope), **{side: ()})
 
-    monkeypatch.setattr(promotion._PrivatePromoter, "private_graft", broken)
+    monkeypatch.setattr(promotion_private.PrivatePromoter, "private_graft", broken)
 
 
 def test_a_skipped_copy_in_reads_the_poisoned_register(monkeypatch) -> None:

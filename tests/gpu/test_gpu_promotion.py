@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 import tcjit
 from tcjit import nvrtc, suite
-from tcjit.mapping import emulation, promotion
+from tcjit.mapping import emulation, promotion_private, promotion_shared
 from tcjit.mapping.layout import contiguous_strides
 from tcjit.mapping.lower_gpu import lower_cuda, lower_gpu
 from tcjit.mapping.options import MappingOptions
@@ -194,7 +194,7 @@ def test_unclipped_copies_are_caught(monkeypatch) -> None:
     def unbounded(tensor, shape, ctx):
         return isl.Set.read_from_str(ctx, f"{{ {tensor}[{', '.join(f'a{i}' for i in range(len(shape)))}] }}")
 
-    monkeypatch.setattr(promotion, "_tensor_bounds", unbounded)
+    _patch_promoters(monkeypatch, "tensor_bounds", unbounded)
     with pytest.raises(AssertionError, match="outside"):
         _check_copies(MATMUL.checked, SMALL_PARTIAL, PROMOTED["shared"])
 
@@ -208,10 +208,16 @@ def test_partial_tiles_match_the_oracle() -> None:
 
 
 # ======================================================================== broken mappings caught
+def _patch_promoters(monkeypatch, name: str, value) -> None:
+    """Replace the footprint helper ``name`` where shared and private promotion look it up."""
+    for module in (promotion_shared, promotion_private):
+        monkeypatch.setattr(module, name, value)
+
+
 def _drop(monkeypatch, where: str, index: int) -> None:
     """Promotion without one of its barriers: ``where`` ("before" or "after" the scope), the
     graft at ``index`` of that side."""
-    graft = promotion._Promoter.graft
+    graft = promotion_shared.SharedPromoter.graft
 
     def broken(self, scope, block):
         g = graft(self, scope, block)
@@ -219,7 +225,7 @@ def _drop(monkeypatch, where: str, index: int) -> None:
         del trees[index]
         return replace(g, **{where: tuple(trees)})
 
-    monkeypatch.setattr(promotion._Promoter, "graft", broken)
+    monkeypatch.setattr(promotion_shared.SharedPromoter, "graft", broken)
 
 
 def _unchecked(monkeypatch) -> None:
@@ -354,7 +360,7 @@ def test_the_emulation_reports_an_access_outside_a_tensor(monkeypatch) -> None:
     ``T[i, -1]`` (a written tensor), the matmul's last tiles copy rows of ``A`` past its end (an
     input). The emulated target reports each instead of making the access (before its race
     check's shadow of ``T``, past the end of ``A``'s storage)."""
-    monkeypatch.setattr(promotion, "_clipped", lambda copies, outer, bounds: list(copies))
+    _patch_promoters(monkeypatch, "clipped", lambda copies, outer, bounds: list(copies))
     kernel = tcjit.define(SHIFTED.replace("def shifted(", "def shifted_unclipped("))
     opts = SHIFTED_OPTIONS.use_private_memory(True)
     with pytest.raises(tcjit.TCInternalError, match="element offset -1 of 'T', outside the tensor"):
@@ -363,7 +369,7 @@ def test_the_emulation_reports_an_access_outside_a_tensor(monkeypatch) -> None:
     def unbounded(tensor, shape, ctx):
         return isl.Set.read_from_str(ctx, f"{{ {tensor}[{', '.join(f'a{i}' for i in range(len(shape)))}] }}")
 
-    monkeypatch.setattr(promotion, "_tensor_bounds", unbounded)
+    _patch_promoters(monkeypatch, "tensor_bounds", unbounded)
     kernel = tcjit.define(MATMUL.source.replace("def matmul(", "def matmul_unclipped("))
     a, b = torch.randn(13, 11), torch.randn(11, 9)
     with pytest.raises(tcjit.TCInternalError, match="of 'A', outside the tensor"):
@@ -407,12 +413,12 @@ def test_the_barrier_after_the_scope_is_needed(monkeypatch) -> None:
 def test_a_copy_that_misses_part_of_a_tile_gives_nan(monkeypatch) -> None:
     """A box one element short in its last dimension (a broken footprint): the element never
     copied still holds NaN when the compute reads it."""
-    in_box = promotion._in_box
+    in_box = promotion_shared.in_box
 
     def short(space, box):
         return in_box(space, replace(box, sizes=(*box.sizes[:-1], max(1, box.sizes[-1] - 1))))
 
-    monkeypatch.setattr(promotion, "_in_box", short)
+    monkeypatch.setattr(promotion_shared, "in_box", short)
     a, b = torch.randn(37, 53), torch.randn(53, 29)
     src = MATMUL.source.replace("def matmul(", "def matmul_short_copies(")
     got = _run(tcjit.define(src), (a, b), PROMOTED["shared"])[0]

@@ -1,4 +1,4 @@
-"""Reductions to one element run in threads (mapping/cpu.py, ``_reduction_only``;
+"""Reductions to one element run in threads (mapping/cpu_parallel.py, ``_reduction_only``;
 reduction_forms.py; c_printer.py, ``parallel_reduction``).
 
 A sum over a whole tensor has no parallel loop: every iteration updates the same element. The

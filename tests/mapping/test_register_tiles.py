@@ -1,5 +1,5 @@
-"""Register tiles (mapping/cpu.py, ``_register_tile``; mapping/register_tiles.py; printed by
-c_tiles.py, ``register_tile``).
+"""Register tiles (mapping/cpu_register_tiles.py, ``register_tile``; mapping/register_tiles.py;
+printed by c_tiles.py, ``register_tile``).
 
 Each form is recognised where it should be (the mapping's decision and the kernel IR's
 :class:`~tcjit.mapping.ir.RegisterTile` nodes say so), refused where
