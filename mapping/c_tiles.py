@@ -1,7 +1,7 @@
 """C for what a CPU kernel keeps in registers: register tiles in each of their forms and
 register accumulators (the :class:`~tcjit.mapping.ir.RegisterTile`,
 :class:`~tcjit.mapping.ir.FullTiles` and :class:`~tcjit.mapping.ir.Accumulation` nodes that
-:mod:`.register_tiles` and :mod:`.reduction_forms` decide). :class:`TilePrinter` is part of
+:mod:`.tile_forms` and :mod:`.reduction_forms` decide). :class:`TilePrinter` is part of
 :class:`~tcjit.mapping.c_printer.CPrinter`; it prints the nodes as they are and decides nothing.
 """
 
@@ -69,7 +69,7 @@ class TilePrinter:
 
     # ------------------------------------------------------------------------- register tiles
     def register_tile(self, n: ir.RegisterTile | ir.FullTiles, indent: str) -> None:
-        """A register tile (:mod:`.register_tiles` planned it): the outputs its point loops update
+        """A register tile (:mod:`.tile_forms` planned it): the outputs its point loops update
         live in registers across its reduction loops."""
         if isinstance(n, ir.FullTiles):
             self.lines.append(f"{indent}if ({' && '.join(expr(c)[1:-1] for c in n.conds)}) {{")
@@ -303,7 +303,7 @@ class TilePrinter:
 
     def vector_tile(self, n: ir.RegisterTile, indent: str) -> None:
         """The outer-product form in vector registers (a micro-kernel, see
-        :mod:`.register_tiles`): the sums live in ``n.lanes``-wide vector variables (GCC's vector
+        :mod:`.tile_forms`): the sums live in ``n.lanes``-wide vector variables (GCC's vector
         extension) across the reduction loops, each row's operands loaded once per step."""
         first, runs, nest, name, loop = n.runs[0], n.runs, n.points, n.name, n.loops[0]
         st = self.statements[first.statement].source

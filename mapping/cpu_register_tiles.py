@@ -9,7 +9,7 @@ dot-product form), :meth:`RegisterTiles.register_tile_over_window` (a parallel b
 reduction window) and :meth:`RegisterTiles.register_tile_chain` (the dot-product form over a chain
 of reductions in bands of their own). The sizes come from :func:`_fit_tile` and
 :meth:`RegisterTiles._fit_chain_tile`, which prefer tiles that divide every loop evenly. The
-form each marked nest then takes in the kernel IR is :mod:`.register_tiles`' decision.
+form each marked nest then takes in the kernel IR is :mod:`.tile_forms`' decision.
 
 Every form keeps the band's statement instances and reorders them only as the dependences allow:
 the members moved inside the reduction loops carry no dependence (proved with isl on the concrete

@@ -49,9 +49,8 @@ from ..polyhedral.scop import ScopStatement
 from . import ir
 from .c_exprs import BoundsCheck, CParam, c_compute_type, c_float_literal, combine_update
 from .cuda_prelude import CUDA_PRELUDE
-from .gpu import BLOCK_IDS, THREAD_IDS
+from .gpu_ir import BLOCK_IDS, SHUFFLED_TYPES, THREAD_IDS, BlockReduction
 from .gpu_printer import GpuPrinter
-from .reduction import SHUFFLED_TYPES, BlockReduction
 
 __all__ = ["CudaKernelSource", "CudaLaunch", "CudaPrinter", "cuda_type", "print_cuda"]
 

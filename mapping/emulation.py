@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 from . import ir
 from .c_exprs import c_float_literal, c_int_literal, stack_array
-from .gpu import THREAD_IDS
+from .gpu_ir import THREAD_IDS
 from .gpu_printer import GpuPrinter
 
 __all__ = ["ORDERS", "EmulatedPrinter"]

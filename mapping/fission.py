@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from ..polyhedral.errors import TCInternalError
 from . import ir
-from .gpu import THREAD_IDS
+from .gpu_ir import THREAD_IDS
 
 __all__ = ["fission"]
 

@@ -46,14 +46,15 @@ from ..polyhedral.schedule import bands, node_at, node_path
 from ..polyhedral.scop import Dependences, Scop
 from . import ir
 from .gpu_blocks import BlockMapping, launch_context, tighten
-from .gpu_ids import BLOCK_IDS, THREAD0_MARK, THREAD_IDS, set_names
+from .gpu_ids import set_names
+from .gpu_ir import BLOCK_IDS, THREAD0_MARK, THREAD_IDS, BlockReduction, Copy, Promoted
 from .gpu_reductions import PendingReduction
 from .gpu_syncs import SYNC_PREFIX, SyncPlacement, barriers
 from .gpu_threads import ThreadMapping
 from .grafts import Graft, apply_grafts
 from .promotion import promote_private, promote_shared
-from .promotion_types import Copy, Promoted, TensorInfo
-from .reduction import BlockReduction, expand_trees
+from .promotion_types import TensorInfo
+from .reduction import expand_trees
 from .tree_queries import has_band_below, member_spread
 from .tree_queries import statements_of as _names
 

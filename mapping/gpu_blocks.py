@@ -18,7 +18,8 @@ import islpy as isl
 
 from ..polyhedral.errors import TCInternalError
 from ..polyhedral.schedule import node_at, node_path
-from .gpu_ids import BLOCK_IDS, THREAD_IDS, id_filter
+from .gpu_ids import id_filter
+from .gpu_ir import BLOCK_IDS, THREAD_IDS
 from .gpu_reductions import ReductionMapping
 from .tree_queries import leading_coincident
 from .tree_queries import statements_of as _names

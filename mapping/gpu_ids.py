@@ -1,19 +1,19 @@
-"""The ids of the GPU mapping and the filters that assign schedule members to them.
+"""The filters that assign schedule members to the GPU mapping's ids (named in :mod:`.gpu_ir`).
 
 Blocks are the parameters ``b0, b1, b2`` (``blockIdx.x, .y, .z``), threads ``t0, t1, t2``
 (``threadIdx.x, .y, .z``); a member maps to an id through a filter ``member mod size = id``
 (:func:`id_filter`), statements off the thread mapping run on thread 0 (:func:`constant_ids`,
-:data:`THREAD0_MARK`). The functions here build sets and maps from a band; none edits a tree.
+:data:`~tcjit.mapping.gpu_ir.THREAD0_MARK`). The functions here build sets and maps from a band;
+none edits a tree.
 """
 
 from __future__ import annotations
 
 import islpy as isl
 
+from .gpu_ir import THREAD_IDS
+
 __all__ = [
-    "BLOCK_IDS",
-    "THREAD0_MARK",
-    "THREAD_IDS",
     "constant_ids",
     "id_filter",
     "id_function",
@@ -21,13 +21,6 @@ __all__ = [
     "set_names",
     "unused_threads_zero",
 ]
-
-BLOCK_IDS = ("b0", "b1", "b2")
-THREAD_IDS = ("t0", "t1", "t2")
-
-#: The mark above code that thread 0 of each block runs alone (printed as a condition on the
-#: thread ids below any barrier).
-THREAD0_MARK = "thread0"
 
 
 def id_filter(band: isl.ScheduleNode, member: int, size: int, name: str) -> isl.UnionSet:

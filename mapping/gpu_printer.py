@@ -21,26 +21,12 @@ from collections.abc import Callable, Mapping, Sequence
 from ..polyhedral.errors import TCInternalError
 from ..polyhedral.lang import ast as A
 from ..polyhedral.lang.types import ScalarType
-from ..polyhedral.scop import Scop
 from . import ir
 from .c_exprs import ExprPrinter, c_compute_type, c_storage_type, combine_update, expr, reduction_identity
 from .c_printer import CPrinter
-from .gpu import GpuPlan
-from .promotion import Copy, Promoted
-from .reduction import BlockReduction
+from .gpu_ir import BlockReduction, Copy, Promoted
 
-__all__ = ["GpuPrinter", "promoted_references"]
-
-
-def promoted_references(plan: GpuPlan, scop: Scop) -> dict[tuple[str, int], Promoted]:
-    """The plan's redirected references keyed as the printers meet them: ``(statement, id(node))``
-    with ``node`` the reference's TC AST node."""
-    out = {}
-    for acc in scop.accesses:
-        p = plan.accesses.get((acc.statement, acc.ref))
-        if p is not None:
-            out[(acc.statement, id(acc.node))] = p
-    return out
+__all__ = ["GpuPrinter"]
 
 
 class GpuPrinter(CPrinter):
@@ -63,18 +49,20 @@ class GpuPrinter(CPrinter):
         self.current: str | None = None  # the statement whose instance is printed
 
     @classmethod
-    def factory(cls, plan: GpuPlan, scop: Scop, **kwargs) -> Callable[..., GpuPrinter]:
-        """A printer factory for :func:`~tcjit.mapping.c_kernel.print_kernel` with ``plan``'s
-        promotion."""
-        buffers = {b.name: b for k in plan.kernels for b in k.buffers}
-        promoted = promoted_references(plan, scop)
+    def factory(
+        cls,
+        *,
+        promoted: Mapping[tuple[str, int], Promoted],
+        copies: Mapping[str, Copy],
+        buffers: Mapping[str, ir.Buffer],
+        reductions: Mapping[str, BlockReduction],
+        **kwargs,
+    ) -> Callable[..., GpuPrinter]:
+        """A printer factory for :func:`~tcjit.mapping.c_kernel.print_kernel` with the GPU
+        mapping's promoted references, copy statements, buffers and block reductions
+        (:func:`~tcjit.mapping.lower_gpu.printer_inputs`)."""
         return lambda *args: cls(
-            *args,
-            promoted=promoted,
-            copies=plan.copies,
-            buffers=buffers,
-            reductions=plan.reductions,
-            **kwargs,
+            *args, promoted=promoted, copies=copies, buffers=buffers, reductions=reductions, **kwargs
         )
 
     # ------------------------------------------------------------------------------- buffers

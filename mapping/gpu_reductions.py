@@ -25,9 +25,10 @@ import islpy as isl
 from ..polyhedral.lang import ast as A
 from ..polyhedral.schedule import node_path
 from ..polyhedral.scop import Reduction, Scop
-from .gpu_ids import THREAD_IDS, constant_ids, id_filter, id_function, set_names, unused_threads_zero
+from .gpu_ids import constant_ids, id_filter, id_function, set_names, unused_threads_zero
+from .gpu_ir import THREAD_IDS, BlockReduction
 from .grafts import Graft
-from .reduction import REDUCE_MARK, BlockReduction, combine_extension, extension, single_owner
+from .reduction import REDUCE_MARK, combine_extension, extension, single_owner
 from .tree_queries import leading_coincident, member_spread
 from .tree_queries import statements_of as _names
 

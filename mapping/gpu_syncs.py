@@ -14,7 +14,8 @@ import islpy as isl
 
 from ..polyhedral.schedule import node_at, node_path
 from . import ir
-from .gpu_ids import THREAD0_MARK, mentions_threads
+from .gpu_ids import mentions_threads
+from .gpu_ir import THREAD0_MARK
 from .grafts import Graft
 from .tree_queries import statements_of as _names
 

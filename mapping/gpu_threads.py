@@ -5,7 +5,7 @@ innermost coincident members (at most 3, at most as many as ``map_to_threads`` g
 ``threadIdx.x, .y, .z``, innermost to x, as filters ``member mod block_i = t_i`` (a band with
 parallel loops above a sequential one takes them itself, unless a block reduction below does: see
 :meth:`ThreadMapping.map_threads`); paths without such a band run on thread 0 under a
-:data:`~.gpu_ids.THREAD0_MARK` mark. The filters partition each band's instances over the threads,
+:data:`~.gpu_ir.THREAD0_MARK` mark. The filters partition each band's instances over the threads,
 each thread running its instances in their order; isl's AST turns an extent above the block size
 into a strided loop per thread.
 """
@@ -15,7 +15,8 @@ from __future__ import annotations
 import islpy as isl
 
 from ..polyhedral.schedule import member_extent, node_at, node_path
-from .gpu_ids import THREAD0_MARK, THREAD_IDS, constant_ids, id_filter, id_function, unused_threads_zero
+from .gpu_ids import constant_ids, id_filter, id_function, unused_threads_zero
+from .gpu_ir import THREAD0_MARK, THREAD_IDS
 from .gpu_reductions import ReductionMapping
 from .tree_queries import leading_coincident
 from .tree_queries import statements_of as _names

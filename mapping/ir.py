@@ -24,7 +24,7 @@ had a single iteration).
 The target's passes record their decisions as nodes of their own, which the printers print as
 they are: the emulated target's :class:`Blocks` and :class:`Threads` (:mod:`.emulation`); the CPU
 target's :class:`Team` and :class:`Fetching` (:mod:`.openmp_teams`), :class:`RegisterTile` and
-:class:`FullTiles` (:mod:`.register_tiles`), :class:`ParallelReduction` and :class:`Accumulation`
+:class:`FullTiles` (:mod:`.tile_forms`), :class:`ParallelReduction` and :class:`Accumulation`
 (:mod:`.reduction_forms`). :mod:`.ir_text` prints any of it as indented text.
 """
 
@@ -243,13 +243,13 @@ class Team:
     members: tuple[TeamMember, ...]
 
 
-#: The forms of a register tile (:mod:`.register_tiles` says what each is).
+#: The forms of a register tile (:mod:`.tile_forms` says what each is).
 TILE_FORMS = ("outer", "vector", "dot", "chain_vector", "chain_array")
 
 
 @dataclass(frozen=True)
 class RegisterTile:
-    """A register tile (:mod:`.register_tiles` decides it): the elements that the instances
+    """A register tile (:mod:`.tile_forms` decides it): the elements that the instances
     ``runs`` of update ``statement`` update at each point of the point loops ``points`` live in
     registers (an array or vectors named ``name``, of ``dims`` per output, times ``lanes`` partial
     sums in the dot-product forms) across the reduction loops ``loops`` (the first is the marked
@@ -263,7 +263,7 @@ class RegisterTile:
     accesses) as vectors; ``vector``: ``var`` is the ``simd`` point loop's variable, made a chunk
     loop ``tc_v`` of the point loops, and ``start`` says how the sums start (None: loaded;
     ``()``: from zero; else pairs ``(loop, first value)``: from zero where those enclosing loops
-    are at their first values, :func:`~tcjit.mapping.register_tiles.tile_start`);
+    are at their first values, :func:`~tcjit.mapping.tile_forms.tile_start`);
     ``chain_vector``: ``block`` of ``loops`` lie outside the float32 partial sums of a long sum.
     """
 

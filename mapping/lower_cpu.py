@@ -36,7 +36,7 @@ from .packing import packed_operands
 from .parts import place_parts
 from .prepare import covered_initialisations, kernel_header, kernel_params, kernel_stages, prepare
 from .reduction_forms import folded_initialisations, plan_reductions, without_runs
-from .register_tiles import TilingFacts
+from .tile_forms import TilingFacts
 
 __all__ = ["INIT_WINDOW", "CpuKernelSource", "lower_cpu"]
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ..polyhedral.lang.checked import CheckedDef
 from ..polyhedral.names import entry_symbol
+from ..polyhedral.scop import Scop
 from . import ir
 from .accumulation import wide_accumulators
 from .c_exprs import CParam, c_compute_type
@@ -27,9 +28,9 @@ from .lower_cpu import CpuKernelSource
 from .prepare import Prepared, kernel_header, kernel_params, kernel_stages, prepare
 from .promotion import TensorInfo
 from .reduction_forms import plan_reductions
-from .register_tiles import TilingFacts
+from .tile_forms import TilingFacts
 
-__all__ = ["GpuLowering", "lower_cuda", "lower_emulated", "lower_gpu"]
+__all__ = ["GpuLowering", "lower_cuda", "lower_emulated", "lower_gpu", "printer_inputs"]
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ def lower_emulated(
         wide=wide,
         copy_in=frozenset(zero) & frozenset(wide),
         header=header,
-        printer=EmulatedPrinter.factory(low.plan, scop),
+        printer=EmulatedPrinter.factory(**printer_inputs(low.plan, scop)),
     )
     stages = kernel_stages(sched, low.plan.schedule, low.plan.decisions, body)
     shared = tuple(b.name for k in low.plan.kernels for b in k.buffers if b.space == "shared")
@@ -146,9 +147,27 @@ def lower_cuda(
         checked=checked,
         header=header,
         wide=wide,
-        printer=CudaPrinter.factory(low.plan, scop, readonly=options.use_readonly_cache),
+        printer=CudaPrinter.factory(**printer_inputs(low.plan, scop), readonly=options.use_readonly_cache),
         buffers=[k.buffers for k, _ in low.launches],
     )
     body = ir.Block(tuple(ir.Blocks(k.grid, k.block, b, k.buffers) for k, b in low.launches))
     stages = kernel_stages(sched, low.plan.schedule, low.plan.decisions, body)
     return CudaKernelSource(text, symbol, tuple(k for k, _ in launches), tuple(params), zero, checks, stages)
+
+
+def printer_inputs(plan: GpuPlan, scop: Scop) -> dict:
+    """What the GPU printers read of ``plan`` (:meth:`~tcjit.mapping.gpu_printer.GpuPrinter.factory`):
+    its buffers by name, its copy statements and block reductions, and its redirected references
+    keyed as the printers meet them: ``(statement, id(node))`` with ``node`` the reference's TC
+    AST node."""
+    promoted = {}
+    for acc in scop.accesses:
+        p = plan.accesses.get((acc.statement, acc.ref))
+        if p is not None:
+            promoted[(acc.statement, id(acc.node))] = p
+    return {
+        "promoted": promoted,
+        "copies": plan.copies,
+        "buffers": {b.name: b for k in plan.kernels for b in k.buffers},
+        "reductions": plan.reductions,
+    }

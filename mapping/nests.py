@@ -1,6 +1,6 @@
 """Loop nests of the kernel IR: pure helpers that read a nest's bounds and rebuild nests.
 
-Used by the passes that reshape a nest (:mod:`.register_tiles`, :mod:`.reduction_forms`); none
+Used by the passes that reshape a nest (:mod:`.tile_forms`, :mod:`.reduction_forms`); none
 of them decides anything: each says what a nest is, or builds the nest it is asked for.
 """
 

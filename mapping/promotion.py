@@ -52,13 +52,14 @@ import islpy as isl
 from ..polyhedral.schedule import node_at
 from ..polyhedral.scop import Scop
 from . import ir
+from .gpu_ir import Copy, Promoted
 from .grafts import Graft, apply_grafts
 from .promotion_footprints import aff_expr
 from .promotion_groups import Scope
 from .promotion_private import PrivatePromoter, thread_filters
 from .promotion_scopes import find_scopes
 from .promotion_shared import SharedPromoter
-from .promotion_types import COPY_IN, COPY_OUT, Copy, Promoted, Promotion, TensorInfo, copy_name
+from .promotion_types import COPY_IN, COPY_OUT, Promotion, TensorInfo, copy_name
 
 __all__ = [
     "COPY_IN",

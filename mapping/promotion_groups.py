@@ -18,8 +18,9 @@ import islpy as isl
 
 from ..polyhedral.scop import Access, Scop, instance_text
 from . import ir
+from .gpu_ir import Promoted
 from .promotion_footprints import Box, aff_expr, single_aff
-from .promotion_types import Promoted, TensorInfo
+from .promotion_types import TensorInfo
 
 __all__ = ["Decision", "Group", "Promoter", "Ref", "Scope", "live_in"]
 

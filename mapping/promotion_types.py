@@ -12,9 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from . import ir
+from .gpu_ir import Copy, Promoted
 from .grafts import Graft
 
-__all__ = ["COPY_IN", "COPY_OUT", "Copy", "Promoted", "Promotion", "TensorInfo", "copy_name"]
+__all__ = ["COPY_IN", "COPY_OUT", "Promotion", "TensorInfo", "copy_name"]
 
 #: Statement name prefixes of the copies (followed by the buffer's name).
 COPY_IN = "tc_copy_in_"
@@ -28,31 +29,6 @@ class TensorInfo:
 
     shape: tuple[int, ...]
     bytes: int
-
-
-@dataclass(frozen=True)
-class Promoted:
-    """A reference redirected to a buffer: element ``k`` of the buffer is ``(subscript_k -
-    offsets[k]) / strides[k]``, ``offsets`` over the statement's dimensions (``Var("i_<dim>")``)."""
-
-    buffer: str
-    offsets: tuple[ir.Expr, ...]
-    strides: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Copy:
-    """A copy statement: its instance ``[s_0 .. s_{d-1}, a_0 .. a_{r-1}]`` copies element ``a`` of
-    ``tensor`` in the scope iteration ``s`` to (``write_back`` False) or from the buffer, at
-    ``(a_k - offsets[k]) / strides[k]``, ``offsets`` over ``Var("s<k>")``."""
-
-    statement: str
-    buffer: str
-    tensor: str
-    write_back: bool
-    prefix: int
-    offsets: tuple[ir.Expr, ...]
-    strides: tuple[int, ...]
 
 
 @dataclass(frozen=True)

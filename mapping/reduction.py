@@ -39,79 +39,16 @@ blocks run one after the other, and a float sum then depends on the blocks' orde
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import islpy as isl
 
 from . import ir
+from .gpu_ir import BlockReduction
 
-__all__ = ["REDUCE_MARK", "SHUFFLED_TYPES", "BlockReduction", "expand_trees"]
+__all__ = ["REDUCE_MARK", "expand_trees"]
 
 #: The mark above a reduction's thread-mapped band (``tc_reduce`` followed by its number).
 REDUCE_MARK = "tc_reduce"
-
-#: The C compute types ``__shfl_down_sync`` moves (others reduce through shared memory to the end).
-SHUFFLED_TYPES = frozenset({"float", "double", "int32_t", "uint32_t", "int64_t", "uint64_t"})
-
-
-@dataclass(frozen=True)
-class BlockReduction:
-    """One block reduction (see the module's docstring).
-
-    :ivar number: ``k`` in the statements' names. :ivar update: the update statement ``U``.
-    :ivar tensor: the tensor it reduces into. :ivar op: its operator (``+=``, ...).
-    :ivar acc: the private buffer (one element) holding a thread's partial result.
-    :ivar part: the shared buffer ``[bz][by][bx]`` the tree combines.
-    :ivar atomic: blocks share the reduction's outputs (its loop is on blocks too): the combine
-        adds atomically (CUDA's ``atomicAdd``).
-    """
-
-    number: int
-    update: str
-    tensor: str
-    op: str
-    acc: ir.Buffer
-    part: ir.Buffer
-    atomic: bool = False
-
-    @property
-    def init(self) -> str:
-        """The statement setting the partial result to the identity."""
-        return f"tc_red_init_{self.number}"
-
-    @property
-    def store(self) -> str:
-        """The statement storing a thread's partial result into :attr:`part`."""
-        return f"tc_red_store_{self.number}"
-
-    @property
-    def tree(self) -> str:
-        """The statement that becomes the tree's steps and barriers (:func:`expand_trees`)."""
-        return f"tc_red_tree_{self.number}"
-
-    @property
-    def step(self) -> str:
-        """A step of the tree; its one argument is the distance ``s``."""
-        return f"tc_red_step_{self.number}"
-
-    @property
-    def warp(self) -> str:
-        """The mark around the steps the CUDA printer may print as warp shuffles."""
-        return f"tc_red_warp_{self.number}"
-
-    @property
-    def combine(self) -> str:
-        """The statement adding a row's result into the output element it owns."""
-        return f"tc_red_combine_{self.number}"
-
-    @property
-    def width(self) -> int:
-        """Threads along x: the partial results one tree combines."""
-        return self.part.shape[-1]
-
-    def statements(self) -> tuple[str, ...]:
-        """The statements the reduction adds (the tree's own, :attr:`step`, included)."""
-        return (self.init, self.store, self.tree, self.step, self.combine)
 
 
 def tree_steps(width: int) -> list[int]:

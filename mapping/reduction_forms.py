@@ -4,7 +4,7 @@ A pure pass over the kernel IR (:func:`plan_reductions`). The CPU mapping marks 
 may run otherwise than as written (:mod:`.cpu`); for each marked loop this pass decides, from the
 nest below it, whether it becomes
 
-* a register tile (``accumulate``; :mod:`.register_tiles` decides the form):
+* a register tile (``accumulate``; :mod:`.tile_forms` decides the form):
   :class:`~tcjit.mapping.ir.RegisterTile`;
 * a reduction run by threads (``parallel_reduction``), each iteration reducing its part into a
   partial result, combined in iteration order: :class:`~tcjit.mapping.ir.ParallelReduction`;
@@ -19,7 +19,7 @@ for its associative reductions.
 
 :func:`folded_initialisations` then says which ``!`` initialisations the kernel leaves out:
 those whose update is only run by register tiles that start their sums from zero
-(:func:`~tcjit.mapping.register_tiles.tile_start`).
+(:func:`~tcjit.mapping.tile_forms.tile_start`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dataclasses import replace
 from ..polyhedral.lang import ast as A
 from . import ir
 from .nests import constant_upper_bound
-from .register_tiles import ASSOCIATIVE, TilingFacts, plan_tile
+from .tile_forms import ASSOCIATIVE, TilingFacts, plan_tile
 
 __all__ = ["MAX_PARTIALS", "folded_initialisations", "plan_reductions", "without_runs"]
 

@@ -215,19 +215,35 @@ def test_no_private_import() -> None:
 
 
 # ======================================================================== printers that only print
-#: The CPU target's printer: it takes the kernel IR (the passes' decisions in it) and a target
-#: description, and prints; it may import nothing of mapping/ that plans.
-C_PRINTER = {f"tcjit.mapping.{m}" for m in ("c_exprs", "c_tiles", "c_printer", "c_panels", "c_kernel")}
+#: The printers: the C printer (CPU target), and the GPU printers (CUDA, emulated CUDA) built on it.
+#: Each takes the kernel IR (the passes' decisions in it) and a target description, and prints; it
+#: may import nothing of mapping/ that plans.
+PRINTERS = {
+    f"tcjit.mapping.{m}"
+    for m in (
+        "c_exprs",
+        "c_tiles",
+        "c_printer",
+        "c_panels",
+        "c_kernel",
+        "gpu_printer",
+        "cuda_printer",
+        "emulation",
+    )
+}
 
-#: What the printer may import from mapping/: the IR, element layouts and the C prelude.
-PRINTED_FROM = C_PRINTER | {"tcjit.mapping.ir", "tcjit.mapping.layout", "tcjit.mapping.c_prelude"}
+#: What a printer may import from mapping/ besides the printers: the IR, the GPU mapping's
+#: decisions as values, element layouts and the preludes.
+PRINTED_FROM = PRINTERS | {
+    f"tcjit.mapping.{m}" for m in ("ir", "gpu_ir", "layout", "c_prelude", "cuda_prelude")
+}
 
 
-def test_the_c_printer_imports_no_planning_module() -> None:
+def test_the_printers_import_no_planning_module() -> None:
     edges, _ = _graph()
-    assert C_PRINTER <= set(edges), sorted(C_PRINTER - set(edges))
+    assert PRINTERS <= set(edges), sorted(PRINTERS - set(edges))
     planning = {
         module: sorted(m for m in edges[module] if m.startswith("tcjit.mapping.") and m not in PRINTED_FROM)
-        for module in sorted(C_PRINTER)
+        for module in sorted(PRINTERS)
     }
     assert not any(planning.values()), planning

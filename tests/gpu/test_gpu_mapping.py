@@ -15,7 +15,8 @@ import islpy as isl
 import pytest
 
 from tcjit.mapping import ir
-from tcjit.mapping.gpu import BLOCK_IDS, THREAD0_MARK, THREAD_IDS, barriers, map_gpu
+from tcjit.mapping.gpu import barriers, map_gpu
+from tcjit.mapping.gpu_ir import BLOCK_IDS, THREAD0_MARK, THREAD_IDS
 from tcjit.mapping.options import MappingOptions
 from tcjit.mapping.prepare import tiled_schedule
 from tcjit.polyhedral.lang.check import check_source

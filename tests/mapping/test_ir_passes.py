@@ -1,5 +1,5 @@
 """The CPU target's IR passes on hand-built kernel IR: :mod:`tcjit.mapping.openmp_teams`,
-:mod:`tcjit.mapping.reduction_forms` and :mod:`tcjit.mapping.register_tiles`.
+:mod:`tcjit.mapping.reduction_forms` and :mod:`tcjit.mapping.tile_forms`.
 
 Each test builds the loop nest a mapping could have produced (the statements come from a real Scop:
 their dimensions and accesses are what the passes read), runs one pass, and checks the decision
@@ -15,7 +15,7 @@ from tcjit.mapping import ir
 from tcjit.mapping.layout import contiguous_strides
 from tcjit.mapping.openmp_teams import plan_teams
 from tcjit.mapping.reduction_forms import folded_initialisations, plan_reductions, without_runs
-from tcjit.mapping.register_tiles import TilingFacts
+from tcjit.mapping.tile_forms import TilingFacts
 from tcjit.polyhedral.lang.check import check_source
 from tcjit.polyhedral.scop import build_scop
 

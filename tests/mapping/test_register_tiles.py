@@ -1,4 +1,4 @@
-"""Register tiles (mapping/cpu_register_tiles.py, ``register_tile``; mapping/register_tiles.py;
+"""Register tiles (mapping/cpu_register_tiles.py, ``register_tile``; mapping/tile_forms.py;
 printed by c_tiles.py, ``register_tile``).
 
 Each form is recognised where it should be (the mapping's decision and the kernel IR's

@@ -1,12 +1,13 @@
-"""Register tiles: which reduction loops keep the outputs they update in registers, and in what form.
+"""Tile forms: which marked reduction loops keep their outputs in registers, and in what form.
 
-The CPU mapping (:mod:`.cpu`) marks a register tile's loops: the reduction loop it keeps its
-sums across (``accumulate``), the point loops below it (``unroll``, ``simd``), and in the
-dot-product forms the reduction loop that runs in vector lanes (``simd_reduction``). Whether a
-marked nest is a register tile, and of which form, depends on what the nest holds (one update of
-one element per point), its bounds, its types and the target's vector width; :func:`plan_tile`
-decides, and returns the decision as a :class:`~tcjit.mapping.ir.RegisterTile` (or a
-:class:`~tcjit.mapping.ir.FullTiles` split into a copy with constant bounds and one without).
+The CPU mapping (:mod:`.cpu_register_tiles`: which bands, what sizes) marks a register tile's
+loops: the reduction loop it keeps its sums across (``accumulate``), the point loops below it
+(``unroll``, ``simd``), and in the dot-product forms the reduction loop that runs in vector
+lanes (``simd_reduction``). Whether a marked nest is a register tile, and of which form, depends
+on what the nest holds (one update of one element per point), its bounds, its types and the
+target's vector width; :func:`plan_tile` decides, and returns the decision as a
+:class:`~tcjit.mapping.ir.RegisterTile` (or a :class:`~tcjit.mapping.ir.FullTiles` split into a
+copy with constant bounds and one without).
 The forms (:data:`~tcjit.mapping.ir.TILE_FORMS`):
 
 * ``outer``: the outer-product form, an array of sums per output, loaded before the reduction
@@ -303,9 +304,10 @@ def _chain_tile(
     name: str,
     inside: Callable[[ir.Node], ir.Node],
 ) -> ir.Node | None:
-    """The dot-product register tile over a chain of reductions (:mod:`.cpu`,
-    ``_register_tile_chain``): ``loop`` (marked ``accumulate``), the loops ``chain`` below it,
-    the ``simd_reduction`` loop ``vloop``, then the point loops around one ``+=`` update.
+    """The dot-product register tile over a chain of reductions
+    (:meth:`~tcjit.mapping.cpu_register_tiles.RegisterTiles.register_tile_chain`): ``loop``
+    (marked ``accumulate``), the loops ``chain`` below it, the ``simd_reduction`` loop ``vloop``,
+    then the point loops around one ``+=`` update.
     Every output of the tile keeps a vector of partial sums across all of them; the lanes
     are added up once, after ``loop``. None (run the nest as written) if it does not fit."""
     if not ir.canonical(vloop) or vloop.step != 1:

@@ -1,0 +1,121 @@
+"""The GPU mapping's decisions as values the printers read.
+
+The GPU mapping (:mod:`.gpu`) hands the CUDA printer and the emulated target, besides each
+launch's kernel IR (:mod:`.ir`, with its :class:`~tcjit.mapping.ir.Buffer` s), the names it gives
+the block and thread ids, the references it redirected to promoted buffers (:class:`Promoted`),
+the copy statements it added (:class:`Copy`) and its block reductions (:class:`BlockReduction`).
+They are values, built once by the mapping and never changed; the printers import them from here
+and nothing that plans.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import ir
+
+__all__ = [
+    "BLOCK_IDS",
+    "SHUFFLED_TYPES",
+    "THREAD0_MARK",
+    "THREAD_IDS",
+    "BlockReduction",
+    "Copy",
+    "Promoted",
+]
+
+BLOCK_IDS = ("b0", "b1", "b2")
+THREAD_IDS = ("t0", "t1", "t2")
+
+#: The mark above code that thread 0 of each block runs alone (printed as a condition on the
+#: thread ids below any barrier).
+THREAD0_MARK = "thread0"
+
+#: The C compute types ``__shfl_down_sync`` moves (others reduce through shared memory to the end).
+SHUFFLED_TYPES = frozenset({"float", "double", "int32_t", "uint32_t", "int64_t", "uint64_t"})
+
+
+@dataclass(frozen=True)
+class Promoted:
+    """A reference redirected to a buffer: element ``k`` of the buffer is ``(subscript_k -
+    offsets[k]) / strides[k]``, ``offsets`` over the statement's dimensions (``Var("i_<dim>")``)."""
+
+    buffer: str
+    offsets: tuple[ir.Expr, ...]
+    strides: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Copy:
+    """A copy statement: its instance ``[s_0 .. s_{d-1}, a_0 .. a_{r-1}]`` copies element ``a`` of
+    ``tensor`` in the scope iteration ``s`` to (``write_back`` False) or from the buffer, at
+    ``(a_k - offsets[k]) / strides[k]``, ``offsets`` over ``Var("s<k>")``."""
+
+    statement: str
+    buffer: str
+    tensor: str
+    write_back: bool
+    prefix: int
+    offsets: tuple[ir.Expr, ...]
+    strides: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class BlockReduction:
+    """One block reduction (:mod:`.reduction` says what it is and does).
+
+    :ivar number: ``k`` in the statements' names. :ivar update: the update statement ``U``.
+    :ivar tensor: the tensor it reduces into. :ivar op: its operator (``+=``, ...).
+    :ivar acc: the private buffer (one element) holding a thread's partial result.
+    :ivar part: the shared buffer ``[bz][by][bx]`` the tree combines.
+    :ivar atomic: blocks share the reduction's outputs (its loop is on blocks too): the combine
+        adds atomically (CUDA's ``atomicAdd``).
+    """
+
+    number: int
+    update: str
+    tensor: str
+    op: str
+    acc: ir.Buffer
+    part: ir.Buffer
+    atomic: bool = False
+
+    @property
+    def init(self) -> str:
+        """The statement setting the partial result to the identity."""
+        return f"tc_red_init_{self.number}"
+
+    @property
+    def store(self) -> str:
+        """The statement storing a thread's partial result into :attr:`part`."""
+        return f"tc_red_store_{self.number}"
+
+    @property
+    def tree(self) -> str:
+        """The statement that becomes the tree's steps and barriers
+        (:func:`~tcjit.mapping.reduction.expand_trees`)."""
+        return f"tc_red_tree_{self.number}"
+
+    @property
+    def step(self) -> str:
+        """A step of the tree; its one argument is the distance ``s``."""
+        return f"tc_red_step_{self.number}"
+
+    @property
+    def warp(self) -> str:
+        """The mark around the steps the CUDA printer may print as warp shuffles."""
+        return f"tc_red_warp_{self.number}"
+
+    @property
+    def combine(self) -> str:
+        """The statement adding a row's result into the output element it owns."""
+        return f"tc_red_combine_{self.number}"
+
+    @property
+    def width(self) -> int:
+        """Threads along x: the partial results one tree combines."""
+        return self.part.shape[-1]
+
+    def statements(self) -> tuple[str, ...]:
+        """The statements the reduction adds (the tree's own, :attr:`step`, included)."""
+        return (self.init, self.store, self.tree, self.step, self.combine)
