@@ -22,7 +22,7 @@ import torch
 
 import tcjit
 from tcjit import TCBoundsError, TCInternalError, TCSemanticError
-from tcjit.mapping import accumulation, lower
+from tcjit.mapping import accumulation, prepare
 from tcjit.mapping.options import MappingOptions
 from tcjit.polyhedral.lang.check import check_source
 from tcjit.polyhedral.schedule import bands
@@ -322,7 +322,7 @@ def test_the_race_check_would_see_a_scatter_run_in_parallel(monkeypatch) -> None
 
         return Dependences(drop(deps.flow), drop(deps.false), drop(deps.all), deps.reduction)
 
-    monkeypatch.setattr(lower, "compute_dependences", without_scatter_dependences)
+    monkeypatch.setattr(prepare, "compute_dependences", without_scatter_dependences)
     k = tcjit.define(EMB.format(t="float", op="+=!").replace("emb_grad", "emb_grad_racy"))
     W, I, dO = torch.zeros(3, 4), _indices(64, 3, seed=22), _randn(64, 4, dtype=torch.float32, seed=23)
     with pytest.raises(TCInternalError, match="race"):
@@ -354,7 +354,7 @@ def test_the_scop_sees_a_may_write_of_the_whole_dimension() -> None:
     self_deps = isl.UnionMap.read_from_str(ctx, "{ S0[d, b] -> S0[d, b2] : 0 <= d < 3 and 0 <= b < b2 < 8 }")
     assert self_deps.is_subset(compute_dependences(scop).all)
 
-    _, _, _, sched = lower.tiled_schedule(cdef, sizes, MappingOptions("naive").values)
+    _, _, _, sched = prepare.tiled_schedule(cdef, sizes, MappingOptions("naive").values)
     for band in bands(sched):
         partial = band.band_get_partial_schedule()
         for i in range(band.band_n_member()):
