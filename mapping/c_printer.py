@@ -410,23 +410,23 @@ class CPrinter(TilePrinter):
         kinds = ir.loop_kinds(n)
         team, self.team = self.team, False
         nowait, self.nowait = self.nowait, False
-        if "parallel" in kinds:
-            simd = " simd" if "simd" in kinds else ""
+        if ir.LoopKind.PARALLEL in kinds:
+            simd = " simd" if ir.LoopKind.SIMD in kinds else ""
             if team:
                 wait = " nowait" if nowait else ""
                 self.lines.append(f"{indent}#pragma omp for{simd} schedule(static){wait}")
             else:
                 clauses = "num_threads(nthreads) if(nthreads > 1) schedule(static)"
                 self.lines.append(f"{indent}#pragma omp parallel for{simd} {clauses}")
-        elif "simd" in kinds:
+        elif ir.LoopKind.SIMD in kinds:
             self.lines.append(f"{indent}#pragma omp simd")
-        elif "unroll" in kinds:
+        elif ir.LoopKind.UNROLL in kinds:
             self.lines.append(f"{indent}#pragma GCC unroll {UNROLL_PRAGMA}")
         self.lines.append(f"{indent}{self.loop_header(n)} {{")
         for call in self.fetching.pop(n.var, ()):  # a later loop's input, a slice per iteration
             self.lines.append(f"{indent}  {call}")
         self.enclosing.append(n.var)
-        if "parallel" in kinds:
+        if ir.LoopKind.PARALLEL in kinds:
             self.region(n, indent + "  ", fetches=fetches)
         else:
             self.node(n.body, indent + "  ")

@@ -359,9 +359,9 @@ class TilePrinter:
             if p.degenerate:
                 self.lines.append(f"{indent}{{ const int64_t {p.var} = {expr(p.init)};")
             else:
-                if "simd" in p.kind.split("+"):
+                if ir.LoopKind.SIMD in p.kinds:
                     self.lines.append(f"{indent}#pragma omp simd")
-                elif unroll and "unroll" in p.kind.split("+"):
+                elif unroll and ir.LoopKind.UNROLL in p.kinds:
                     self.lines.append(f"{indent}#pragma GCC unroll {UNROLL_PRAGMA}")
                 self.lines.append(f"{indent}{self.loop_header(p)} {{")
             closing.append(f"{indent}}}")

@@ -206,12 +206,12 @@ class CudaPrinter(GpuPrinter):
         return f"atomicAdd(&{lvalue}, {value});"
 
     def loop(self, n: ir.For, indent: str) -> None:
-        if n.degenerate or n.kind == "serial":
+        if n.degenerate or not n.kinds:
             super().loop(n, indent)
             return
         # No OpenMP, vector or register-tile code on the GPU: any other loop kind runs serially in
         # each thread (unrolled where the mapping asked for it).
-        if "unroll" in n.kind.split("+"):
+        if ir.LoopKind.UNROLL in n.kinds:
             self.lines.append(f"{indent}#pragma unroll")
         self.lines.append(f"{indent}{self.loop_header(n)} {{")
         self.enclosing.append(n.var)

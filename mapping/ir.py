@@ -13,11 +13,9 @@ Expressions (all int64):
   non-negative dividend and divisor (``pdiv_q``/``div``), ``mod`` a remainder with a non-negative
   dividend (``pdiv_r``/``zdiv_r``), ``select`` is ``a ? b : c``.
 
-Statements: :class:`For` (``kind``: ``"serial"``, or ``"parallel"``, ``"simd"``,
-``"simd_reduction"``, ``"reduction"``, ``"unroll"`` (a register tile's point loop),
-``"accumulate"`` (the reduction loop a register tile keeps its sums in registers across) joined
-by ``+``, from marks ``kind@depth`` the CPU mapping
-puts above one-member bands: a mark applies to the loop ``c{depth}`` right below it and to no other),
+Statements: :class:`For` (``kinds``: how the target runs it, :class:`LoopKind` s from the marks
+``kind@depth`` the CPU mapping puts above one-member bands, none for a serial loop: a mark applies
+to the loop ``c{depth}`` right below it and to no other),
 :class:`If`, :class:`Block`, :class:`Run` and :class:`Mark` (a mark that no loop absorbed: its band
 had a single iteration).
 
@@ -30,6 +28,7 @@ target's :class:`Team` and :class:`Fetching` (:mod:`.openmp_teams`), :class:`Reg
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Union
@@ -53,6 +52,7 @@ __all__ = [
     "FullTiles",
     "If",
     "Int",
+    "LoopKind",
     "Mark",
     "Node",
     "Op",
@@ -97,17 +97,34 @@ Expr = Union[Int, Var, Op]  # noqa: UP007 (a runtime alias: `|` needs the classe
 
 
 # ----------------------------------------------------------------------------------------- statements
+class LoopKind(enum.StrEnum):
+    """How the target runs a loop (a loop of none runs serially, as written)."""
+
+    PARALLEL = "parallel"  #: by threads (OpenMP)
+    PARALLEL_REDUCTION = "parallel_reduction"  #: a reduction by threads, partial results in order
+    SIMD = "simd"  #: in vector lanes
+    SIMD_REDUCTION = "simd_reduction"  #: a reduction in vector lanes
+    REDUCTION = "reduction"  #: a reduction into a register
+    UNROLL = "unroll"  #: unrolled (a register tile's point loop)
+    ACCUMULATE = "accumulate"  #: the reduction loop a register tile keeps its sums across
+
+
 @dataclass(frozen=True)
 class For:
-    """``for (var = init; cond; var += step) body``; ``kind`` says how the target runs it."""
+    """``for (var = init; cond; var += step) body``; ``kinds`` says how the target runs it."""
 
     var: str
     init: Expr
     cond: Expr
     step: int
     body: Node
-    kind: str = "serial"
+    kinds: frozenset[LoopKind] = frozenset()
     degenerate: bool = False  # exactly one iteration: ``var = init`` then body
+
+    @property
+    def kind_text(self) -> str:
+        """The kinds as text, ``+``-joined in order (``serial`` for none)."""
+        return "+".join(sorted(self.kinds)) or "serial"
 
 
 @dataclass(frozen=True)
@@ -362,15 +379,7 @@ _OPS = {
     "select": "select",
     "cond": "select",
 }
-_LOOP_MARKS = (
-    "parallel",
-    "parallel_reduction",
-    "simd",
-    "simd_reduction",
-    "reduction",
-    "unroll",
-    "accumulate",
-)
+_LOOP_MARKS = frozenset(LoopKind)  # the marks that give the loop below them a kind
 _OP_NAMES = {getattr(isl.ast_expr_op_type, name): op for name, op in _OPS.items()}
 
 
@@ -438,8 +447,7 @@ def _apply_mark(body: Node, kind: str, var: str) -> Node:
     ``var`` directly in a block (isl splits a band over several statements into several loops
     when some statements sit at a constant position of it)."""
     if isinstance(body, For) and body.var == var and not body.degenerate:
-        new = kind if body.kind == "serial" else "+".join(sorted({*body.kind.split("+"), kind}))
-        return For(body.var, body.init, body.cond, body.step, body.body, kind=new)
+        return For(body.var, body.init, body.cond, body.step, body.body, kinds=body.kinds | {LoopKind(kind)})
     if isinstance(body, Block):
         return Block(
             tuple(_apply_mark(c, kind, var) if isinstance(c, (For, Mark)) else c for c in body.children)
@@ -480,7 +488,7 @@ def map_runs(node: Node, fn: Callable[[Run], Node]) -> Node:
         return Block(tuple(map_runs(c, fn) for c in node.children))
     if isinstance(node, For):
         return For(
-            node.var, node.init, node.cond, node.step, map_runs(node.body, fn), node.kind, node.degenerate
+            node.var, node.init, node.cond, node.step, map_runs(node.body, fn), node.kinds, node.degenerate
         )
     if isinstance(node, If):
         return If(
@@ -533,7 +541,7 @@ def opens_parallel(node: Node | None) -> bool:
     if node is None or isinstance(node, Run):
         return False
     if isinstance(node, For):
-        return bool({"parallel", "parallel_reduction"} & set(node.kind.split("+"))) or opens_parallel(
+        return bool({LoopKind.PARALLEL, LoopKind.PARALLEL_REDUCTION} & node.kinds) or opens_parallel(
             node.body
         )
     if isinstance(node, Block):
@@ -559,7 +567,7 @@ def canonical(loop: For) -> bool:
     )
 
 
-def loop_kinds(loop: For) -> set[str]:
-    """How the target runs ``loop``: its kinds, or ``serial`` alone where it is not
+def loop_kinds(loop: For) -> frozenset[LoopKind]:
+    """How the target runs ``loop``: its kinds, or none (serially) where it is not
     :func:`canonical`."""
-    return set(loop.kind.split("+")) if canonical(loop) else {"serial"}
+    return loop.kinds if canonical(loop) else frozenset()

@@ -40,12 +40,10 @@ def render(node: ir.Node | None, indent: str = "") -> str:
                 visit(c, pad)
         elif isinstance(n, ir.For):
             if n.degenerate:
-                lines.append(f"{pad}let {n.var} = {render_expr(n.init)}  # {n.kind}, one iteration")
+                lines.append(f"{pad}let {n.var} = {render_expr(n.init)}  # {n.kind_text}, one iteration")
             else:
-                step = f"{n.var} += {n.step}"
-                lines.append(
-                    f"{pad}for {n.var} = {render_expr(n.init)}; {render_expr(n.cond)}; {step}  # {n.kind}"
-                )
+                head = f"for {n.var} = {render_expr(n.init)}; {render_expr(n.cond)}; {n.var} += {n.step}"
+                lines.append(f"{pad}{head}  # {n.kind_text}")
             visit(n.body, pad + "  ")
         elif isinstance(n, ir.If):
             lines.append(f"{pad}if {render_expr(n.cond)}:")
@@ -88,7 +86,7 @@ def render(node: ir.Node | None, indent: str = "") -> str:
             )
             for p in n.points:
                 lines.append(
-                    f"{pad}  point {p.var} = {render_expr(p.init)}; {render_expr(p.cond)}  # {p.kind}"
+                    f"{pad}  point {p.var} = {render_expr(p.init)}; {render_expr(p.cond)}  # {p.kind_text}"
                 )
             if n.start is not None:
                 where = " and ".join(f"{o} == {v}" for o, v in n.start) or "always"

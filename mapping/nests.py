@@ -12,7 +12,11 @@ from dataclasses import replace
 from . import ir
 from .parts import constant_range
 
+#: The kinds that make a loop a register tile's point loop.
+POINT_KINDS = frozenset({ir.LoopKind.UNROLL, ir.LoopKind.SIMD})
+
 __all__ = [
+    "POINT_KINDS",
     "constant_span",
     "constant_upper_bound",
     "extent",
@@ -39,7 +43,7 @@ def lane_strips(vloop: ir.For, points: Sequence[ir.For], node: ir.Node, lanes: i
         ir.Op("<", (ir.Var("tc_l"), ir.Int(lanes))),
         1,
         substitute_runs(node, {vloop.var: ir.Op("+", (ir.Var("tc_k"), ir.Var("tc_l")))}),
-        kind="simd",
+        kinds=frozenset({ir.LoopKind.SIMD}),
     )
     main = ir.For(
         "tc_k",
@@ -97,14 +101,13 @@ def extent(loop: ir.For) -> int | None:
 def rebuild(points: Sequence[ir.For], body: ir.Node) -> ir.Node:
     """The nest of ``points`` (copies of the loops) around ``body``."""
     for p in reversed(points):
-        body = ir.For(p.var, p.init, p.cond, p.step, body, kind=p.kind, degenerate=p.degenerate)
+        body = ir.For(p.var, p.init, p.cond, p.step, body, kinds=p.kinds, degenerate=p.degenerate)
     return body
 
 
-def without_kind(loop: ir.For, kind: str) -> ir.For:
-    """``loop`` with ``kind`` removed from its ``+``-joined kinds (``serial`` if none is left)."""
-    kinds = [k for k in loop.kind.split("+") if k != kind]
-    return replace(loop, kind="+".join(kinds) or "serial")
+def without_kind(loop: ir.For, kind: ir.LoopKind) -> ir.For:
+    """``loop`` without the kind ``kind``."""
+    return replace(loop, kinds=loop.kinds - {kind})
 
 
 def full_tiles(points: Sequence[ir.For]) -> tuple[list[ir.For], list[ir.Expr]]:
@@ -119,7 +122,7 @@ def full_tiles(points: Sequence[ir.For]) -> tuple[list[ir.For], list[ir.Expr]]:
             continue
         hi = constant_upper_bound(p.cond, p.var)
         conds += [ir.Op(">=", (e, ir.Int(hi))) for e in variable_bounds(p.cond)]
-        full.append(ir.For(p.var, p.init, ir.Op("<=", (ir.Var(p.var), ir.Int(hi))), 1, p.body, kind=p.kind))
+        full.append(ir.For(p.var, p.init, ir.Op("<=", (ir.Var(p.var), ir.Int(hi))), 1, p.body, kinds=p.kinds))
     return full, conds
 
 
@@ -144,9 +147,9 @@ def rebuild_chain(node: ir.Node, points: Sequence[ir.For]) -> ir.Node:
     """``node`` (a register tile's loop body) with its point loops replaced by ``points``."""
     if isinstance(node, ir.Mark):
         return rebuild_chain(node.body, points)
-    if isinstance(node, ir.For) and not (node.degenerate or set(node.kind.split("+")) & {"unroll", "simd"}):
+    if isinstance(node, ir.For) and not (node.degenerate or node.kinds & POINT_KINDS):
         return ir.For(
-            node.var, node.init, node.cond, node.step, rebuild_chain(node.body, points), kind=node.kind
+            node.var, node.init, node.cond, node.step, rebuild_chain(node.body, points), kinds=node.kinds
         )
     inner = node
     for _ in points:

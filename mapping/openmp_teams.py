@@ -28,7 +28,14 @@ from .prefetch import plan_fetches
 
 __all__ = ["plan_teams"]
 
-_REDUCTIONS = frozenset({"accumulate", "parallel_reduction", "simd_reduction", "reduction"})
+_REDUCTIONS = frozenset(
+    {
+        ir.LoopKind.ACCUMULATE,
+        ir.LoopKind.PARALLEL_REDUCTION,
+        ir.LoopKind.SIMD_REDUCTION,
+        ir.LoopKind.REDUCTION,
+    }
+)
 
 
 def plan_teams(
@@ -77,7 +84,7 @@ def _top_loop(node: ir.Node) -> ir.For | None:
     """The parallel loop a top-level statement is (below its marks), or None."""
     while isinstance(node, ir.Mark):
         node = node.body
-    if isinstance(node, ir.For) and not node.degenerate and "parallel" in node.kind.split("+"):
+    if isinstance(node, ir.For) and not node.degenerate and ir.LoopKind.PARALLEL in node.kinds:
         return node
     return None
 
@@ -138,7 +145,7 @@ def _needless_barriers(
         n = c
         while isinstance(n, ir.Mark):
             n = n.body
-        if shared and isinstance(n, ir.For) and "simd" not in n.kind.split("+"):
+        if shared and isinstance(n, ir.For) and ir.LoopKind.SIMD not in n.kinds:
             run.append((k, n))
         else:
             decide()
@@ -153,5 +160,4 @@ def _shareable(n: ir.Node) -> bool:
         n = n.body
     if not isinstance(n, ir.For) or n.degenerate or not ir.canonical(n):
         return False
-    kinds = set(n.kind.split("+"))
-    return "parallel" in kinds and not kinds & _REDUCTIONS
+    return ir.LoopKind.PARALLEL in n.kinds and not n.kinds & _REDUCTIONS

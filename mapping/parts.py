@@ -362,7 +362,7 @@ def _sites(
             return visit(node.body, env, trips, marks)
         if not isinstance(node, ir.For) or ir.opens_parallel(node.body):
             return None
-        if not set(node.kind.split("+")) <= {"serial", "parallel"}:
+        if not node.kinds <= {ir.LoopKind.PARALLEL}:
             return None  # a reduction, vector or register-tile loop: no fill inside it
         iv = _loop_interval(node, env)
         count = _trips(iv, node.step) if iv is not None else None

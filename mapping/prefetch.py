@@ -83,7 +83,7 @@ def _spreading_loops(loop: ir.For, lines: int) -> tuple[tuple[str, int, int], ..
         if isinstance(node, ir.Block) and node.children:
             node = node.children[0]
             continue
-        if not isinstance(node, ir.For) or node.degenerate or node.kind != "serial" or node.step != 1:
+        if not isinstance(node, ir.For) or node.degenerate or node.kinds or node.step != 1:
             break
         span = constant_range(node)
         if span is None or not span or count * len(span) > lines:

@@ -71,21 +71,21 @@ class _Planner:
         if n.degenerate:
             return replace(n, body=self.node(n.body, accumulating))
         kinds = ir.loop_kinds(n)
-        if "accumulate" in kinds and not accumulating:
+        if ir.LoopKind.ACCUMULATE in kinds and not accumulating:
             name = f"tc_r{self.tiles}"
             tile = plan_tile(n, kinds, self.facts, name, self.serial, lambda inner: self.node(inner, True))
             if tile is not None:
                 self.tiles += 1
                 return tile
-        if "parallel_reduction" in kinds and not accumulating:
+        if ir.LoopKind.PARALLEL_REDUCTION in kinds and not accumulating:
             found = self.parallel_reduction(n)
             if found is not None:
                 return found
-        if kinds & {"simd_reduction", "reduction"} and "parallel" not in kinds:
-            found = self.accumulation(n, vector="simd_reduction" in kinds)
+        if kinds & {ir.LoopKind.SIMD_REDUCTION, ir.LoopKind.REDUCTION} and ir.LoopKind.PARALLEL not in kinds:
+            found = self.accumulation(n, vector=ir.LoopKind.SIMD_REDUCTION in kinds)
             if found is not None:
                 return found
-        plain = kinds <= {"serial", "unroll"}
+        plain = kinds <= {ir.LoopKind.UNROLL}
         if plain:  # its iterations run in order, in one thread (a first chunk: :func:`tile_start`)
             self.serial[n.var] = n
         body = self.node(n.body, accumulating)

@@ -37,6 +37,7 @@ from ..polyhedral.scop import ScopStatement
 from . import ir
 from .accumulation import LONG_SUM
 from .nests import (
+    POINT_KINDS,
     constant_span,
     constant_upper_bound,
     extent,
@@ -65,6 +66,9 @@ MAX_REGISTER_TILE = 512
 #: The most vector partial sums a vector register tile keeps (x86-64 has 16 vector registers with
 #: AVX2: 6 x 2 sums, 2 loaded operand vectors and a broadcast fit).
 MAX_VECTOR_ACCUMULATORS = 16
+
+#: The kinds of the loops a tile's chunk loop and its unrolled point loops get.
+UNROLLED = frozenset({ir.LoopKind.UNROLL})
 
 #: The reductions whose terms may be added in another order (lanes of partial sums).
 ASSOCIATIVE = ("+=", "*=", "max=", "min=")
@@ -208,7 +212,7 @@ def plan_tile(
     With ``simd_reduction`` on ``loop`` itself (the dot-product form) ``loop`` is strip-mined
     into :meth:`~TilingFacts.lanes` partial sums per output, added up after it.
     """
-    if "simd_reduction" not in kinds:
+    if ir.LoopKind.SIMD_REDUCTION not in kinds:
         shape = _reduction_chain(loop)
         if shape is not None:
             return _chain_tile(loop, *shape, facts, name, inside)
@@ -216,7 +220,7 @@ def plan_tile(
     while isinstance(node, (ir.For, ir.Mark)):
         if isinstance(node, ir.Mark):
             node = node.body
-        elif node.degenerate or set(node.kind.split("+")) & {"unroll", "simd"}:
+        elif node.degenerate or node.kinds & POINT_KINDS:
             break
         else:
             chain.append(node)
@@ -226,8 +230,8 @@ def plan_tile(
     if found is None:
         return None
     points, node, runs, st, extents = found
-    dot = "simd_reduction" in kinds
-    if dot and (chain or any("simd" in p.kind.split("+") for p in points) or st.op not in ASSOCIATIVE):
+    dot = ir.LoopKind.SIMD_REDUCTION in kinds
+    if dot and (chain or any(ir.LoopKind.SIMD in p.kinds for p in points) or st.op not in ASSOCIATIVE):
         dot = False
     lanes = facts.lanes(facts.element_type(st.tensor)) if dot else 1
     if math.prod(extents) * lanes > MAX_REGISTER_TILE:
@@ -260,7 +264,7 @@ def _copies(points: Sequence[ir.For], tile: Callable[[Sequence[ir.For]], ir.Regi
     full, conds = full_tiles(points)
     if not conds:
         return tile(points)
-    return ir.FullTiles(tuple(conds), tile(full), tile([without_kind(p, "unroll") for p in points]))
+    return ir.FullTiles(tuple(conds), tile(full), tile([without_kind(p, ir.LoopKind.UNROLL) for p in points]))
 
 
 def _tile_points(node: ir.Node, inner: set[str], facts: TilingFacts):
@@ -274,7 +278,7 @@ def _tile_points(node: ir.Node, inner: set[str], facts: TilingFacts):
         if isinstance(node, ir.Mark):
             node = node.body
             continue
-        if not (node.degenerate or set(node.kind.split("+")) & {"unroll", "simd"}):
+        if not (node.degenerate or node.kinds & POINT_KINDS):
             return None
         points.append(node)
         node = node.body
@@ -406,14 +410,14 @@ def _vector_tile(
     """
     runs = flat_runs(node)
     live = [p for p in points if not p.degenerate]
-    if not runs or not live or live[-1].kind.split("+").count("simd") != 1:
+    if not runs or not live or ir.LoopKind.SIMD not in live[-1].kinds:
         return None
     extents = []
     for p in live:
         hi = constant_upper_bound(p.cond, p.var)
         if hi is None or variable_bounds(p.cond) or p.init != ir.Int(0) or p.step != 1:
             return None
-        if p is not live[-1] and "unroll" not in p.kind.split("+"):
+        if p is not live[-1] and ir.LoopKind.UNROLL not in p.kinds:
             return None
         extents.append(hi + 1)
     simd = live[-1].var
@@ -428,9 +432,9 @@ def _vector_tile(
         return None
     chunks = extents[-1] // lanes
     chunk = ir.For(
-        "tc_v", ir.Int(0), ir.Op("<=", (ir.Var("tc_v"), ir.Int(chunks - 1))), 1, node, kind="unroll"
+        "tc_v", ir.Int(0), ir.Op("<=", (ir.Var("tc_v"), ir.Int(chunks - 1))), 1, node, kinds=UNROLLED
     )
-    nest = [replace(p, kind="unroll") if p.degenerate is False else p for p in points[:-1]]
+    nest = [replace(p, kinds=UNROLLED) if p.degenerate is False else p for p in points[:-1]]
     nest.append(chunk)
     across = [loop]  # the reduction loops between the tile's loop and its point loops
     while True:
@@ -557,10 +561,10 @@ def _reduction_chain(loop: ir.For) -> tuple[list[ir.For], ir.For] | None:
         if isinstance(node, ir.Mark):
             node = node.body
             continue
-        kinds = set(node.kind.split("+"))
-        if "simd_reduction" in kinds and not node.degenerate:
+        kinds = node.kinds
+        if ir.LoopKind.SIMD_REDUCTION in kinds and not node.degenerate:
             return chain, node
-        if kinds & {"unroll", "simd"}:
+        if kinds & POINT_KINDS:
             return None
         chain.append(node)
         node = node.body

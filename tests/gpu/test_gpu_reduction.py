@@ -210,7 +210,7 @@ def _without_barriers(which):
             return ir.Mark(node.name, strip(node.body))
         if isinstance(node, ir.For):
             return ir.For(
-                node.var, node.init, node.cond, node.step, strip(node.body), node.kind, node.degenerate
+                node.var, node.init, node.cond, node.step, strip(node.body), node.kinds, node.degenerate
             )
         if isinstance(node, ir.If):
             return ir.If(node.cond, strip(node.then), None if node.other is None else strip(node.other))

@@ -42,10 +42,11 @@ def _kernel(src: str, sizes: dict, *, foldable=frozenset(), vector_bytes=32):
     return cdef, statements, strides, facts
 
 
-def _loop(var: str, n: int | ir.Expr, body: ir.Node, kind: str = "serial") -> ir.For:
-    """``for (var = 0; var < n; var += 1) body``."""
+def _loop(var: str, n: int | ir.Expr, body: ir.Node, kind: str = "") -> ir.For:
+    """``for (var = 0; var < n; var += 1) body``, run as ``kind`` says (``+``-joined kinds)."""
     bound = ir.Int(n) if isinstance(n, int) else n
-    return ir.For(var, ir.Int(0), ir.Op("<", (ir.Var(var), bound)), 1, body, kind=kind)
+    kinds = frozenset(ir.LoopKind(k) for k in kind.split("+") if k)
+    return ir.For(var, ir.Int(0), ir.Op("<", (ir.Var(var), bound)), 1, body, kinds=kinds)
 
 
 def _run(statement: str, *vars: str) -> ir.Run:
@@ -164,7 +165,7 @@ def test_partial_tiles_get_a_copy_with_constant_bounds() -> None:
     _, _, _, facts = _kernel(MATMUL, {"M": 4, "K": 6, "N": 13}, foldable=frozenset())
     # columns 8 * c0' .. min(7, 12 - 8 * c3): full tiles of 8, then one of 5
     bound = ir.Op("min", (ir.Int(7), ir.Op("-", (ir.Int(12), ir.Op("*", (ir.Int(8), ir.Var("c3")))))))
-    point = ir.For("c2", ir.Int(0), ir.Op("<=", (ir.Var("c2"), bound)), 1, None, kind="unroll")
+    point = ir.For("c2", ir.Int(0), ir.Op("<=", (ir.Var("c2"), bound)), 1, None, kinds={ir.LoopKind.UNROLL})
     update = ir.Run(
         "S0", (ir.Var("c0"), ir.Op("+", (ir.Op("*", (ir.Int(8), ir.Var("c3"))), ir.Var("c2"))), ir.Var("c1"))
     )
@@ -175,7 +176,7 @@ def test_partial_tiles_get_a_copy_with_constant_bounds() -> None:
     )
     assert split.full.points[0].cond == ir.Op("<=", (ir.Var("c2"), ir.Int(7)))
     assert split.full.name == split.rolled.name == "tc_r0"
-    assert "unroll" not in split.rolled.points[0].kind
+    assert ir.LoopKind.UNROLL not in split.rolled.points[0].kinds
 
 
 def test_a_tile_too_large_for_registers_is_left_as_written() -> None:

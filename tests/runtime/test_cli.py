@@ -118,7 +118,12 @@ def test_show_ir_and_the_c_without_its_prelude(capsys, fcrelu_file):
     code, _, err = _run(capsys, "show", fcrelu_file, "--stage", "tree", "--sizes", FC_SIZES, "--no-prelude")
     assert code == 2 and "--no-prelude goes with --stage c or cuda" in err
     loop = ir.For(
-        "i", ir.Int(0), ir.Op("<", (ir.Var("i"), ir.Int(4))), 1, ir.Run("S0", (ir.Var("i"),)), "simd"
+        "i",
+        ir.Int(0),
+        ir.Op("<", (ir.Var("i"), ir.Int(4))),
+        1,
+        ir.Run("S0", (ir.Var("i"),)),
+        {ir.LoopKind.SIMD},
     )
     assert render(ir.If(ir.Op("==", (ir.Var("j"), ir.Int(0))), loop, None)) == (
         "if (j == 0):\n  for i = 0; (i < 4); i += 1  # simd\n    S0(i)"
