@@ -13,6 +13,7 @@ import compiled_helpers as H
 import pytest
 import torch
 
+from tcjit.mapping import ir
 from tcjit.pipeline import lowered
 from tcjit.polyhedral.lang.check import check_source
 
@@ -36,6 +37,8 @@ def test_whole_tensor_reductions_run_in_threads(op: str) -> None:
     src = _source(op, body=body)
     low = lowered(check_source(src).entry(), SIZES)
     assert "parallel reduction (partial results in threads)" in low.stages["decisions"]
+    (red,) = [n for n in ir.nodes(low.kernel_ir) if isinstance(n, ir.ParallelReduction)]
+    assert red.first.statement == "S0" and red.count >= 2
     assert "parallel reduction: 'S'" in low.source
     H.check_against_oracle(src, None, _inputs(), reduction_length=SIZES["M"] * SIZES["N"])
 
@@ -43,7 +46,9 @@ def test_whole_tensor_reductions_run_in_threads(op: str) -> None:
 def test_integer_sums_wrap_as_in_the_oracle() -> None:
     src = _source("+=!", "int32", "A(r_m, r_n) * 70000")
     low = lowered(check_source(src).entry(), SIZES)
-    assert "parallel reduction: 'S'" in low.source
+    assert [n.first.statement for n in ir.nodes(low.kernel_ir) if isinstance(n, ir.ParallelReduction)] == [
+        "S0"
+    ]
     H.check_against_oracle(src, None, _inputs(torch.int32))
 
 

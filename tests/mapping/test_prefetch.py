@@ -19,8 +19,10 @@ import torch
 import tcjit
 from tcjit import suite
 from tcjit.cpu_runtime import CFLAGS
+from tcjit.mapping import ir
 from tcjit.mapping.options import MappingOptions
 from tcjit.mapping.prefetch import FETCH_BYTES
+from tcjit.pipeline import lowered
 
 #: Layer 2 reads W, which layer 1 (a product of its own) does not.
 PREP = """def prep(float(M,K) A, float(K,N) B, float(N,P) W) -> (C, E) {
@@ -35,6 +37,12 @@ def _inputs(N: int, P: int):
     g = torch.Generator().manual_seed(0)
     shapes = ((256, 64), (64, N), (N, P))
     return tuple(torch.randn(*shape, generator=g) for shape in shapes)
+
+
+def _fetching(N: int, P: int) -> list[ir.Fetching]:
+    """The loops of PREP's kernel (at :data:`OPTS`) that fetch inputs for later ones, in order."""
+    low = lowered(tcjit.define(PREP).definition, {"M": 256, "K": 64, "N": N, "P": P}, OPTS)
+    return [n for n in ir.nodes(low.kernel_ir) if isinstance(n, ir.Fetching)]
 
 
 def _region_calls(source: str) -> list[tuple[str, list[str]]]:
@@ -54,6 +62,9 @@ def test_a_loop_fetches_the_input_a_later_loop_reads_first() -> None:
     layer, with 256 x 64 x 64 products of its own (WORK_PER_LINE per line at least), asks for its
     lines, a few at the top of each iteration of its tile loops. The results are the oracle's."""
     inputs = _inputs(64, 64)
+    (fetching,) = _fetching(64, 64)
+    ((fetch,),) = [fetching.fetches]
+    assert fetch.tensor == "W" and fetch.box == ((0, 63), (0, 63))
     source = tcjit.compile(tcjit.define(PREP), *inputs, options=OPTS).source
     assert "/* Brings the lines of 'W' in 0:64 x 0:64 into cache for a later loop" in source
     regions = _region_calls(source)
@@ -69,6 +80,7 @@ def test_inputs_larger_than_the_fetch_limit_are_left_to_the_loop_that_reads_them
     """A 512 x 512 ``W`` (1 MB) is more than :data:`FETCH_BYTES`: no loop fetches it."""
     assert N * P * 4 > FETCH_BYTES
     inputs = _inputs(N, P)
+    assert not _fetching(N, P)
     source = tcjit.compile(tcjit.define(PREP), *inputs, options=OPTS).source
     assert "tc_fetch" not in source
     H.check_against_oracle(PREP, None, inputs, options=OPTS, reduction_length=N)
