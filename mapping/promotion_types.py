@@ -1,9 +1,10 @@
-"""What memory promotion takes and hands on: tensors' shapes, redirected references, copy statements.
+"""What memory promotion takes and hands on: tensors' shapes, and what a promotion pass did.
 
 :class:`TensorInfo` is what promotion needs of a tensor; :class:`Promotion` is what a pass did: the
-buffers per kernel, the references redirected to them (:class:`Promoted`), the copy statements
-(:class:`Copy`, named by :func:`copy_name`) and the grafts that add them. The printers read these;
-they are values, built once by :mod:`.promotion` and never changed.
+buffers per kernel, the references redirected to them (:class:`~tcjit.mapping.gpu_ir.Promoted`),
+the copy statements (:class:`~tcjit.mapping.gpu_ir.Copy`, named by :func:`copy_name`) and the
+grafts that add them. The printers read the first three from :mod:`.gpu_ir`; all are values,
+built once by :mod:`.promotion` and never changed.
 """
 
 from __future__ import annotations
