@@ -539,6 +539,13 @@ def test_the_key_holds_a_digest_of_the_compiler_sources(tmp_path, monkeypatch) -
         (tmp_path / "prelude" / "half.h").write_text("/* two */\n")
         kernel_cache.code_identity.cache_clear()
         assert kernel_cache.code_identity() != before
+        (tmp_path / "autodiff").mkdir()  # and the subpackages' modules (polyhedral/autodiff/)
+        (tmp_path / "autodiff" / "rules.py").write_text("B = 1\n")
+        kernel_cache.code_identity.cache_clear()
+        before = kernel_cache.code_identity()
+        (tmp_path / "autodiff" / "rules.py").write_text("B = 2\n")
+        kernel_cache.code_identity.cache_clear()
+        assert kernel_cache.code_identity() != before
     finally:
         monkeypatch.undo()
         kernel_cache.code_identity.cache_clear()
