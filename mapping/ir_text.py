@@ -88,9 +88,11 @@ def render(node: ir.Node | None, indent: str = "") -> str:
                 lines.append(
                     f"{pad}  point {p.var} = {render_expr(p.init)}; {render_expr(p.cond)}  # {p.kind_text}"
                 )
-            if n.start is not None:
-                where = " and ".join(f"{o} == {v}" for o, v in n.start) or "always"
-                lines.append(f"{pad}  sums start from zero where {where}")
+            if n.start == ():
+                lines.append(f"{pad}  sums start from zero (each execution holds whole sums)")
+            elif n.start is not None:
+                where = " and ".join(f"{o} == {v}" for o, v in n.start)
+                lines.append(f"{pad}  sums start from zero where {where}, else load")
             visit(n.compute if n.compute is not None else n.body, pad + "  ")
         elif isinstance(n, ir.ParallelReduction):
             lines.append(f"{pad}parallel reduction of {n.first.statement}, {n.count} partial results:")

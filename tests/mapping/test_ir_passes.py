@@ -12,6 +12,7 @@ from dataclasses import replace
 import pytest
 
 from tcjit.mapping import ir
+from tcjit.mapping.ir_text import render
 from tcjit.mapping.layout import contiguous_strides
 from tcjit.mapping.openmp_teams import plan_teams
 from tcjit.mapping.reduction_forms import folded_initialisations, plan_reductions, without_runs
@@ -183,3 +184,12 @@ def test_a_tile_too_large_for_registers_is_left_as_written() -> None:
     _, _, _, facts = _kernel(MATMUL, {"M": 4, "K": 6, "N": 1024})
     tree = _matmul_nest(1024, point="unroll")
     assert plan_reductions(tree, facts) == tree
+
+
+def test_the_ir_stage_shows_the_decisions() -> None:
+    """``tcjit show --stage ir`` prints the planned IR: the tile, its form, lanes and start."""
+    _, _, _, facts = _kernel(MATMUL, {"M": 4, "K": 6, "N": 8}, foldable=frozenset({"S0"}))
+    text = render(plan_reductions(_matmul_nest(8), facts))
+    assert "register tile tc_r0 (vector, 8 lanes) of S0 across c1:" in text, text
+    assert "point tc_v = 0; (tc_v <= 0)  # unroll" in text, text
+    assert "sums start from zero (each execution holds whole sums)" in text, text
