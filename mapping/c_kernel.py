@@ -72,7 +72,6 @@ def print_kernel(
 
     p = (printer or CPrinter)(cdef, statements, sizes, strides, checked, wide)
     p.symbol = symbol
-    p.packed = frozenset(packs)
     p.sites = dict(sites or {})
     for q in params:
         if q.kind == "tensor" and q.name in parts:  # the tensor, and this thread's part buffer

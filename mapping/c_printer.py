@@ -91,10 +91,8 @@ class CPrinter(TilePrinter):
         self.source_lines = cdef.source.splitlines()
         self.accumulator: Accumulator | None = None  # inside a register tile's loop
         self.vector_types: dict[str, tuple[str, int]] = {}  # vector tiles' types: (element, bytes)
-        self.pending_fetches: tuple[ir.Fetch, ...] = ()  # what the next parallel loop fetches (ir.Fetching)
         self.fetching: dict[str, list[str]] = {}  # while printing one: loop variable -> calls at its top
         self.helpers: list[list[str]] = []  # static functions the regions call (the fetches'), each's lines
-        self.packed: frozenset[str] = frozenset()  # inputs read from packed panels
         self.buffer_shadows: list[tuple[str, int]] = []  # the emulated target's promoted buffers
         # updates whose complete vector register tiles start from zero (see :func:`print_kernel`),
         self.team = False  # the next parallel loop is shared out by an enclosing team (:meth:`team_region`)
@@ -339,8 +337,9 @@ class CPrinter(TilePrinter):
             self.reduction_loop(n, indent)
         elif isinstance(n, ir.Team):
             self.team_region(n, indent)
-        elif isinstance(n, ir.Fetching):
-            self.pending_fetches = n.fetches
+        elif isinstance(n, ir.Fetching) and isinstance(n.body, ir.For):
+            self.loop(n.body, indent, fetches=n.fetches)  # the parallel loop whose iterations fetch
+        elif isinstance(n, ir.Fetching):  # a loop a pass replaced: nothing to fetch from
             self.node(n.body, indent)
         else:
             raise TCInternalError(f"cannot print {n!r}")
@@ -398,8 +397,7 @@ class CPrinter(TilePrinter):
         if buffers:
             raise TCInternalError("promoted buffers need the GPU printers")
 
-    def loop(self, n: ir.For, indent: str) -> None:
-        fetches, self.pending_fetches = self.pending_fetches, ()
+    def loop(self, n: ir.For, indent: str, *, fetches: Sequence[ir.Fetch] = ()) -> None:
         if n.degenerate:
             self.lines.append(f"{indent}{{ const int64_t {n.var} = {expr(n.init)};")
             self.enclosing.append(n.var)
