@@ -373,6 +373,27 @@ def cuda_unusable() -> str | None:
     return None
 
 
+def cuda_calibration(spec: object, options: object = None) -> dict[str, Any]:
+    """What makes a timed CUDA kernel a calibration point of the static GPU model (issue 32): the
+    SHA-256 of its CUDA source (the text NVRTC compiles, as ``tcjit show --stage cuda`` prints it
+    with the options recorded), its launches (``[name, grid, block]`` each) and its options (JSON);
+    empty for a specialisation that is not a CUDA one."""
+    import hashlib
+
+    lowered = getattr(spec, "lowered", None)
+    kernels = getattr(lowered, "kernels", None)
+    source = getattr(spec, "source", None)
+    if kernels is None or not isinstance(source, str):
+        return {}
+    record: dict[str, Any] = {
+        "cuda_source_sha256": hashlib.sha256(source.encode()).hexdigest(),
+        "launches": [[k.name, list(k.grid), list(k.block)] for k in kernels],
+    }
+    if options is not None:
+        record["options"] = json.loads(options.to_json()) if hasattr(options, "to_json") else options
+    return record
+
+
 def slug(text: str) -> str:
     """``text`` for a file name: lower case, runs of other than letters and digits as one ``_``
     (``"NVIDIA H100 80GB HBM3"`` -> ``"nvidia_h100_80gb_hbm3"``)."""

@@ -68,6 +68,7 @@ from _harness import (
     as_tuple,
     bench_environment,
     check_outputs,
+    cuda_calibration,
     cuda_unusable,
     describe_error,
     device_sync,
@@ -176,7 +177,7 @@ def _prepare_tcjit(
         t1 = time.perf_counter()
         compile_ahead = getattr(tcjit, "compile", None)
         if compile_ahead is not None:
-            compile_ahead(k, *inputs)
+            spec = compile_ahead(k, *inputs)
             t2 = time.perf_counter()
             result = k(*inputs)
             method = "tcjit.compile"
@@ -189,6 +190,12 @@ def _prepare_tcjit(
         return _contender("error", error=describe_error(e)), None
     record = _checked(_contender("ok", setup_s=t2 - t1), result, want, tol)
     record.update(define_s=t1 - t0, compile_method=method)
+    if compile_ahead is not None and getattr(spec, "lowered", None) is not None:  # a CUDA kernel
+        from tcjit.binding import bind
+        from tcjit.pipeline import default_options
+
+        sizes = bind(k.definition, inputs, None).sizes  # no options given, none tuned: the defaults
+        record["calibration"] = cuda_calibration(spec, default_options(k.definition, sizes, "cuda"))
     return record, lambda: k(*inputs)
 
 

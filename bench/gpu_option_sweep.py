@@ -25,6 +25,7 @@ from _harness import (
     RESULTS,
     as_tuple,
     check_outputs,
+    cuda_calibration,
     cuda_unusable,
     describe_error,
     format_seconds,
@@ -107,6 +108,7 @@ def sweep_kernel(sk, sizes, rounds: int) -> dict[str, Any]:
             t = time.perf_counter()
             spec = tcjit.compile(kernel, *inputs, options=opts)
             row["compile_s"] = time.perf_counter() - t
+            row["calibration"] = cuda_calibration(spec)  # the options are the row's own
             sync()
             t = time.perf_counter()
             got = spec(*inputs)

@@ -1,0 +1,371 @@
+"""Microbenchmarks of one CUDA GPU: the constants of a static model of tcjit's GPU kernels.
+
+Each figure is measured with kernels compiled the way tcjit compiles its own (NVRTC through CuPy,
+``--std=c++17``, the device's architecture) and timed with CUDA events: the median of several runs
+after a warm-up. The SM clock is measured too (``clock64()`` cycles over event time, on a kernel
+that keeps every SM busy), so per-SM costs are given both in nanoseconds and in cycles.
+
+- ``copy``: device-to-device bandwidth, bytes read plus written, by ``torch.Tensor.copy_`` and by a
+  kernel of 16-byte loads and stores (1 GiB);
+- ``fma``: float32 FMA rate (8 independent chains per thread, every SM full);
+- ``launch``: host time per launch of an empty kernel through CuPy (back to back, then with a
+  synchronisation after each), and the device time per launch of a chain of empty kernels;
+- ``load_cycles``: SM cycles per warp load request by the stride between lanes (0: every lane reads
+  one address; 1: 32 consecutive floats; 32: each lane its own 128-byte line), from a footprint that
+  stays in L1 and from one that stays in L2;
+- ``shared_cycles``: SM cycles per warp shared-memory load by the stride between lanes (bank
+  conflicts);
+- ``atomics``: float atomicAdd throughput to one address, to one address per warp and to one per
+  thread, and double atomicAdd to one address;
+- ``barrier``: SM cycles per ``__syncthreads()`` in blocks of 256 threads, 8 blocks per SM;
+- ``latency``: dependent-load latency (a pointer chase by one thread) in L1, L2 and DRAM.
+
+    python bench/gpu_micro.py [--out bench/results/gpu_micro_<GPU name>]
+
+writes ``<out>.json`` and ``<out>.md``. Without a usable GPU it exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from _harness import (
+    RESULTS,
+    cuda_unusable,
+    describe_error,
+    machine_info,
+    machine_markdown,
+    slug,
+    write_results,
+)
+
+SOURCE = r"""
+extern "C" __global__ void copy16(const float4 *__restrict__ a, float4 *__restrict__ b, long long n) {
+    long long step = (long long)gridDim.x * blockDim.x;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += step)
+        b[i] = a[i];
+}
+
+extern "C" __global__ void fma_chains(float *out, int iters, float x, float y) {
+    float a0 = threadIdx.x, a1 = a0 + 1, a2 = a0 + 2, a3 = a0 + 3;
+    float a4 = a0 + 4, a5 = a0 + 5, a6 = a0 + 6, a7 = a0 + 7;
+    for (int i = 0; i < iters; i++) {
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            a0 = fmaf(a0, x, y); a1 = fmaf(a1, x, y); a2 = fmaf(a2, x, y); a3 = fmaf(a3, x, y);
+            a4 = fmaf(a4, x, y); a5 = fmaf(a5, x, y); a6 = fmaf(a6, x, y); a7 = fmaf(a7, x, y);
+        }
+    }
+    float s = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
+    if (s == 1234.5f) out[0] = s;  /* never true: keeps the chains alive */
+}
+
+extern "C" __global__ void empty(float *a, float *b, float *c, int n) {}
+
+/* Each warp issues `iters` loads; lane l reads element (l * stride + i * step) & mask. The clock of
+   thread 0 of each block is recorded so that cycles per request can be read off. */
+extern "C" __global__ void strided_loads(const float *__restrict__ a, float *out, long long *cycles,
+                                         int stride, int step, int mask, int iters) {
+    int lane = threadIdx.x & 31, warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int base = (warp * 4096) & mask;
+    float s = 0.0f;
+    __syncthreads();
+    long long t0 = clock64();
+    for (int i = 0; i < iters; i++)
+        s += a[(base + lane * stride + i * step) & mask];
+    __syncthreads();
+    long long t1 = clock64();
+    if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
+    if (s == 1234.5f) out[0] = s;
+}
+
+extern "C" __global__ void shared_loads(float *out, long long *cycles, int stride, int iters) {
+    __shared__ float buf[32 * 33 * 2];
+    volatile float *vbuf = buf;  /* every load is made: the values never change */
+    for (int i = threadIdx.x; i < 32 * 33 * 2; i += blockDim.x) buf[i] = i;
+    __syncthreads();
+    int lane = threadIdx.x & 31;
+    float s = 0.0f;
+    long long t0 = clock64();
+    for (int i = 0; i < iters; i++)
+        s += vbuf[(lane * stride + (i & 7)) % (32 * 33 * 2)];
+    __syncthreads();
+    long long t1 = clock64();
+    if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
+    if (s == 1234.5f) out[0] = s;
+}
+
+extern "C" __global__ void atomics_f32(float *target, int spread, int iters) {
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    int where = spread == 0 ? 0 : spread == 1 ? (t >> 5) : t;
+    for (int i = 0; i < iters; i++) atomicAdd(target + where, 1.0f);
+}
+
+extern "C" __global__ void atomics_f64(double *target, int iters) {
+    for (int i = 0; i < iters; i++) atomicAdd(target, 1.0);
+}
+
+extern "C" __global__ void barriers(float *out, long long *cycles, int iters) {
+    float s = threadIdx.x;
+    long long t0 = clock64();
+    for (int i = 0; i < iters; i++) { s = s * 0.999f + 1.0f; __syncthreads(); }
+    long long t1 = clock64();
+    if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
+    if (s == 1234.5f) out[0] = s;
+}
+
+extern "C" __global__ void chase(const long long *__restrict__ next, long long *out, int steps) {
+    long long p = 0;
+    for (int i = 0; i < steps; i++) p = next[p];
+    out[0] = p;
+}
+"""
+
+
+def event_time(cupy, launch: Callable[[], object], repeat: int = 7) -> float:
+    """Median seconds of ``launch()`` by CUDA events, after one warm-up."""
+    launch()
+    cupy.cuda.Device().synchronize()
+    times = []
+    for _ in range(repeat):
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        launch()
+        stop.record()
+        stop.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
+    return statistics.median(times)
+
+
+def launcher(fn, grid: tuple, block: tuple, args: tuple) -> Callable[[], object]:
+    """A call of the CuPy kernel ``fn`` with its arguments bound now."""
+    return lambda: fn(grid, block, args)
+
+
+def measure(fns: dict[str, Callable[[], Any]]) -> dict[str, Any]:
+    """Run each measurement; one that raises is recorded with its error and the others go on."""
+    out: dict[str, Any] = {}
+    for name, fn in fns.items():
+        try:
+            out[name] = fn()
+        except Exception as e:  # a microbenchmark that fails must not lose the others
+            out[name] = {"error": describe_error(e)}
+        print(f"{name}: {out[name]}", file=sys.stderr, flush=True)
+    return out
+
+
+def run(cupy, torch) -> dict[str, Any]:
+    mod = cupy.RawModule(code=SOURCE, options=("--std=c++17",))
+    k = {
+        name: mod.get_function(name)
+        for name in (
+            "copy16",
+            "fma_chains",
+            "empty",
+            "strided_loads",
+            "shared_loads",
+            "atomics_f32",
+            "atomics_f64",
+            "barriers",
+            "chase",
+        )
+    }
+    sms = cupy.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"]
+    sink = cupy.zeros(1, dtype=cupy.float32)
+    i32, f32, i64 = cupy.int32, cupy.float32, cupy.int64
+    facts: dict[str, Any] = {"sms": sms}
+
+    def clock() -> dict[str, float]:
+        iters = 1 << 14
+        blocks, threads = sms * 8, 256
+        cycles = cupy.zeros(blocks, dtype=i64)
+        t = event_time(cupy, lambda: k["barriers"]((blocks,), (threads,), (sink, cycles, i32(iters))))
+        c = float(cupy.median(cycles))
+        facts["clock_hz"] = c / t
+        return {"clock_ghz": c / t / 1e9, "cycles": c, "seconds": t}
+
+    def copy() -> dict[str, float]:
+        n = 1 << 28  # floats: 1 GiB
+        a, b = torch.randn(n, device="cuda"), torch.empty(n, device="cuda")
+        t_torch = event_time(cupy, lambda: b.copy_(a))
+        ca, cb = cupy.asarray(a), cupy.asarray(b)
+        blocks = sms * 16
+        t_kernel = event_time(cupy, lambda: k["copy16"]((blocks,), (256,), (ca, cb, i64(n // 4))))
+        return {"torch_copy_GBps": 2 * 4 * n / t_torch / 1e9, "kernel_16B_GBps": 2 * 4 * n / t_kernel / 1e9}
+
+    def fma() -> dict[str, float]:
+        iters, blocks, threads = 4096, sms * 16, 256
+        t = event_time(
+            cupy, lambda: k["fma_chains"]((blocks,), (threads,), (sink, i32(iters), f32(0.999), f32(0.5)))
+        )
+        fmas = blocks * threads * iters * 16 * 8
+        return {
+            "fma_per_s": fmas / t,
+            "gflops": 2 * fmas / t / 1e9,
+            "fma_per_sm_cycle": fmas / t / sms / facts["clock_hz"],
+        }
+
+    def launch() -> dict[str, float]:
+        import time
+
+        a = cupy.zeros(4, dtype=f32)
+        args = (a, a, a, i32(1))
+        for _ in range(100):
+            k["empty"]((1,), (32,), args)
+        cupy.cuda.Device().synchronize()
+        n = 2000
+        t0 = time.perf_counter()
+        for _ in range(n):
+            k["empty"]((1,), (32,), args)
+        cupy.cuda.Device().synchronize()
+        back_to_back = (time.perf_counter() - t0) / n
+        t0 = time.perf_counter()
+        for _ in range(n // 4):
+            k["empty"]((1,), (32,), args)
+            cupy.cuda.Device().synchronize()
+        synced = (time.perf_counter() - t0) / (n // 4)
+        x = torch.zeros(1, device="cuda")
+        t0 = time.perf_counter()
+        for _ in range(n):
+            x.add_(1.0)
+        torch.cuda.synchronize()
+        torch_add = (time.perf_counter() - t0) / n
+        device = event_time(cupy, lambda: [k["empty"]((1,), (32,), args) for _ in range(200)]) / 200
+        return {
+            "cupy_host_us": back_to_back * 1e6,
+            "cupy_synced_us": synced * 1e6,
+            "torch_add_1_host_us": torch_add * 1e6,
+            "device_per_launch_us": device * 1e6,
+        }
+
+    def loads() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        iters, threads = 4096, 256
+        for where, floats in (("l1", 1 << 12), ("l2", 1 << 22)):  # footprints of 16 KiB and 16 MiB
+            a = cupy.random.standard_normal(floats, dtype=f32)
+            for stride in (0, 1, 2, 4, 8, 16, 32):
+                for blocks_per_sm in (1, 8):
+                    blocks = sms * blocks_per_sm
+                    cycles = cupy.zeros(blocks, dtype=i64)
+                    step = 32 * max(stride, 1)
+                    args = (a, sink, cycles, i32(stride), i32(step), i32(floats - 1), i32(iters))
+                    t = event_time(cupy, launcher(k["strided_loads"], (blocks,), (threads,), args))
+                    requests_per_sm = blocks_per_sm * threads // 32 * iters
+                    out[f"{where} stride {stride} warps/SM {blocks_per_sm * threads // 32}"] = {
+                        "sm_cycles_per_request": t * facts["clock_hz"] / requests_per_sm,
+                        "block_cycles_per_request": float(cupy.median(cycles)) / (iters * threads // 32),
+                    }
+        return out
+
+    def shared() -> dict[str, Any]:
+        out = {}
+        iters, threads, blocks = 4096, 256, sms * 8
+        for stride in (0, 1, 2, 4, 8, 16, 32, 33):
+            cycles = cupy.zeros(blocks, dtype=i64)
+            args = (sink, cycles, i32(stride), i32(iters))
+            t = event_time(cupy, launcher(k["shared_loads"], (blocks,), (threads,), args))
+            out[f"stride {stride}"] = t * facts["clock_hz"] / (8 * threads // 32 * iters)
+        return out
+
+    def atomics() -> dict[str, Any]:
+        out = {}
+        iters, threads, blocks = 64, 256, sms * 8
+        n = blocks * threads * iters
+        target = cupy.zeros(blocks * threads, dtype=f32)
+        for spread, name in ((0, "one address"), (1, "one per warp"), (2, "one per thread")):
+            args = (target, i32(spread), i32(iters))
+            t = event_time(cupy, launcher(k["atomics_f32"], (blocks,), (threads,), args))
+            out[f"f32 {name} per_s"] = n / t
+        d = cupy.zeros(1, dtype=cupy.float64)
+        t = event_time(cupy, lambda: k["atomics_f64"]((blocks,), (threads,), (d, i32(iters))))
+        out["f64 one address per_s"] = n / t
+        return out
+
+    def barrier() -> dict[str, float]:
+        iters, threads, blocks = 1 << 14, 256, sms * 8
+        cycles = cupy.zeros(blocks, dtype=i64)
+        t = event_time(cupy, lambda: k["barriers"]((blocks,), (threads,), (sink, cycles, i32(iters))))
+        return {
+            "block_cycles_per_barrier": float(cupy.median(cycles)) / iters,
+            "ns_per_barrier_per_block": t / iters * 1e9,
+        }
+
+    def latency() -> dict[str, float]:
+        out = {}
+        for where, n in (("l1", 1 << 10), ("l2", 1 << 20), ("dram", 1 << 27)):  # elements of 8 bytes
+            perm = torch.randperm(n, device="cuda")
+            nxt = torch.empty(n, dtype=torch.int64, device="cuda")
+            nxt[perm] = torch.roll(perm, -1)  # one cycle through every element, in random order
+            steps = 1 << 14
+            o = cupy.zeros(1, dtype=i64)
+            t = event_time(
+                cupy, launcher(k["chase"], (1,), (1,), (cupy.asarray(nxt), o, i32(steps))), repeat=3
+            )
+            out[f"{where}_ns"] = t / steps * 1e9
+        return out
+
+    results = measure(
+        {
+            "clock": clock,
+            "copy": copy,
+            "fma": fma,
+            "launch": launch,
+            "load_cycles": loads,
+            "shared_cycles": shared,
+            "atomics": atomics,
+            "barrier": barrier,
+            "latency": latency,
+        }
+    )
+    results["facts"] = facts
+    return results
+
+
+def render(doc: dict[str, Any]) -> str:
+    lines = [
+        "# GPU microbenchmarks",
+        "",
+        machine_markdown(doc["machine"]),
+        "",
+        "| measure | value |",
+        "| --- | --- |",
+    ]
+    for group, values in doc["results"].items():
+        if isinstance(values, dict):
+            for name, v in values.items():
+                shown = (
+                    ", ".join(f"{a} {b:.4g}" for a, b in v.items())
+                    if isinstance(v, dict)
+                    else (f"{v:.4g}" if isinstance(v, float) else str(v))
+                )
+                lines.append(f"| {group}: {name} | {shown} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Microbenchmarks of one CUDA GPU for the static GPU model.")
+    p.add_argument("--out", type=Path, default=None, help="writes <out>.json and .md")
+    args = p.parse_args(argv)
+    why = cuda_unusable()
+    if why:
+        print(why, file=sys.stderr)
+        return 2
+    import cupy
+    import torch
+
+    machine = machine_info("cuda")
+    doc = {"benchmark": "gpu_micro", "machine": machine, "results": run(cupy, torch)}
+    out = args.out or RESULTS / f"gpu_micro_{slug(machine['gpu_name'])}"
+    json_path, md_path = write_results(out, doc, render(doc))
+    print(render(doc))
+    print(f"wrote {json_path} and {md_path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

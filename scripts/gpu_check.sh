@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The GPU routine: what every lent GPU runs first, in one call of a few minutes.
+#
+#   1. the CUDA tests (pytest -m cuda: every suite kernel at small sizes against the oracle, streams,
+#      graphs, the disk cache) -> pytest_cuda.log
+#   2. the suite at GPU sizes against torch eager (bench/cpu_suite.py --device cuda --no-compile);
+#      each tcjit kernel's record holds its CUDA source digest, launches and options, so every
+#      timed kernel is a calibration point of the static GPU model -> gpu_suite.json, .md
+#   3. the microbenchmarks of the GPU (bench/gpu_micro.py: clock, copy, FMA, launch, load
+#      wavefronts by stride, shared-memory banks, atomics, barriers, latencies) -> gpu_micro.json, .md
+#
+# Usage (on the GPU machine, in the repository root):
+#   OUT=/some/folder TCJIT_BENCH_COMMIT=<commit> bash scripts/gpu_check.sh [steps...]
+# steps: tests, suite, micro (default: all three, in that order). OUT defaults to
+# bench/results/gpu_check. Wheels in .whl/ (islpy, deap, platformdirs for the machine's Python) are
+# installed into /tmp/site first: a lent machine has torch and CuPy but cannot reach PyPI.
+# Each step has a time limit (TESTS_S, SUITE_S, MICRO_S seconds) so that one that hangs cannot
+# take the others' time; its exit status and duration are printed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-bench/results/gpu_check}
+mkdir -p "$out"
+python=${PYTHON:-python3}
+if compgen -G ".whl/*.whl" >/dev/null; then
+    "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw \
+    --format=csv >"$out/nvidia_smi.csv" 2>&1 || true
+
+step() {
+    local name=$1 limit=$2 start rc
+    shift 2
+    start=$(date +%s)
+    echo "== $name (limit ${limit} s)"
+    timeout "$limit" "$@"
+    rc=$?
+    echo "== $name: exit status $rc after $(($(date +%s) - start)) s"
+}
+
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(tests suite micro)
+for s in "${steps[@]}"; do
+    case "$s" in
+        tests) step tests "${TESTS_S:-180}" "$python" -m pytest -m cuda -q -p no:cacheprovider \
+            -n "${TEST_WORKERS:-8}" tests/gpu/test_cuda_runtime.py tests/runtime/test_bench.py \
+            >"$out/pytest_cuda.log" 2>&1
+            tail -15 "$out/pytest_cuda.log" ;;
+        suite) step suite "${SUITE_S:-280}" "$python" bench/cpu_suite.py --device cuda --no-compile \
+            --out "$out/gpu_suite" ;;
+        micro) step micro "${MICRO_S:-90}" "$python" bench/gpu_micro.py --out "$out/gpu_micro" ;;
+        *) echo "unknown step $s (tests, suite, micro)" >&2; exit 2 ;;
+    esac
+done
