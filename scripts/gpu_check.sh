@@ -13,7 +13,8 @@
 #   OUT=/some/folder TCJIT_BENCH_COMMIT=<commit> bash scripts/gpu_check.sh [steps...]
 # steps: tests, suite, micro (default: all three, in that order). OUT defaults to
 # bench/results/gpu_check. Wheels in .whl/ (islpy, deap, platformdirs for the machine's Python) are
-# installed into /tmp/site first: a lent machine has torch and CuPy but cannot reach PyPI.
+# installed into /tmp/site first (a lent machine has torch and CuPy but cannot reach PyPI), and
+# tcjit itself as an editable install.
 # Each step has a time limit (TESTS_S, SUITE_S, MICRO_S seconds) so that one that hangs cannot
 # take the others' time; its exit status and duration are printed.
 set -uo pipefail
@@ -26,7 +27,10 @@ if compgen -G ".whl/*.whl" >/dev/null; then
         --target /tmp/site .whl/*.whl || exit 1
     export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1
+# tcjit's layers install under tcjit.* (pyproject's package-dir): an editable install maps them.
+"$python" -c "import tcjit.polyhedral" 2>/dev/null ||
+    "$python" -m pip install -q --no-deps --no-build-isolation --no-index -e . || exit 1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw \
     --format=csv >"$out/nvidia_smi.csv" 2>&1 || true
 
