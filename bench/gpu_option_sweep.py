@@ -170,6 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         kernels = []
+        machine = machine_info("cuda")
         for sk in select_kernels(args.kernels):
             r = sweep_kernel(sk, sk.gpu_sizes[0], args.rounds)
             kernels.append(r)
@@ -186,8 +187,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-        doc = {"benchmark": "gpu_option_sweep", "machine": machine_info("cuda"), "kernels": kernels}
-    json_path, md_path = write_results(args.out, doc, render(doc))
+            # Written after each kernel: a run cut short keeps what it measured.
+            doc = {"benchmark": "gpu_option_sweep", "machine": machine, "kernels": kernels}
+            json_path, md_path = write_results(args.out, doc, render(doc))
     print(f"wrote {json_path} and {md_path}", file=sys.stderr)
     return 0
 

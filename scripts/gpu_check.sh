@@ -11,7 +11,8 @@
 #
 # Usage (on the GPU machine, in the repository root):
 #   OUT=/some/folder TCJIT_BENCH_COMMIT=<commit> bash scripts/gpu_check.sh [steps...]
-# steps: tests, suite, micro (default: all three, in that order). OUT defaults to
+# steps: tests, suite, micro (default: all three, in that order), and sweep (bench/gpu_option_sweep.py:
+# a handful of option sets per kernel, calibration points of well-mapped variants). OUT defaults to
 # bench/results/gpu_check. Wheels in .whl/ (islpy, deap, platformdirs for the machine's Python) are
 # installed into /tmp/site first (a lent machine has torch and CuPy but cannot reach PyPI), and
 # tcjit itself as an editable install.
@@ -55,6 +56,8 @@ for s in "${steps[@]}"; do
         suite) step suite "${SUITE_S:-280}" "$python" bench/cpu_suite.py --device cuda --no-compile \
             --out "$out/gpu_suite" ;;
         micro) step micro "${MICRO_S:-90}" "$python" bench/gpu_micro.py --out "$out/gpu_micro" ;;
-        *) echo "unknown step $s (tests, suite, micro)" >&2; exit 2 ;;
+        sweep) step sweep "${SWEEP_S:-300}" "$python" bench/gpu_option_sweep.py --rounds 9 \
+            --out "$out/gpu_option_sweep" ;;
+        *) echo "unknown step $s (tests, suite, micro, sweep)" >&2; exit 2 ;;
     esac
 done
