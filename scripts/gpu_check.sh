@@ -12,7 +12,8 @@
 # Usage (on the GPU machine, in the repository root):
 #   OUT=/some/folder TCJIT_BENCH_COMMIT=<commit> bash scripts/gpu_check.sh [steps...]
 # steps: tests, suite, micro (default: all three, in that order), and sweep (bench/gpu_option_sweep.py:
-# a handful of option sets per kernel, calibration points of well-mapped variants). OUT defaults to
+# a handful of option sets per kernel, calibration points of well-mapped variants) and ncu (every
+# suite kernel's launches under Nsight Compute: bytes, sectors per request, conflicts, occupancy). OUT defaults to
 # bench/results/gpu_check. Wheels in .whl/ (islpy, deap, platformdirs for the machine's Python) are
 # installed into /tmp/site first (a lent machine has torch and CuPy but cannot reach PyPI), and
 # tcjit itself as an editable install.
@@ -58,6 +59,15 @@ for s in "${steps[@]}"; do
         micro) step micro "${MICRO_S:-90}" "$python" bench/gpu_micro.py --out "$out/gpu_micro" ;;
         sweep) step sweep "${SWEEP_S:-300}" "$python" bench/gpu_option_sweep.py --rounds 9 \
             --out "$out/gpu_option_sweep" ;;
-        *) echo "unknown step $s (tests, suite, micro, sweep)" >&2; exit 2 ;;
+        ncu) ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+            sections=(--section LaunchStats --section Occupancy --section SpeedOfLight --section MemoryWorkloadAnalysis)
+            metrics=dram__bytes_read.sum,dram__bytes_write.sum,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum
+            metrics+=,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__t_requests_pipe_lsu_mem_global_op_st.sum
+            metrics+=,l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum
+            metrics+=,smsp__sass_thread_inst_executed_op_ffma_pred_on.sum
+            step ncu "${NCU_S:-240}" "$ncu" --kernel-name regex:^tc_ --csv --page raw "${sections[@]}" \
+                --metrics "$metrics" --log-file "$out/ncu_raw.csv" \
+                "$python" bench/gpu_ncu.py --out "$out/gpu_ncu_launches.json" ;;
+        *) echo "unknown step $s (tests, suite, micro, sweep, ncu)" >&2; exit 2 ;;
     esac
 done

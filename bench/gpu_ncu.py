@@ -1,0 +1,67 @@
+"""Each suite kernel once at its GPU sizes, for a profiler to read: the hardware's own counts
+(bytes from DRAM, sectors per request, bank conflicts, occupancy, registers) of every tcjit launch,
+against which the static GPU model's per-access predictions are checked.
+
+    ncu --kernel-name regex:^tc_ --csv --page raw --section LaunchStats ... \\
+        python bench/gpu_ncu.py --out launches.json
+
+Every kernel is compiled (default options, a fresh kernel cache) and then called once; the launches
+that the profiler sees are, in order, those listed in ``--out``: per suite kernel and size, its CUDA
+source digest, launches and options (:func:`_harness.cuda_calibration`), so that each profiled
+launch can be matched with the source that made it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from _harness import (
+    cuda_calibration,
+    cuda_unusable,
+    fresh_cache_dir,
+    machine_info,
+    select_kernels,
+    sizes_list,
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Each suite kernel once at its GPU sizes, for a profiler.")
+    p.add_argument("--kernels", default=None, help="comma-separated suite kernels (default: all)")
+    p.add_argument("--out", type=Path, required=True, help="JSON list of the launches, in order")
+    args = p.parse_args(argv)
+    why = cuda_unusable()
+    if why is not None:
+        print(f"gpu_ncu.py: {why}", file=sys.stderr)
+        return 2
+    with fresh_cache_dir():
+        import torch
+
+        import tcjit
+        from tcjit.binding import bind
+        from tcjit.pipeline import default_options
+
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        runs = []
+        for sk in select_kernels(args.kernels):
+            for sizes in sizes_list(sk, "gpu"):
+                inputs = sk.make_inputs(sizes, device="cuda")
+                k = tcjit.define(sk.source, name=sk.entry)
+                spec = tcjit.compile(k, *inputs)
+                options = default_options(k.definition, bind(k.definition, inputs, None).sizes, "cuda")
+                torch.cuda.synchronize()
+                spec(*inputs)  # the launches the profiler reads
+                torch.cuda.synchronize()
+                runs.append({"kernel": sk.name, "sizes": dict(sizes), **cuda_calibration(spec, options)})
+                print(sk.name, sizes, file=sys.stderr, flush=True)
+                args.out.write_text(json.dumps({"machine": machine_info("cuda"), "runs": runs}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
