@@ -377,12 +377,13 @@ def cuda_calibration(spec: object, options: object = None) -> dict[str, Any]:
     """What makes a timed CUDA kernel a calibration point of the static GPU model (issue 32): the
     SHA-256 of its CUDA source (the text NVRTC compiles, as ``tcjit show --stage cuda`` prints it
     with the options recorded), its launches (``[name, grid, block]`` each) and its options (JSON);
-    empty for a specialisation that is not a CUDA one."""
+    empty for a specialisation that is not a CUDA one. ``spec``: a loaded CUDA specialisation or
+    the lowering it was made from (``tcjit.pipeline.lowered(..., target="cuda")``)."""
     import hashlib
 
-    lowered = getattr(spec, "lowered", None)
+    lowered = getattr(spec, "lowered", spec)  # a loaded CudaSpecialization, or its CudaKernelSource
     kernels = getattr(lowered, "kernels", None)
-    source = getattr(spec, "source", None)
+    source = getattr(lowered, "source", None)
     if kernels is None or not isinstance(source, str):
         return {}
     record: dict[str, Any] = {

@@ -91,6 +91,39 @@ def test_gpu_suite_cli_writes_checked_results(tmp_path: Path) -> None:
     _check_suite_doc(doc, out)
     md = out.with_suffix(".md").read_text()
     assert md.startswith("# GPU suite") and f"- GPU: {machine['gpu_name']}" in md
+    for r in doc["kernels"]:  # every timed kernel is a calibration point of the GPU model
+        calibration = r["contenders"]["tcjit"]["calibration"]
+        assert len(calibration["cuda_source_sha256"]) == 64 and calibration["launches"]
+        assert calibration["options"]["map_to_threads"]
+
+
+def test_cuda_calibration_names_the_source_nvrtc_compiles(bench) -> None:
+    import hashlib
+
+    from tcjit.pipeline import default_options, lowered
+
+    harness = bench("_harness")
+    k = suite.get("softmax")
+    cdef = tcjit.define(k.source, name=k.entry).definition
+    sizes = {"N": 64, "D": 96}
+    options = default_options(cdef, sizes, "cuda")
+    low = lowered(cdef, sizes, options, "cuda")
+    record = harness.cuda_calibration(low, options)
+    assert record["cuda_source_sha256"] == hashlib.sha256(low.source.encode()).hexdigest()
+    assert record["launches"] == [[x.name, list(x.grid), list(x.block)] for x in low.kernels]
+    assert all(f"\n{name}(" in low.source for name, _, _ in record["launches"])  # each is defined there
+    assert record["options"] == json.loads(options.to_json())
+    cpu = lowered(cdef, sizes, None, "cpu")
+    assert harness.cuda_calibration(cpu) == {}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="tests the refusal without a GPU")
+@pytest.mark.parametrize("script", ["gpu_micro.py", "gpu_ncu.py", "gpu_option_sweep.py"])
+def test_gpu_scripts_without_a_gpu_exit_2(tmp_path: Path, script: str) -> None:
+    cmd = [sys.executable, str(BENCH / script), "--out", str(tmp_path / "out")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "no usable CUDA device" in proc.stderr and not list(tmp_path.iterdir())
 
 
 def _check_suite_doc(doc: dict, out: Path) -> None:
