@@ -1,5 +1,5 @@
-"""C for a kernel's values: the C types of TC's types, literals, conversions, and the typed TC
-expressions of a statement (:class:`ExprPrinter`), with the language's value semantics
+"""C for a kernel's values: the C types of TC's types, literals, conversions, and the values of
+statement bodies (:class:`ExprPrinter`, over :mod:`.ir_values`), with the language's value semantics
 (docs/language.md): integer arithmetic wraps (computed in unsigned types and converted back),
 integer division by zero gives 0, conversions follow :func:`tcjit.reference.convert`, half types
 are stored as ``uint16_t`` and computed in ``float``; and C for the kernel IR's integer
@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..polyhedral.errors import TCInternalError
-from ..polyhedral.lang import ast as A
 from ..polyhedral.lang.builtins import LANGUAGE_FUNCTIONS
-from ..polyhedral.lang.checked import CheckedDef, CheckedStatement
-from ..polyhedral.lang.types import SCALAR_TYPES, ScalarType, common_type
+from ..polyhedral.lang.checked import CheckedDef
+from ..polyhedral.lang.types import ScalarType
 from . import ir
+from . import ir_values as V
 from .c_prelude import builtin_callee, int_suffix
 from .layout import contiguous_strides
 
@@ -52,12 +52,9 @@ class ValuePrinter(Protocol):
 
     def float_literal(self, value: float, t: ScalarType) -> str: ...
 
-    def access_value(self, e: A.Access, ex: ExprPrinter, want: ScalarType) -> str: ...
+    def access_value(self, load: V.Load, ex: ExprPrinter) -> str: ...
 
-    def address(self, tensor: str, args, ex: ExprPrinter, node) -> str: ...
-
-
-INT64 = SCALAR_TYPES["int64"]
+    def address(self, ref: V.Ref, ex: ExprPrinter) -> str: ...
 
 
 _STORAGE = {
@@ -165,71 +162,50 @@ def convert(code: str, src: ScalarType, dst: ScalarType) -> str:
 
 
 class ExprPrinter:
-    """Prints typed TC expressions of one statement."""
+    """Prints the IR values of statement bodies (:mod:`.ir_values`) as C."""
 
-    def __init__(self, printer: ValuePrinter, st: CheckedStatement):
+    def __init__(self, printer: ValuePrinter):
         self.p = printer
-        self.st = st
-        self.cdef = printer.cdef
 
-    def value(self, e: A.Expr) -> str:
-        t = e.dtype
-        if isinstance(e, A.IntLit):
-            return c_int_literal(e.value, t) if t.is_integral else self.p.float_literal(float(e.value), t)
-        if isinstance(e, A.FloatLit):
-            return self.p.float_literal(e.value, t)
-        if isinstance(e, A.Ident):
-            if e.kind == "index":
-                return convert(f"i_{e.name}", INT64, t)
-            if e.kind == "size":
-                n = self.p.sizes[e.name]
-                return c_int_literal(n, t) if t.is_integral else self.p.float_literal(float(n), t)
-            src = self.cdef.scalars[e.name].dtype
-            return convert(f"s_{e.name}", src, t)
-        if isinstance(e, A.DimSize):
-            n = self.cdef.tensor(e.tensor).shape[e.dim].evaluate(self.p.sizes)
-            return c_int_literal(n, t) if t.is_integral else self.p.float_literal(float(n), t)
-        if isinstance(e, A.Access):
-            return self.p.access_value(e, self, t)
-        if isinstance(e, A.Cast):
-            return convert(self.value(e.arg), e.arg.dtype, t)
-        if isinstance(e, A.Unary):
-            x = self.value(e.arg)
-            if e.op == "!":
-                return f"(!({x}))"
-            x = convert(x, e.arg.dtype, t)
+    def value(self, v: V.Value) -> str:
+        if isinstance(v, V.Literal):
+            t = v.dtype
+            if isinstance(v.value, int) and t.is_integral:
+                return c_int_literal(v.value, t)
+            return self.p.float_literal(float(v.value), t)
+        if isinstance(v, V.IndexVar):
+            return f"i_{v.name}"
+        if isinstance(v, V.ScalarParam):
+            return f"s_{v.name}"
+        if isinstance(v, V.Convert):
+            return convert(self.value(v.arg), v.src, v.dst)
+        if isinstance(v, V.Load):
+            return self.p.access_value(v, self)
+        if isinstance(v, V.Not):
+            return f"(!({self.value(v.arg)}))"
+        if isinstance(v, V.Negate):
+            x, t = self.value(v.arg), v.dtype
             if t.is_float:
                 return f"(-({x}))"
             if t.kind == "bool":
                 return f"(({x}) != 0)"  # -true is -1: still true
             return _wrapping("-", "0", x, t)
-        if isinstance(e, A.Binary):
-            return self.binary(e)
-        if isinstance(e, A.Select):
-            c = self.value(e.cond)
-            a = convert(self.value(e.then), e.then.dtype, t)
-            b = convert(self.value(e.other), e.other.dtype, t)
-            return f"(({c}) ? ({a}) : ({b}))"
-        if isinstance(e, A.Call):
-            args = [convert(self.value(a), a.dtype, t) for a in e.args]
-            if e.func in LANGUAGE_FUNCTIONS:
-                return _minmax(e.func, args[0], args[1], t)
-            return f"{builtin_callee(e.func, c_compute_type(t))}({', '.join(args)})"
-        raise TCInternalError(f"cannot print {e!r}")
+        if isinstance(v, (V.Logic, V.Compare)):
+            return f"(({self.value(v.lhs)}) {v.op} ({self.value(v.rhs)}))"
+        if isinstance(v, V.Arith):
+            return self.arith(v)
+        if isinstance(v, V.Select):
+            return f"(({self.value(v.cond)}) ? ({self.value(v.then)}) : ({self.value(v.other)}))"
+        if isinstance(v, V.Call):
+            args = [self.value(a) for a in v.args]
+            if v.func in LANGUAGE_FUNCTIONS:
+                return _minmax(v.func, args[0], args[1], v.dtype)
+            return f"{builtin_callee(v.func, c_compute_type(v.dtype))}({', '.join(args)})"
+        raise TCInternalError(f"cannot print {v!r}")
 
-    def binary(self, e: A.Binary) -> str:
-        op = e.op
-        if op in ("&&", "||"):
-            return f"(({self.value(e.lhs)}) {op} ({self.value(e.rhs)}))"
-        if op in ("==", "!=", "<", "<=", ">", ">="):
-            lt, rt = e.lhs.dtype, e.rhs.dtype
-            t = lt if lt == rt else common_type(lt, rt)
-            l = convert(self.value(e.lhs), lt, t)
-            r = convert(self.value(e.rhs), rt, t)
-            return f"(({l}) {op} ({r}))"
-        t = e.dtype
-        l = convert(self.value(e.lhs), e.lhs.dtype, t)
-        r = convert(self.value(e.rhs), e.rhs.dtype, t)
+    def arith(self, v: V.Arith) -> str:
+        op, t = v.op, v.dtype
+        l, r = self.value(v.lhs), self.value(v.rhs)
         if op in ("+", "-", "*"):
             return f"(({l}) {op} ({r}))" if t.is_float else _wrapping(op, l, r, t)
         if t.is_float:
@@ -239,28 +215,21 @@ class ExprPrinter:
         fn = "tc_div_" if op == "/" else "tc_mod_"
         return f"{fn}{int_suffix(t.name)}({l}, {r})"
 
-    def index(self, e: A.Expr) -> str:
+    def index(self, s: V.Subscript) -> str:
         """A subscript as int64 with index semantics (``/`` and ``%`` floor)."""
-        if isinstance(e, A.IntLit):
-            return f"INT64_C({e.value})"
-        if isinstance(e, A.Ident) and e.kind == "index":
-            return f"i_{e.name}"
-        if isinstance(e, A.Unary) and e.op == "-":
-            return f"(-({self.index(e.arg)}))"
-        if isinstance(e, A.Binary) and e.op in ("+", "-", "*", "/", "%") and e.dtype.is_integral:
-            l, r = self.index(e.lhs), self.index(e.rhs)
-            if e.op in ("+", "-", "*"):
-                return f"(({l}) {e.op} ({r}))"
-            fn = "tc_floordiv_i64" if e.op == "/" else "tc_floormod_i64"
+        if isinstance(s, V.SubConst):
+            return f"INT64_C({s.value})"
+        if isinstance(s, V.SubVar):
+            return f"i_{s.name}"
+        if isinstance(s, V.SubNeg):
+            return f"(-({self.index(s.arg)}))"
+        if isinstance(s, V.SubArith):
+            l, r = self.index(s.lhs), self.index(s.rhs)
+            if s.op in ("+", "-", "*"):
+                return f"(({l}) {s.op} ({r}))"
+            fn = "tc_floordiv_i64" if s.op == "/" else "tc_floormod_i64"
             return f"{fn}({l}, {r})"
-        if isinstance(e, A.Ident) and e.kind == "size":
-            return f"INT64_C({self.p.sizes[e.name]})"
-        if isinstance(e, A.DimSize):
-            return f"INT64_C({self.cdef.tensor(e.tensor).shape[e.dim].evaluate(self.p.sizes)})"
-        v = self.value(e)
-        if e.dtype.name == "uint64":
-            return f"((int64_t)({v}))"
-        return f"((int64_t)({v}))"
+        return f"((int64_t)({self.value(s.value)}))"
 
 
 def _wrapping(op: str, a: str, b: str, t: ScalarType) -> str:

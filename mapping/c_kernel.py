@@ -10,8 +10,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from ..polyhedral.lang.checked import CheckedDef
 from ..polyhedral.lang.types import ScalarType
-from ..polyhedral.scop import ScopStatement
 from . import ir
+from . import ir_values as V
 from .c_exprs import BoundsCheck, CParam, c_compute_type, c_storage_type, contiguous_layout, convert
 from .c_panels import item_bytes, padded_elements, panel_code
 from .c_prelude import PRELUDE, prelude_piece
@@ -24,13 +24,12 @@ __all__ = ["EMULATION_HELPERS", "KEPT_WORKSPACE_BYTES", "WORKSPACE_HELPERS", "pr
 def print_kernel(
     cdef: CheckedDef,
     body: ir.Node,
-    statements: Mapping[str, ScopStatement],
+    bodies: Mapping[str, V.Body],
     *,
     symbol: str,
     params: Sequence[CParam],
     sizes: Mapping[str, int],
     strides: Mapping[str, tuple[int, ...]],
-    checked: frozenset[int] = frozenset(),
     wide: Mapping[str, ScalarType] | None = None,
     copy_in: frozenset[str] = frozenset(),
     header: str = "",
@@ -49,7 +48,7 @@ def print_kernel(
     points at two int64 slots (check number, offending subscript), zero on entry.
     ``body`` is the kernel IR after the target's passes (:mod:`.openmp_teams`,
     :mod:`.reduction_forms`). ``printer`` makes the printer
-    from ``(cdef, statements, sizes, strides, checked, wide)`` (the emulated target's prints
+    from ``(cdef, bodies, sizes, strides, wide)`` (the emulated target's prints
     promoted buffers). ``packs``: inputs read from transposed panels (:mod:`.packing`), which the
     kernel allocates and fills first; ``strides`` then holds the panels' strides for them.
     ``parts``: those of them filled a part at a time at the marks ``sites`` in ``body``
@@ -70,7 +69,7 @@ def print_kernel(
     parts = dict(parts or {})
     emulated = _emulated(body)
 
-    p = (printer or CPrinter)(cdef, statements, sizes, strides, checked, wide)
+    p = (printer or CPrinter)(cdef, bodies, sizes, strides, wide)
     p.symbol = symbol
     p.sites = dict(sites or {})
     for q in params:

@@ -1,4 +1,4 @@
-"""The C printer: a CPU kernel's C source from its kernel IR and the checked TC statements.
+"""The C printer: a CPU kernel's C source from its kernel IR: loops and statement bodies (:mod:`.ir_values`).
 
 The code reads like hand-written C: one function per kernel, loops named ``c0, c1, ...`` as isl
 built them, and at every statement instance a block that binds the TC index variables and performs
@@ -26,11 +26,10 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 
 from ..polyhedral.errors import TCInternalError
-from ..polyhedral.lang import ast as A
 from ..polyhedral.lang.checked import CheckedDef
-from ..polyhedral.lang.types import SCALAR_TYPES, ScalarType
-from ..polyhedral.scop import ScopStatement
+from ..polyhedral.lang.types import ScalarType
 from . import ir
+from . import ir_values as V
 from .c_exprs import (
     BoundsCheck,
     ExprPrinter,
@@ -50,8 +49,6 @@ from .layout import spanned_elements
 
 __all__ = ["CPrinter"]
 
-INT64 = SCALAR_TYPES["int64"]
-
 
 class CPrinter(TilePrinter):
     """Prints one kernel's IR as C (the CPU target; the GPU printers derive from it): statements,
@@ -64,18 +61,16 @@ class CPrinter(TilePrinter):
     def __init__(
         self,
         cdef: CheckedDef,
-        statements: Mapping[str, ScopStatement],
+        bodies: Mapping[str, V.Body],
         sizes: Mapping[str, int],
         strides: Mapping[str, tuple[int, ...]],
-        checked: frozenset[int],
         wide: Mapping[str, ScalarType],
     ):
         self.cdef = cdef
         self.wide = wide
-        self.statements = statements
+        self.bodies = bodies  # every statement's body (:mod:`.bodies`)
         self.sizes = sizes
         self.strides = strides
-        self.checked = checked  # id() of subscript nodes that need a run-time bounds check
         self.checks: list[BoundsCheck] = []
         self.lines: list[str] = []
         self.aliases: list[str] = []  # restrict-qualified views of every pointer
@@ -100,27 +95,21 @@ class CPrinter(TilePrinter):
         self.sites: Mapping[str, ir.Site] = {}  # marks that fill a part of a packed input (:mod:`.packing`)
 
     # --------------------------------------------------------------------------------- memory
-    def address(self, tensor: str, args: Sequence[A.Expr], ex: ExprPrinter, node) -> str:
-        """C for the offset of element ``args`` of ``tensor``; ``node`` is the access (a read) or
-        the statement (the element it writes), for the messages of run-time bounds checks."""
-        info = self.cdef.tensor(tensor)
-        if not args:
+    def address(self, ref: V.Ref, ex: ExprPrinter) -> str:
+        """C for the offset of the element ``ref`` names in its tensor's array, its run-time
+        bounds checks made (and numbered) as the address is printed."""
+        if not ref.subscripts:
             return "0"
-        writes = isinstance(node, A.Statement)
-        span = node.lhs_span if writes else node.span
+        info = self.cdef.tensor(ref.tensor)
         terms = []
-        for k, (arg, stride) in enumerate(zip(args, self.held_strides(tensor))):
+        for k, (arg, checked, stride) in enumerate(
+            zip(ref.subscripts, ref.checked, self.held_strides(ref.tensor))
+        ):
             sub = ex.index(arg)
-            if id(arg) in self.checked:
+            if checked:
                 n = info.shape[k].evaluate(self.sizes)
                 self.checks.append(
-                    BoundsCheck(
-                        tensor,
-                        k,
-                        n,
-                        (span.start, span.end, span.line, span.col),
-                        "writes" if writes else "reads",
-                    )
+                    BoundsCheck(ref.tensor, k, n, ref.span, "writes" if ref.writes else "reads")
                 )
                 sub = f"tc_checked({sub}, INT64_C({n}), {len(self.checks)}, tc_errors)"
             if stride == 0:
@@ -162,10 +151,11 @@ class CPrinter(TilePrinter):
         strides = contiguous_layout(info, self.sizes) if tensor in self.wide else self.strides[tensor]
         return max(1, spanned_elements(shape, strides))
 
-    def access_value(self, e: A.Access, ex: ExprPrinter, want: ScalarType) -> str:
-        """The value of the element access ``e`` reads, as ``want`` (the GPU printers redirect
-        promoted accesses)."""
-        return self.load(e.tensor, self.address(e.tensor, e.args, ex, e), want)
+    def access_value(self, load: V.Load, ex: ExprPrinter) -> str:
+        """The value ``load`` reads (the GPU printers add references to buffers)."""
+        if not isinstance(load.ref, V.Ref):
+            raise TCInternalError(f"the C printer cannot read {load.ref!r}")
+        return self.load(load.ref.tensor, self.address(load.ref, ex), load.dtype)
 
     def load(self, tensor: str, addr: str, want: ScalarType) -> str:
         check = self.race(tensor, addr, False)
@@ -222,67 +212,53 @@ class CPrinter(TilePrinter):
     # ------------------------------------------------------------------------------ statements
     def comment(self, sname: str) -> str:
         """The comment every printing of an instance of ``sname`` starts with: its TC line."""
-        st = self.statements[sname].source
-        line = st.source.span.line
+        line = self.bodies[sname].line
         text = self.source_lines[line - 1].strip() if 0 < line <= len(self.source_lines) else ""
         text = text.replace("*/", "* /")
         what = " (initialisation)" if sname.endswith("_init") else ""
         return f"/* {sname}{what}, line {line}: {text} */"
 
     def bindings(self, sname: str, args: Sequence[ir.Expr], only: set[str] | None = None) -> str:
-        dims = self.statements[sname].dims
+        dims = self.bodies[sname].dims
         parts = []
         for d, a in zip(dims, args):
             if only is None or d in only:
                 parts.append(f"const int64_t i_{d} = {expr(a)};")
         return " ".join(parts)
 
-    def lhs_args(self, sname: str) -> tuple[A.Expr, ...]:
-        """The subscripts of the element an instance of ``sname`` updates."""
-        scop_st = self.statements[sname]
-        st = scop_st.source
-        if scop_st.kind == "init" and not st.plain_lhs:
-            return tuple(A.Ident(d, kind="index", dtype=INT64) for d in scop_st.dims)
-        return tuple(st.lhs)
-
-    def lhs_address(self, sname: str, ex: ExprPrinter) -> str:
-        st = self.statements[sname].source
-        return self.address(st.tensor, self.lhs_args(sname), ex, st.source)
-
-    def lhs(self, sname: str, ex: ExprPrinter) -> tuple[Callable[[ScalarType], str], Callable[[str], str]]:
-        """How an instance of ``sname`` reads (as a type) and writes (a value) the element it
-        updates (the GPU printers redirect promoted ones)."""
-        tensor = self.statements[sname].source.tensor
-        addr = self.lhs_address(sname, ex)
+    def updated(
+        self, target: V.Target, ex: ExprPrinter
+    ) -> tuple[Callable[[ScalarType], str], Callable[[str], str]]:
+        """How a statement reads (as a type) and writes (a value) the element ``target`` it
+        updates, its address printed once (the GPU printers add buffers)."""
+        if not isinstance(target, V.Ref):
+            raise TCInternalError(f"the C printer cannot write {target!r}")
+        tensor, addr = target.tensor, self.address(target, ex)
         return (lambda want: self.load(tensor, addr, want)), (lambda value: self.store(tensor, addr, value))
 
     def body(self, sname: str) -> str:
         """The C statement performing one instance of ``sname`` (index variables bound)."""
-        scop_st = self.statements[sname]
-        st = scop_st.source
-        ex = ExprPrinter(self, st)
-        t = self.cdef.tensor(st.tensor).dtype
-        et = self.element_type(st.tensor).compute
-        load, store = self.lhs(sname, ex)
-        if scop_st.kind == "init":
-            return store(reduction_identity(st.op, et))
-        value = convert(convert(ex.value(st.rhs), st.value_type, t), t, et)
-        if scop_st.kind == "assign":
+        b = self.bodies[sname]
+        ex = ExprPrinter(self)
+        et = self.element_type(b.tensor).compute
+        load, store = self.updated(b.target, ex)
+        if b.kind == "init":
+            return store(reduction_identity(b.op, et))
+        value = ex.value(b.value)
+        if b.kind == "assign":
             return store(value)
         old = load(et)
-        return store(combine_update(st.op, old, f"({value})", et))
+        return store(combine_update(b.op, old, f"({value})", et))
 
     def run(self, node: ir.Run, indent: str) -> None:
         acc = self.accumulator
         if acc is not None and node.statement == acc.statement:
-            scop_st = self.statements[node.statement]
-            st = scop_st.source
-            et = self.element_type(st.tensor).compute
-            t = self.cdef.tensor(st.tensor).dtype
-            value = convert(convert(ExprPrinter(self, st).value(st.rhs), st.value_type, t), t, et)
+            b = self.bodies[node.statement]
+            et = self.element_type(b.tensor).compute
+            value = ExprPrinter(self).value(b.value)
             self.lines.append(f"{indent}{self.comment(node.statement)}")
             self.lines.append(f"{indent}{{ {self.bindings(node.statement, node.args)}")
-            self.lines.append(f"{indent}  {acc.ref} = {combine_update(st.op, acc.ref, f'({value})', et)}; }}")
+            self.lines.append(f"{indent}  {acc.ref} = {combine_update(b.op, acc.ref, f'({value})', et)}; }}")
             return
         self.lines.append(f"{indent}{self.comment(node.statement)}")
         self.lines.append(f"{indent}{{ {self.bindings(node.statement, node.args)}")
@@ -540,11 +516,11 @@ class CPrinter(TilePrinter):
         iteration order after the loop. The result does not depend on the number of threads.
         """
         loop, first, count = n.loop, n.first, n.count
-        st = self.statements[first.statement].source
+        st = self.bodies[first.statement]
         et = self.element_type(st.tensor).compute
         ct = c_compute_type(et)
         identity = reduction_identity(st.op, et)
-        addr = self.address(st.tensor, st.lhs, ExprPrinter(self, st), st.source)
+        addr = self.address(st.target, ExprPrinter(self))
         self.lines.append(
             f"{indent}{{ /* parallel reduction: '{st.tensor}' in {count} partial results over loop"
             f" {loop.var}, combined in order */"

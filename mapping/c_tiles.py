@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..polyhedral.lang import ast as A
-from ..polyhedral.lang.checked import CheckedStatement
 from . import ir
+from . import ir_values as V
 from .c_exprs import (
     ExprPrinter,
     ValuePrinter,
@@ -46,19 +45,19 @@ class Accumulator:
 
 class _VectorExprs(ExprPrinter):
     """Prints the right-hand side of a vector register tile (:meth:`CPrinter.vector_tile`): the
-    accesses ``loads`` (``id()``) are vector loads of ``vtype`` (GCC's vector extension,
-    unaligned, may alias its element type); everything else is a scalar, which the vector
-    arithmetic broadcasts."""
+    accesses ``loads`` (their numbers in the body) are vector loads of ``vtype`` (GCC's vector
+    extension, unaligned, may alias its element type); everything else is a scalar, which the
+    vector arithmetic broadcasts."""
 
-    def __init__(self, printer: ValuePrinter, st: CheckedStatement, vtype: str, loads: frozenset[int]):
-        super().__init__(printer, st)
+    def __init__(self, printer: ValuePrinter, vtype: str, loads: frozenset[int]):
+        super().__init__(printer)
         self.vtype = vtype
         self.loads = loads
 
-    def value(self, e: A.Expr) -> str:
-        if isinstance(e, A.Access) and id(e) in self.loads:
-            return f"(*(const {self.vtype} *)&t_{e.tensor}[{self.p.address(e.tensor, e.args, self, e)}])"
-        return super().value(e)
+    def value(self, v: V.Value) -> str:
+        if isinstance(v, V.Load) and isinstance(v.ref, V.Ref) and v.ref.access in self.loads:
+            return f"(*(const {self.vtype} *)&t_{v.ref.tensor}[{self.p.address(v.ref, self)}])"
+        return super().value(v)
 
 
 class TilePrinter:
@@ -123,7 +122,7 @@ class TilePrinter:
         in tcjit, and the long sum itself is carried in float64."""
         t, vloop, runs, points, name = n.vector, n.vloop, n.runs, n.points, n.name
         first = runs[0]
-        st = self.statements[first.statement].source
+        st = self.bodies[first.statement]
         et = self.element_type(st.tensor)
         wide = et != t
         ct, ect = c_compute_type(t), c_compute_type(et)
@@ -136,9 +135,9 @@ class TilePrinter:
         idx = "".join(f"[{p.var}]" for p in points if not p.degenerate)
         dims = "".join(f"[{e}]" for e in n.dims)
         nest = list(points)
-        vex = _VectorExprs(self, st, vt, n.vector_loads)
-        sex = ExprPrinter(self, st)
-        addr = self.address(st.tensor, st.lhs, sex, st.source)
+        vex = _VectorExprs(self, vt, n.vector_loads)
+        sex = ExprPrinter(self)
+        addr = self.address(st.target, sex)
         lhs_bind = self.bindings(first.statement, first.args, set(st.lhs_vars))
         loops = ", ".join([*(c.var for c in n.loops), vloop.var])
         loops_ = list(n.loops)
@@ -207,14 +206,13 @@ class TilePrinter:
         in, ``vloop`` strip-mined into an ``omp simd`` loop over the lanes, its remainder
         accumulated into lane 0."""
         first, points, name = n.runs[0], n.points, n.name
-        st = self.statements[first.statement].source
+        st = self.bodies[first.statement]
         et = self.element_type(st.tensor).compute
         ct = c_compute_type(et)
         lanes = n.lanes
         idx = "".join(f"[{p.var}]" for p in points if not p.degenerate)
         dims = "".join(f"[{e}]" for e in n.dims) + f"[{lanes}]"
-        ex = ExprPrinter(self, st)
-        addr = self.address(st.tensor, st.lhs, ex, st.source)
+        addr = self.address(st.target, ExprPrinter(self))
         lhs_bind = self.bindings(first.statement, first.args, set(st.lhs_vars))
         loops = ", ".join([*(c.var for c in n.loops), n.vloop.var])
         self.lines.append(
@@ -266,14 +264,13 @@ class TilePrinter:
         and stored after it) or the dot-product form (``n.lanes`` partial sums per output)."""
         dot = n.form == "dot"
         first, points, name, loop = n.runs[0], n.points, n.name, n.loops[0]
-        st = self.statements[first.statement].source
+        st = self.bodies[first.statement]
         et = self.element_type(st.tensor).compute
         ct = c_compute_type(et)
         lanes = n.lanes
         idx = "".join(f"[{p.var}]" for p in points if not p.degenerate)
         dims = "".join(f"[{e}]" for e in n.dims) + (f"[{lanes}]" if dot else "")
-        ex = ExprPrinter(self, st)
-        addr = self.address(st.tensor, st.lhs, ex, st.source)
+        addr = self.address(st.target, ExprPrinter(self))
         lhs_bind = self.bindings(first.statement, first.args, set(st.lhs_vars))
         form = f"dot-product form, {lanes} lanes" if dot else "outer-product form"
         self.lines.append(
@@ -306,14 +303,14 @@ class TilePrinter:
         :mod:`.tile_forms`): the sums live in ``n.lanes``-wide vector variables (GCC's vector
         extension) across the reduction loops, each row's operands loaded once per step."""
         first, runs, nest, name, loop = n.runs[0], n.runs, n.points, n.name, n.loops[0]
-        st = self.statements[first.statement].source
+        st = self.bodies[first.statement]
         lanes = n.lanes
         vtype = self._vtype(c_compute_type(n.vector), lanes)
         idx = "".join(f"[{p.var}]" for p in nest if not p.degenerate)
         dims = "".join(f"[{e}]" for e in n.dims)
         lane0 = f"const int64_t {n.var} = {lanes} * tc_v;"
-        ex = _VectorExprs(self, st, vtype, n.vector_loads)
-        addr = self.address(st.tensor, st.lhs, ex, st.source)
+        ex = _VectorExprs(self, vtype, n.vector_loads)
+        addr = self.address(st.target, ex)
         lhs_bind = self.bindings(first.statement, first.args, set(st.lhs_vars))
         start = None if n.start is None else " && ".join(f"{o} == {v}" for o, v in n.start)
         how = {None: "", "": ", whole sums from zero"}.get(start, f", from zero where {start}")
@@ -373,15 +370,13 @@ class TilePrinter:
         """A reduction into a register (:mod:`.reduction_forms`): the element accumulates in a
         local across the loop, which OpenMP vectorises where ``n.vector``."""
         loop, run, vector = n.loop, n.loop.body, n.vector
-        scop_st = self.statements[run.statement]
-        st = scop_st.source
-        t = self.cdef.tensor(st.tensor).dtype
+        st = self.bodies[run.statement]
         et = self.element_type(st.tensor).compute
         ct = c_compute_type(et)
-        ex = ExprPrinter(self, st)
-        addr = self.address(st.tensor, st.lhs, ex, st.source)
-        rest = set(scop_st.dims) - set(st.lhs_vars)
-        value = convert(convert(ex.value(st.rhs), st.value_type, t), t, et)
+        ex = ExprPrinter(self)
+        addr = self.address(st.target, ex)
+        rest = set(st.dims) - set(st.lhs_vars)
+        value = ex.value(st.value)
         pragma = None
         if vector and et.is_float and st.op in ("+=", "*="):
             pragma = f"#pragma omp simd reduction({st.op[0]}:tc_acc)"

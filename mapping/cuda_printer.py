@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 from ..polyhedral.errors import TCInternalError
 from ..polyhedral.lang.checked import CheckedDef
 from ..polyhedral.lang.types import ScalarType
-from ..polyhedral.scop import ScopStatement
 from . import ir
+from . import ir_values as V
 from .c_exprs import BoundsCheck, CParam, c_compute_type, c_float_literal, combine_update
 from .cuda_prelude import CUDA_PRELUDE
 from .gpu_ir import BLOCK_IDS, SHUFFLED_TYPES, THREAD_IDS, BlockReduction
@@ -249,26 +249,27 @@ _CHECKED = (
 def print_cuda(
     cdef: CheckedDef,
     launches: Sequence[tuple[CudaLaunch, ir.Node]],
-    statements: Mapping[str, ScopStatement],
+    bodies: Mapping[str, V.Body],
     *,
     params: Sequence[CParam],
     sizes: Mapping[str, int],
     strides: Mapping[str, tuple[int, ...]],
-    checked: frozenset[int] = frozenset(),
     header: str = "",
     wide: Mapping[str, ScalarType] | None = None,
     printer: Callable[..., CudaPrinter] | None = None,
     buffers: Sequence[Sequence[ir.Buffer]] | None = None,
 ) -> tuple[str, tuple[BoundsCheck, ...]]:
     """The CUDA source of ``launches`` (each a launch and its kernel IR, with block and thread ids
-    ``b0..b2``, ``t0..t2`` free and barriers as ``sync`` marks) and its run-time bounds checks.
+        ``b0..b2``, ``t0..t2`` free and barriers as ``sync`` marks), whose statements' ``bodies`` (their
+    references to promoted buffers redirected, :func:`~tcjit.mapping.bodies.redirect`) it prints, and
+    its run-time bounds checks.
 
-    Each launch is ``extern "C" __global__ void __launch_bounds__(threads) name(int64_t
-    *tc_errors, <params>)``; check numbers run through the whole source (one ``tc_errors``).
-    ``printer`` makes the printer (:meth:`GpuPrinter.factory`: promoted buffers), ``buffers``
-    lists each launch's buffers, declared at its top.
+        Each launch is ``extern "C" __global__ void __launch_bounds__(threads) name(int64_t
+        *tc_errors, <params>)``; check numbers run through the whole source (one ``tc_errors``).
+        ``printer`` makes the printer (:meth:`GpuPrinter.factory`: promoted buffers), ``buffers``
+        lists each launch's buffers, declared at its top.
     """
-    p = (printer or CudaPrinter)(cdef, statements, sizes, strides, checked, dict(wide or {}))
+    p = (printer or CudaPrinter)(cdef, bodies, sizes, strides, dict(wide or {}))
     decl = ", ".join(
         [
             "int64_t *__restrict__ tc_errors",

@@ -19,12 +19,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from ..polyhedral.errors import TCInternalError
-from ..polyhedral.lang import ast as A
 from ..polyhedral.lang.types import ScalarType
 from . import ir
+from . import ir_values as V
 from .c_exprs import ExprPrinter, c_compute_type, c_storage_type, combine_update, expr, reduction_identity
 from .c_printer import CPrinter
-from .gpu_ir import BlockReduction, Copy, Promoted
+from .gpu_ir import BlockReduction, Copy
 
 __all__ = ["GpuPrinter"]
 
@@ -32,27 +32,23 @@ __all__ = ["GpuPrinter"]
 class GpuPrinter(CPrinter):
     """The C printer with promoted buffers (the CUDA printer and the emulated target's).
 
-    :ivar promoted: redirected references by ``(statement, id(node))``.
     :ivar copies: copy statements by name. :ivar buffers: every buffer of the plan, by name.
     """
 
-    def __init__(self, *args, promoted=None, copies=None, buffers=None, reductions=None, **options):
+    def __init__(self, *args, copies=None, buffers=None, reductions=None, **options):
         super().__init__(*args)
         for name, value in options.items():  # a subclass's settings (the CUDA printer's readonly)
             if not hasattr(type(self), name):
                 raise TypeError(f"{type(self).__name__} has no setting {name}")
             setattr(self, name, value)
-        self.promoted: Mapping[tuple[str, int], Promoted] = promoted or {}
         self.copies: Mapping[str, Copy] = copies or {}
         self.buffers: Mapping[str, ir.Buffer] = buffers or {}
         self.reductions: Mapping[str, BlockReduction] = reductions or {}
-        self.current: str | None = None  # the statement whose instance is printed
 
     @classmethod
     def factory(
         cls,
         *,
-        promoted: Mapping[tuple[str, int], Promoted],
         copies: Mapping[str, Copy],
         buffers: Mapping[str, ir.Buffer],
         reductions: Mapping[str, BlockReduction],
@@ -61,9 +57,7 @@ class GpuPrinter(CPrinter):
         """A printer factory for :func:`~tcjit.mapping.c_kernel.print_kernel` with the GPU
         mapping's promoted references, copy statements, buffers and block reductions
         (:func:`~tcjit.mapping.lower_gpu.printer_inputs`)."""
-        return lambda *args: cls(
-            *args, promoted=promoted, copies=copies, buffers=buffers, reductions=reductions, **kwargs
-        )
+        return lambda *args: cls(*args, copies=copies, buffers=buffers, reductions=reductions, **kwargs)
 
     # ------------------------------------------------------------------------------- buffers
     def buffer_type(self, buf: ir.Buffer) -> str:
@@ -88,10 +82,10 @@ class GpuPrinter(CPrinter):
             step *= n
         return " + ".join(reversed(terms)) or "0"
 
-    def local(self, p: Promoted, args: Sequence[A.Expr], ex: ExprPrinter) -> list[str]:
-        """The buffer element a reference with subscripts ``args`` touches."""
+    def local(self, ref: V.BufferRef, ex: ExprPrinter) -> list[str]:
+        """The buffer element a promoted reference touches."""
         out = []
-        for arg, off, stride in zip(args, p.offsets, p.strides):
+        for arg, off, stride in zip(ref.subscripts, ref.offsets, ref.strides):
             sub = ex.index(arg)
             local = sub if off == ir.Int(0) else f"{sub} - {expr(off)}"
             out.append(local if stride == 1 else f"({local}) / {stride}")
@@ -110,25 +104,22 @@ class GpuPrinter(CPrinter):
         return text if check is None else f"{check}; {text}"
 
     # ------------------------------------------------------------------------------ redirection
-    def access_value(self, e: A.Access, ex: ExprPrinter, want: ScalarType) -> str:
-        p = self.promoted.get((self.current, id(e)))
-        if p is None:
-            return super().access_value(e, ex, want)
-        return self.buffer_load(self.buffers[p.buffer], e.tensor, self.local(p, e.args, ex), want)
+    def access_value(self, load: V.Load, ex: ExprPrinter) -> str:
+        ref = load.ref
+        if isinstance(ref, V.BufferRef):
+            return self.buffer_load(self.buffers[ref.buffer], ref.tensor, self.local(ref, ex), load.dtype)
+        return super().access_value(load, ex)
 
-    def lhs(self, sname: str, ex: ExprPrinter):
-        st = self.statements[sname].source
-        red = self.reductions.get(sname)
-        if red is not None:  # a block reduction's update: into the thread's partial result
-            buf, index = red.acc, ["0"]
+    def updated(self, target: V.Target, ex: ExprPrinter):
+        if isinstance(target, V.PartialRef):  # a block reduction's update: into the thread's partial result
+            buf, index = self.buffers[target.buffer], ["0"]
+        elif isinstance(target, V.BufferRef):
+            buf, index = self.buffers[target.buffer], self.local(target, ex)
         else:
-            p = self.promoted.get((sname, id(st.source)))
-            if p is None:
-                return super().lhs(sname, ex)
-            buf, index = self.buffers[p.buffer], self.local(p, self.lhs_args(sname), ex)
+            return super().updated(target, ex)
         return (
-            lambda want: self.buffer_load(buf, st.tensor, index, want),
-            lambda value: self.buffer_store(buf, st.tensor, index, value),
+            lambda want: self.buffer_load(buf, target.tensor, index, want),
+            lambda value: self.buffer_store(buf, target.tensor, index, value),
         )
 
     def held_address(self, tensor: str, subscripts: Sequence[str]) -> str:
@@ -188,9 +179,7 @@ class GpuPrinter(CPrinter):
             return
         c = self.copies.get(node.statement)
         if c is None:
-            self.current = node.statement
             super().run(node, indent)
-            self.current = None
             return
         buf = self.buffers[c.buffer]
         outer = node.args[: c.prefix]

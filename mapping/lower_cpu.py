@@ -27,6 +27,7 @@ from ..polyhedral.names import entry_symbol
 from ..polyhedral.schedule import check_legality
 from . import ir
 from .accumulation import wide_accumulators
+from .bodies import lower_bodies
 from .c_exprs import BoundsCheck, CParam
 from .c_kernel import print_kernel
 from .cpu import map_cpu
@@ -161,12 +162,11 @@ def lower_cpu(
     text, checks = print_kernel(
         cdef,
         kernel,
-        statements,
+        lower_bodies(cdef, statements, sizes, wide, checked),
         symbol=symbol,
         params=params,
         sizes=sizes,
         strides=strides,
-        checked=checked,
         wide=wide,
         copy_in=frozenset(zero) & frozenset(wide),
         header=header,

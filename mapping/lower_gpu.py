@@ -18,6 +18,7 @@ from ..polyhedral.names import entry_symbol
 from ..polyhedral.scop import Scop
 from . import ir
 from .accumulation import wide_accumulators
+from .bodies import access_numbers, lower_bodies, redirect
 from .c_exprs import CParam, c_compute_type
 from .c_kernel import print_kernel
 from .cuda_printer import CudaKernelSource, CudaLaunch, CudaPrinter, print_cuda
@@ -30,7 +31,7 @@ from .promotion import TensorInfo
 from .reduction_forms import plan_reductions
 from .tile_forms import TilingFacts
 
-__all__ = ["GpuLowering", "lower_cuda", "lower_emulated", "lower_gpu", "printer_inputs"]
+__all__ = ["GpuLowering", "gpu_bodies", "lower_cuda", "lower_emulated", "lower_gpu", "printer_inputs"]
 
 
 @dataclass(frozen=True)
@@ -88,16 +89,15 @@ def lower_emulated(
     text, checks = print_kernel(
         cdef,
         body,
-        statements,
+        gpu_bodies(low.plan, scop, cdef, sizes, wide, checked),
         symbol=symbol,
         params=params,
         sizes=sizes,
         strides=strides,
-        checked=checked,
         wide=wide,
         copy_in=frozenset(zero) & frozenset(wide),
         header=header,
-        printer=EmulatedPrinter.factory(**printer_inputs(low.plan, scop)),
+        printer=EmulatedPrinter.factory(**printer_inputs(low.plan)),
     )
     stages = kernel_stages(sched, low.plan.schedule, low.plan.decisions, body)
     shared = tuple(b.name for k in low.plan.kernels for b in k.buffers if b.space == "shared")
@@ -140,14 +140,13 @@ def lower_cuda(
     text, checks = print_cuda(
         cdef,
         launches,
-        {s.name: s for s in scop.statements},
+        gpu_bodies(low.plan, scop, cdef, sizes, wide, checked),
         params=params,
         sizes=sizes,
         strides=strides,
-        checked=checked,
         header=header,
         wide=wide,
-        printer=CudaPrinter.factory(**printer_inputs(low.plan, scop), readonly=options.use_readonly_cache),
+        printer=CudaPrinter.factory(**printer_inputs(low.plan), readonly=options.use_readonly_cache),
         buffers=[k.buffers for k, _ in low.launches],
     )
     body = ir.Block(tuple(ir.Blocks(k.grid, k.block, b, k.buffers) for k, b in low.launches))
@@ -155,19 +154,26 @@ def lower_cuda(
     return CudaKernelSource(text, symbol, tuple(k for k, _ in launches), tuple(params), zero, checks, stages)
 
 
-def printer_inputs(plan: GpuPlan, scop: Scop) -> dict:
-    """What the GPU printers read of ``plan`` (:meth:`~tcjit.mapping.gpu_printer.GpuPrinter.factory`):
-    its buffers by name, its copy statements and block reductions, and its redirected references
-    keyed as the printers meet them: ``(statement, id(node))`` with ``node`` the reference's TC
-    AST node."""
-    promoted = {}
-    for acc in scop.accesses:
-        p = plan.accesses.get((acc.statement, acc.ref))
-        if p is not None:
-            promoted[(acc.statement, id(acc.node))] = p
+def printer_inputs(plan: GpuPlan) -> dict:
+    """What the GPU printers read of ``plan`` besides the statements' bodies
+    (:meth:`~tcjit.mapping.gpu_printer.GpuPrinter.factory`): its buffers by name, its copy
+    statements and its block reductions."""
     return {
-        "promoted": promoted,
         "copies": plan.copies,
         "buffers": {b.name: b for k in plan.kernels for b in k.buffers},
         "reductions": plan.reductions,
     }
+
+
+def gpu_bodies(plan: GpuPlan, scop: Scop, cdef: CheckedDef, sizes, wide, checked) -> dict:
+    """The statements' bodies (:func:`~tcjit.mapping.bodies.lower_bodies`) with ``plan``'s promoted
+    references and block reductions redirected to their buffers
+    (:func:`~tcjit.mapping.bodies.redirect`)."""
+    statements = {s.name: s for s in scop.statements}
+    numbers = {name: access_numbers(s.source) for name, s in statements.items()}
+    promoted = {}
+    for acc in scop.accesses:
+        p = plan.accesses.get((acc.statement, acc.ref))
+        if p is not None:
+            promoted[(acc.statement, numbers[acc.statement][id(acc.node)])] = p
+    return redirect(lower_bodies(cdef, statements, sizes, wide, checked), promoted, plan.reductions)

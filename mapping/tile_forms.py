@@ -36,6 +36,7 @@ from ..polyhedral.lang.types import ScalarType
 from ..polyhedral.scop import ScopStatement
 from . import ir
 from .accumulation import LONG_SUM
+from .bodies import rhs_accesses
 from .nests import (
     POINT_KINDS,
     constant_span,
@@ -175,12 +176,13 @@ class TilingFacts:
         return False
 
     def vector_loads(self, st: CheckedStatement, vdim: str) -> frozenset[int]:
-        """``id()`` of the accesses of ``st``'s right-hand side that a vector tile along ``vdim``
-        loads as vectors (the others are scalars, broadcast)."""
+        """The accesses of ``st``'s right-hand side that a vector tile along ``vdim`` loads as
+        vectors (the others are scalars, broadcast), by their numbers in the statement's body
+        (:func:`~tcjit.mapping.bodies.rhs_accesses`)."""
         return frozenset(
-            id(a)
-            for a in A.walk(st.rhs)
-            if isinstance(a, A.Access) and self.vector_access(a.tensor, a.args, vdim) == "vector"
+            k + 1
+            for k, a in enumerate(rhs_accesses(st))
+            if self.vector_access(a.tensor, a.args, vdim) == "vector"
         )
 
 

@@ -232,10 +232,10 @@ PRINTERS = {
     )
 }
 
-#: What a printer may import from mapping/ besides the printers: the IR, the GPU mapping's
-#: decisions as values, element layouts and the preludes.
+#: What a printer may import from mapping/ besides the printers: the IR (loops and statement
+#: bodies), the GPU mapping's decisions as values, element layouts and the preludes.
 PRINTED_FROM = PRINTERS | {
-    f"tcjit.mapping.{m}" for m in ("ir", "gpu_ir", "layout", "c_prelude", "cuda_prelude")
+    f"tcjit.mapping.{m}" for m in ("ir", "ir_values", "gpu_ir", "layout", "c_prelude", "cuda_prelude")
 }
 
 
@@ -247,3 +247,14 @@ def test_the_printers_import_no_planning_module() -> None:
         for module in sorted(PRINTERS)
     }
     assert not any(planning.values()), planning
+
+
+def test_the_printers_read_statement_bodies_not_tc_statements() -> None:
+    """The printers print the kernel IR's statement bodies (mapping/ir_values.py), lowered once by
+    mapping/bodies.py: none imports the TC syntax tree or the Scop's statements."""
+    edges, _ = _graph()
+    reading = {
+        module: sorted(m for m in edges[module] if m in ("tcjit.polyhedral.lang.ast", "tcjit.polyhedral.scop"))
+        for module in sorted(PRINTERS)
+    }
+    assert not any(reading.values()), reading
