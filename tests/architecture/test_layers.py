@@ -253,8 +253,6 @@ def test_the_printers_read_statement_bodies_not_tc_statements() -> None:
     """The printers print the kernel IR's statement bodies (mapping/ir_values.py), lowered once by
     mapping/bodies.py: none imports the TC syntax tree or the Scop's statements."""
     edges, _ = _graph()
-    reading = {
-        module: sorted(m for m in edges[module] if m in ("tcjit.polyhedral.lang.ast", "tcjit.polyhedral.scop"))
-        for module in sorted(PRINTERS)
-    }
+    tc = ("tcjit.polyhedral.lang.ast", "tcjit.polyhedral.scop")
+    reading = {module: sorted(m for m in edges[module] if m in tc) for module in sorted(PRINTERS)}
     assert not any(reading.values()), reading
