@@ -284,11 +284,6 @@ class CPrinter(TilePrinter):
             if n.name in self.sites:
                 self.part(n, indent)
                 return
-            if n.name == "thread0":  # the GPU mapping's code for thread 0 alone
-                self.lines.append(f"{indent}if (t0 == 0 && t1 == 0 && t2 == 0) {{")
-                self.node(n.body, indent + "  ")
-                self.lines.append(f"{indent}}}")
-                return
             self.node(n.body, indent)
             if n.name == "sync":  # the emulated target: a new barrier interval
                 self.lines.append(f"{indent}tc_phase += 1; /* barrier */")

@@ -19,8 +19,8 @@ Statements, their value semantics and the bounds checks of gathers are printed b
 code (:class:`~tcjit.mapping.c_printer.CPrinter`), so both targets compute the same values; the
 helpers they call come from :data:`~tcjit.mapping.cuda_prelude.CUDA_PRELUDE`. What differs:
 
-* a ``sync`` mark is ``__syncthreads()`` after its subtree; a ``thread0`` mark runs its body on
-  thread (0, 0, 0) of each block only (as in the C printer);
+* a ``sync`` mark is ``__syncthreads()`` after its subtree; a block reduction's last steps
+  (:class:`~tcjit.mapping.gpu_ir.WarpSteps`) are warp shuffles where the type has them;
 * pointers are ``__restrict__`` (inputs ``const``: the read-only data path);
 * a sum accumulated wider than its type lives in a buffer parameter ``w_<name>`` (kind ``wide``)
   the runtime allocates, fills and rounds back; no OpenMP, no register tiles (the GPU mapping
@@ -49,7 +49,7 @@ from . import ir
 from . import ir_values as V
 from .c_exprs import BoundsCheck, CParam, c_compute_type, c_float_literal, combine_update
 from .cuda_prelude import CUDA_PRELUDE
-from .gpu_ir import BLOCK_IDS, SHUFFLED_TYPES, THREAD_IDS, BlockReduction
+from .gpu_ir import BLOCK_IDS, SHUFFLED_TYPES, THREAD_IDS, BlockReduction, WarpSteps
 from .gpu_printer import GpuPrinter
 
 __all__ = ["CudaKernelSource", "CudaLaunch", "CudaPrinter", "cuda_type", "print_cuda"]
@@ -168,15 +168,15 @@ class CudaPrinter(GpuPrinter):
         if isinstance(n, ir.Mark) and n.name == ir.SYNC_MARK:
             self.node(n.body, indent)
             self.lines.append(f"{indent}__syncthreads();")
-        elif isinstance(n, ir.Mark) and n.name in self.reductions:
-            self.warp_steps(self.reductions[n.name], n, indent)
+        elif isinstance(n, WarpSteps):
+            self.warp_steps(n.reduction, n, indent)
         elif isinstance(n, (ir.Blocks, ir.Threads)):
             raise TCInternalError("the CUDA printer takes one launch's IR, not the emulation's loops")
         else:
             super().node(n, indent)
 
-    def warp_steps(self, red: BlockReduction, n: ir.Mark, indent: str) -> None:
-        """The steps of ``red``'s tree below 32 (mark ``n``): one warp per thread row (the
+    def warp_steps(self, red: BlockReduction, n: WarpSteps, indent: str) -> None:
+        """The steps of ``red``'s tree below 32 (``n``): one warp per thread row (the
         block's x size is a multiple of 32) adds its 32 partial results with register shuffles,
         where the type has them; else the steps as they are (shared memory and barriers)."""
         et = self.element_type(red.tensor).compute

@@ -18,18 +18,22 @@ The pass preserves every statement instance and, within each thread, their order
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..polyhedral.errors import TCInternalError
 from . import ir
-from .gpu_ir import THREAD_IDS
+from .gpu_ir import THREAD_IDS, CopyElement, FirstThread, ReductionStep, WarpSteps
 
 __all__ = ["fission"]
 
 
 def _has_barrier(node: ir.Node | None) -> bool:
-    if node is None or isinstance(node, ir.Run):
+    if node is None or isinstance(node, (ir.Run, CopyElement, ReductionStep)):
         return False
     if isinstance(node, ir.Mark):
         return node.name == ir.SYNC_MARK or _has_barrier(node.body)
+    if isinstance(node, (WarpSteps, FirstThread)):
+        return _has_barrier(node.body)
     if isinstance(node, ir.For):
         return _has_barrier(node.body)
     if isinstance(node, ir.If):
@@ -58,6 +62,8 @@ def fission(node: ir.Node, block: tuple[int, int, int]) -> ir.Node:
         if node.body == ir.Block(()):
             return barrier
         return _flat(ir.Block((fission(node.body, block), barrier)))
+    if isinstance(node, (WarpSteps, FirstThread)):
+        return replace(node, body=fission(node.body, block))
     if isinstance(node, ir.For):
         _thread_free(node.init, "loop")
         _thread_free(node.cond, "loop")

@@ -16,12 +16,17 @@ from . import ir
 
 __all__ = [
     "BLOCK_IDS",
+    "REDUCTION_ROLES",
     "SHUFFLED_TYPES",
     "THREAD0_MARK",
     "THREAD_IDS",
     "BlockReduction",
     "Copy",
+    "CopyElement",
+    "FirstThread",
     "Promoted",
+    "ReductionStep",
+    "WarpSteps",
 ]
 
 BLOCK_IDS = ("b0", "b1", "b2")
@@ -119,3 +124,45 @@ class BlockReduction:
     def statements(self) -> tuple[str, ...]:
         """The statements the reduction adds (the tree's own, :attr:`step`, included)."""
         return (self.init, self.store, self.tree, self.step, self.combine)
+
+
+# ------------------------------------------------------------------------------ the mapping's nodes
+@dataclass(frozen=True)
+class CopyElement:
+    """One instance of copy statement ``copy``: ``args`` are its dimensions (the scope's
+    iteration, then the element copied)."""
+
+    copy: Copy
+    args: tuple[ir.Expr, ...]
+
+
+#: What each of a block reduction's own statements does (:class:`ReductionStep`).
+REDUCTION_ROLES = ("init", "store", "step", "combine")
+
+
+@dataclass(frozen=True)
+class ReductionStep:
+    """One instance of one of ``reduction``'s own statements, by ``role``: ``init`` sets the
+    thread's partial result to the identity, ``store`` puts it into the shared buffer, ``step``
+    adds the partial result ``args[0]`` threads along x away, ``combine`` adds the row's result
+    into the output element (``args``: the statement's dimensions, the element's last)."""
+
+    reduction: BlockReduction
+    role: str
+    args: tuple[ir.Expr, ...]
+
+
+@dataclass(frozen=True)
+class WarpSteps:
+    """The steps of ``reduction``'s tree below 32 partial results (``body``: steps and barriers),
+    which the CUDA printer may print as warp shuffles."""
+
+    reduction: BlockReduction
+    body: ir.Node
+
+
+@dataclass(frozen=True)
+class FirstThread:
+    """``body``, run by thread ``(0, 0, 0)`` of each block alone."""
+
+    body: ir.Node

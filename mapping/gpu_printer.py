@@ -24,40 +24,36 @@ from . import ir
 from . import ir_values as V
 from .c_exprs import ExprPrinter, c_compute_type, c_storage_type, combine_update, expr, reduction_identity
 from .c_printer import CPrinter
-from .gpu_ir import BlockReduction, Copy
+from .gpu_ir import BlockReduction, CopyElement, FirstThread, ReductionStep, WarpSteps
 
 __all__ = ["GpuPrinter"]
 
 
 class GpuPrinter(CPrinter):
-    """The C printer with promoted buffers (the CUDA printer and the emulated target's).
+    """The C printer with promoted buffers and the GPU mapping's nodes (:mod:`.gpu_ir`: copies,
+    block reductions, code for thread 0), for the CUDA printer and the emulated target's.
 
-    :ivar copies: copy statements by name. :ivar buffers: every buffer of the plan, by name.
+    :ivar buffers: every buffer of the plan, by name.
     """
 
-    def __init__(self, *args, copies=None, buffers=None, reductions=None, **options):
+    def __init__(self, *args, buffers=None, **options):
         super().__init__(*args)
         for name, value in options.items():  # a subclass's settings (the CUDA printer's readonly)
             if not hasattr(type(self), name):
                 raise TypeError(f"{type(self).__name__} has no setting {name}")
             setattr(self, name, value)
-        self.copies: Mapping[str, Copy] = copies or {}
         self.buffers: Mapping[str, ir.Buffer] = buffers or {}
-        self.reductions: Mapping[str, BlockReduction] = reductions or {}
 
     @classmethod
     def factory(
         cls,
         *,
-        copies: Mapping[str, Copy],
         buffers: Mapping[str, ir.Buffer],
-        reductions: Mapping[str, BlockReduction],
         **kwargs,
     ) -> Callable[..., GpuPrinter]:
         """A printer factory for :func:`~tcjit.mapping.c_kernel.print_kernel` with the GPU
-        mapping's promoted references, copy statements, buffers and block reductions
-        (:func:`~tcjit.mapping.lower_gpu.printer_inputs`)."""
-        return lambda *args: cls(*args, copies=copies, buffers=buffers, reductions=reductions, **kwargs)
+        mapping's buffers (:func:`~tcjit.mapping.lower_gpu.printer_inputs`)."""
+        return lambda *args: cls(*args, buffers=buffers, **kwargs)
 
     # ------------------------------------------------------------------------------- buffers
     def buffer_type(self, buf: ir.Buffer) -> str:
@@ -131,35 +127,36 @@ class GpuPrinter(CPrinter):
         return " + ".join(terms) or "0"
 
     # ---------------------------------------------------------------------------- block reductions
-    def reduction_step(self, red: BlockReduction, node: ir.Run) -> str:
-        """C for an instance of one of ``red``'s statements (not its update, which :meth:`lhs`
-        redirects): every thread runs it, with its own ids ``t0, t1, t2``."""
+    def reduction_step(self, node: ReductionStep) -> str:
+        """C for an instance of one of a block reduction's own statements (its update writes the
+        partial result through its body): every thread runs it, with its own ids ``t0, t1, t2``."""
+        red = node.reduction
         et = self.element_type(red.tensor).compute
         mine = ["t2", "t1", "t0"]
-        if node.statement == red.init:
+        if node.role == "init":
             return f"/* block reduction {red.number}: identity */ " + self.buffer_store(
                 red.acc, red.tensor, ["0"], reduction_identity(red.op, et)
             )
-        if node.statement == red.store:
+        if node.role == "store":
             value = self.buffer_load(red.acc, red.tensor, ["0"], et)
             return f"/* block reduction {red.number}: partial result */ " + self.buffer_store(
                 red.part, red.tensor, mine, value
             )
-        if node.statement == red.step:
+        if node.role == "step":
             s = expr(node.args[0])
             a = self.buffer_load(red.part, red.tensor, mine, et)
             b = self.buffer_load(red.part, red.tensor, ["t2", "t1", f"t0 + {s}"], et)
             store = self.buffer_store(red.part, red.tensor, mine, combine_update(red.op, a, b, et))
             cond = f"t0 < {s} && t0 + {s} < {red.width}"
             return f"/* block reduction {red.number}: step {s} */ if ({cond}) {{ {store} }}"
-        if node.statement == red.combine:
+        if node.role == "combine":
             rank = len(self.cdef.tensor(red.tensor).shape)
             addr = self.held_address(red.tensor, [f"({expr(a)})" for a in node.args[len(node.args) - rank :]])
             value = self.buffer_load(red.part, red.tensor, ["t2", "t1", "0"], et)
             return f"/* block reduction {red.number}: into {red.tensor} */ " + self.combine_store(
                 red, addr, value, et
             )
-        raise TCInternalError(f"statement {node.statement} of block reduction {red.number} printed alone")
+        raise TCInternalError(f"no role {node.role!r} in block reduction {red.number}")
 
     def combine_store(self, red: BlockReduction, addr: str, value: str, et: ScalarType) -> str:
         """C adding a row's result ``value`` into element ``addr`` of the output (an atomic
@@ -171,16 +168,25 @@ class GpuPrinter(CPrinter):
         old = self.load(red.tensor, addr, et)
         return self.store(red.tensor, addr, combine_update(red.op, old, f"({value})", et))
 
-    # ------------------------------------------------------------------------------------ copies
-    def run(self, node: ir.Run, indent: str) -> None:
-        red = self.reductions.get(node.statement)
-        if red is not None and node.statement != red.update:
-            self.lines.append(f"{indent}{{ {self.reduction_step(red, node)} }}")
-            return
-        c = self.copies.get(node.statement)
-        if c is None:
-            super().run(node, indent)
-            return
+    # ------------------------------------------------------------------------ the mapping's nodes
+    def node(self, n: ir.Node | None, indent: str) -> None:
+        if isinstance(n, CopyElement):
+            self.copy_element(n, indent)
+        elif isinstance(n, ReductionStep):
+            self.lines.append(f"{indent}{{ {self.reduction_step(n)} }}")
+        elif isinstance(n, WarpSteps):
+            self.node(n.body, indent)  # steps and barriers (the CUDA printer may shuffle)
+        elif isinstance(n, FirstThread):
+            self.lines.append(f"{indent}if (t0 == 0 && t1 == 0 && t2 == 0) {{")
+            self.node(n.body, indent + "  ")
+            self.lines.append(f"{indent}}}")
+        else:
+            super().node(n, indent)
+
+    def copy_element(self, node: CopyElement, indent: str) -> None:
+        """An instance of a copy statement: one element between the tensor and the buffer, its bits
+        unchanged."""
+        c = node.copy
         buf = self.buffers[c.buffer]
         outer = node.args[: c.prefix]
         element = node.args[c.prefix :]

@@ -523,6 +523,8 @@ def nodes(node: Node | None):
         yield from nodes(node.rolled)
     elif isinstance(node, (ParallelReduction, Accumulation)):
         yield from nodes(node.loop)
+    elif hasattr(node, "body"):  # another target's node around a body (:mod:`.gpu_ir`)
+        yield from nodes(node.body)
 
 
 def loops(node: Node) -> list[For]:

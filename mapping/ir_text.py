@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..polyhedral.errors import TCInternalError
 from . import ir
+from .gpu_ir import CopyElement, FirstThread, ReductionStep, WarpSteps
 
 __all__ = ["render", "render_expr"]
 
@@ -107,6 +108,27 @@ def render(node: ir.Node | None, indent: str = "") -> str:
                 over = ", ".join(v for v, _, _ in f.loops)
                 lines.append(f"{pad}fetch {f.tensor}[{box}] for later loops, over {over}")
             visit(n.body, pad)
+        elif isinstance(n, CopyElement):
+            c = n.copy
+            what = (
+                f"write back {c.tensor!r} from {c.buffer}"
+                if c.write_back
+                else f"copy {c.tensor!r} into {c.buffer}"
+            )
+            lines.append(f"{pad}{what}({', '.join(render_expr(a) for a in n.args)})  # {c.statement}")
+        elif isinstance(n, ReductionStep):
+            args = ", ".join(render_expr(a) for a in n.args)
+            lines.append(
+                f"{pad}block reduction {n.reduction.number} into {n.reduction.tensor!r}: {n.role}({args})"
+            )
+        elif isinstance(n, WarpSteps):
+            lines.append(
+                f"{pad}last warp's steps of block reduction {n.reduction.number} (shuffles where they fit):"
+            )
+            visit(n.body, pad + "  ")
+        elif isinstance(n, FirstThread):
+            lines.append(f"{pad}thread (0, 0, 0) of each block alone:")
+            visit(n.body, pad + "  ")
         else:
             raise TCInternalError(f"no text for kernel IR node {type(n).__name__}")
 

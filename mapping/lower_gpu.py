@@ -25,6 +25,7 @@ from .cuda_printer import CudaKernelSource, CudaLaunch, CudaPrinter, print_cuda
 from .emulation import EmulatedPrinter
 from .fission import fission
 from .gpu import GpuKernelPlan, GpuPlan, launch_bodies, map_gpu
+from .gpu_nodes import explicit
 from .lower_cpu import CpuKernelSource
 from .prepare import Prepared, kernel_header, kernel_params, kernel_stages, prepare
 from .promotion import TensorInfo
@@ -37,7 +38,8 @@ __all__ = ["GpuLowering", "gpu_bodies", "lower_cuda", "lower_emulated", "lower_g
 @dataclass(frozen=True)
 class GpuLowering:
     """The GPU mapping of one definition, ready to print (:func:`lower_gpu`): the prepared model,
-    the mapping plan and each launch's kernel IR (barriers as ``sync`` marks)."""
+    the mapping plan and each launch's kernel IR (barriers as ``sync`` marks, the mapping's own
+    statements and marks as :mod:`.gpu_ir` nodes: :func:`~tcjit.mapping.gpu_nodes.explicit`)."""
 
     prepared: Prepared
     plan: GpuPlan
@@ -59,7 +61,10 @@ def lower_gpu(cdef: CheckedDef, sizes: Mapping[str, int], options) -> GpuLowerin
         prepared.deps, prepared.sched, options, prepared.fixed, scop=prepared.scop, tensors=tensors
     )
     params = {p: sizes[p] for p in prepared.scop.params}
-    return GpuLowering(prepared, plan, tuple(launch_bodies(plan, params)))
+    launches = tuple(
+        (k, explicit(body, plan.copies, plan.reductions)) for k, body in launch_bodies(plan, params)
+    )
+    return GpuLowering(prepared, plan, launches)
 
 
 def lower_emulated(
@@ -155,14 +160,9 @@ def lower_cuda(
 
 
 def printer_inputs(plan: GpuPlan) -> dict:
-    """What the GPU printers read of ``plan`` besides the statements' bodies
-    (:meth:`~tcjit.mapping.gpu_printer.GpuPrinter.factory`): its buffers by name, its copy
-    statements and its block reductions."""
-    return {
-        "copies": plan.copies,
-        "buffers": {b.name: b for k in plan.kernels for b in k.buffers},
-        "reductions": plan.reductions,
-    }
+    """What the GPU printers read of ``plan`` besides the kernel IR and the statements' bodies
+    (:meth:`~tcjit.mapping.gpu_printer.GpuPrinter.factory`): its buffers by name."""
+    return {"buffers": {b.name: b for k in plan.kernels for b in k.buffers}}
 
 
 def gpu_bodies(plan: GpuPlan, scop: Scop, cdef: CheckedDef, sizes, wide, checked) -> dict:

@@ -65,7 +65,9 @@ class _Planner:
         if isinstance(n, ir.Team):
             members = tuple(replace(m, body=self.node(m.body, accumulating)) for m in n.members)
             return ir.Team(members)
-        return replace(n, body=self.node(n.body, accumulating))  # Mark, Blocks, Threads, Fetching
+        if not hasattr(n, "body"):  # another statement instance (the GPU mapping's, :mod:`.gpu_ir`)
+            return n
+        return replace(n, body=self.node(n.body, accumulating))  # Mark, Blocks, Threads, Fetching, ...
 
     def loop(self, n: ir.For, accumulating: bool) -> ir.Node:
         if n.degenerate:
