@@ -51,9 +51,10 @@ from .cli_args import (
     parse_ranges,
     parse_sizes,
 )
-from .cli_show import DEFAULT_FUSION, FRONT_STAGES, OPTION_STAGES, cmd_show
+from .cli_show import OPTION_STAGES, cmd_show
 from .mapping.option_values import TARGETS
 from .polyhedral.errors import TCError
+from .stages import DEFAULT_FUSION, FRONT_STAGES
 
 __all__ = ["main"]
 
