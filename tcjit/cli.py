@@ -12,7 +12,8 @@
   with). The last five need every size (``--sizes M=64,N=32``) and take the mapping options
   (``--options JSON``, ``--fusion``, ``--tile``, ``--no-parallel``, ``--no-vectorize``,
   ``--blocks``, ``--threads``, ``--target``); they lower for contiguous tensors, through the
-  pipeline (:func:`tcjit.pipeline.lowered`).
+  pipeline (:func:`tcjit.pipeline.lowered`). The stages before them are the pipeline's too
+  (:func:`tcjit.pipeline.front_stage`).
 * ``tcjit --version`` prints the version.
 * ``tcjit run FILE.tc --sizes ...`` compiles the entry, runs it on random inputs, compares it with
   the oracle (:mod:`tcjit.reference`) and times it; exit code 1 on a mismatch. It says which
@@ -51,9 +52,10 @@ from .cli_args import (
     parse_ranges,
     parse_sizes,
 )
-from .cli_show import DEFAULT_FUSION, FRONT_STAGES, OPTION_STAGES, cmd_show
+from .cli_show import OPTION_STAGES, cmd_show
 from .mapping.option_values import TARGETS
 from .polyhedral.errors import TCError
+from .stages import DEFAULT_FUSION, FRONT_STAGES
 
 __all__ = ["main"]
 

@@ -14,17 +14,15 @@ from .cli_args import (
     parse_names,
     parse_sizes,
 )
+from .stages import FRONT_STAGES
 
-__all__ = ["DEFAULT_FUSION", "FRONT_STAGES", "MAPPED_STAGES", "OPTION_STAGES", "cmd_show"]
+__all__ = ["MAPPED_STAGES", "OPTION_STAGES", "cmd_show"]
 
-#: The stages of the front end and the polyhedral layer (no mapping options but the schedule's).
-FRONT_STAGES = ("ast", "checked", "canonical", "backward", "scop", "schedule")
-#: The stages that lower the entry (every size needed).
+#: The stages that lower the entry (every size needed); the front stages are
+#: :data:`tcjit.stages.FRONT_STAGES` (no mapping options but the schedule's).
 MAPPED_STAGES = ("tree", "ir", "c", "cuda")
 #: The stages that read the mapping options.
 OPTION_STAGES = ("options", *MAPPED_STAGES)
-#: The fusion strategy ``--stage schedule`` uses without ``--fusion`` or ``--options``.
-DEFAULT_FUSION = "Preserve3Coincident"
 
 
 def _need_sizes(cdef, sizes: Mapping[str, int], what: str) -> None:
@@ -99,46 +97,35 @@ def _refuse_unused_flags(args) -> None:
             raise UsageError(f"{flag} goes with --stage {allowed}, not --stage {args.stage}")
 
 
+def _front_flags(args, cdef, sizes: Mapping[str, int]) -> dict:
+    """The keywords of :func:`tcjit.pipeline.front_stage` that the flags give for the chosen stage."""
+    if args.stage == "backward":
+        return {"wrt": parse_names(args.wrt, cdef.params, "--wrt", "inputs"), "absent": _absent(args, cdef)}
+    if args.stage not in ("scop", "schedule"):
+        return {}
+    if cdef.sizes and not sizes and args.fix_sizes:
+        raise UsageError("--fix-sizes needs --sizes")
+    if args.stage == "scop":
+        return {"fix_sizes": args.fix_sizes}
+    from .mapping.options import MappingOptions
+
+    return {
+        "fix_sizes": args.fix_sizes,
+        "options": MappingOptions.from_json(args.options) if args.options else None,
+        "fusion": args.fusion,
+        "tiles": parse_ints(args.tile, "--tile"),
+    }
+
+
 def cmd_show(args) -> int:
     """Print one stage of the compilation of an entry."""
     _refuse_unused_flags(args)
-    from .polyhedral.lang.parser import parse
-    from .polyhedral.lang.printer import def_to_tc
-
     program, cdef = load_entry(args.file, args.entry)
     sizes = parse_sizes(args.sizes, cdef.sizes)
-    if args.stage == "ast":
-        from .polyhedral.lang.ast_text import ast_text
+    if args.stage in FRONT_STAGES:
+        from .pipeline import front_stage
 
-        print(ast_text(parse(program.source).get(cdef.name)))
-    elif args.stage == "canonical":
-        print(def_to_tc(cdef.ast), end="")
-    elif args.stage == "backward":
-        from .polyhedral.autodiff import derive
-        from .polyhedral.lang.check import check_source
-
-        d = derive(cdef, parse_names(args.wrt, cdef.params, "--wrt", "inputs"), absent=_absent(args, cdef))
-        for text in (d.forward, d.backward):  # printed canonically, as the compiler reads them
-            print(def_to_tc(check_source(text).defs[0].ast))
-    elif args.stage in ("scop", "schedule"):
-        from .polyhedral.schedule import schedule, schedule_text, tile
-        from .polyhedral.scop import build_scop, compute_dependences
-
-        if cdef.sizes and not sizes and args.fix_sizes:
-            raise UsageError("--fix-sizes needs --sizes")
-        scop = build_scop(cdef, sizes if args.fix_sizes else None)
-        if args.stage == "scop":
-            print(scop.describe())
-        else:
-            from .mapping.options import MappingOptions
-
-            base = MappingOptions.from_json(args.options) if args.options else None
-            fusion = args.fusion or (base.get("outer_schedule_fusion_strategy") if base else DEFAULT_FUSION)
-            tiles = parse_ints(args.tile, "--tile")
-            if tiles is None:
-                tiles = base.get("tile") if base else ()
-            sched = schedule(scop, compute_dependences(scop), fusion=fusion)
-            print(schedule_text(tile(sched, tiles)))
+        print(front_stage(cdef, args.stage, sizes, **_front_flags(args, cdef, sizes)), end="")
     elif args.stage == "options":
         _need_sizes(cdef, sizes, "--stage options")
         _show_options(args, program, cdef, sizes)
@@ -166,17 +153,4 @@ def cmd_show(args) -> int:
             print("\nmapping decisions:")
             for line in lowered.stages["decisions"].splitlines() or ["(none)"]:
                 print(f"  {line}")
-    elif args.stage == "checked":
-        print(cdef.signature())
-        for name in cdef.temporaries:
-            t = cdef.tensor(name)
-            print(f"  temporary {t.dtype}({', '.join(map(str, t.shape))}) {name}")
-        for st in cdef.statements:
-            print(f"line {st.line}: {st.tensor} {st.source.op_text}  ({st.value_type})")
-            for r in st.ranges:
-                kind = "reduction" if r.var in st.reduction_vars else "index"
-                concrete = ""
-                if sizes and r.lo.symbols() | r.hi.symbols() <= sizes.keys():
-                    concrete = f"   = [{r.lo.evaluate(sizes)}, {r.hi.evaluate(sizes)})"
-                print(f"    {kind:9} {r}{concrete}")
     return 0

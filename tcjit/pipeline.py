@@ -17,21 +17,25 @@ runnable specialisation.
 7. **wrap** (:mod:`tcjit.kernel`, :mod:`tcjit.autograd`, :mod:`tcjit.ops`): the Kernel's call, its
    gradients and its operator for ``torch.compile``.
 
-The target is one backend object of :data:`tcjit.targets.TARGETS`.
+The target is one backend object of :data:`tcjit.targets.TARGETS`. The readable forms before
+stage 4 (the parsed, checked and canonical definition, its derived backward, and the Scop and
+schedule that lowering starts from) are :func:`front_stage`'s: ``tcjit show`` prints them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 
 from .binding import Binding
 from .kernel_cache import BUILD_LOCK, cache_key, kernel_store, load_stored, save_stored
 from .mapping.layout import contiguous_strides
+from .mapping.options import MappingOptions
 from .polyhedral.lang.checked import CheckedDef
 from .runtime import Compiled, call_layout, out_layouts
+from .stages import DEFAULT_FUSION, FRONT_STAGES, checked_text
 from .targets import TARGETS
 
-__all__ = ["call_strides", "default_options", "lowered", "specialize"]
+__all__ = ["FRONT_STAGES", "call_strides", "default_options", "front_stage", "lowered", "specialize"]
 
 
 def default_options(cdef: CheckedDef, sizes: Mapping[str, int], target: str):
@@ -95,6 +99,67 @@ def lowered(cdef: CheckedDef, sizes: Mapping[str, int], options=None, target: st
         t.name: contiguous_strides(tuple(int(s.evaluate(sizes)) for s in t.shape)) for t in cdef.tensor_infos
     }
     return TARGETS[target].lower(cdef, sizes, strides, values)
+
+
+def front_stage(
+    cdef: CheckedDef,
+    stage: str,
+    sizes: Mapping[str, int] | None = None,
+    *,
+    fix_sizes: bool = False,
+    options: MappingOptions | None = None,
+    fusion: str | None = None,
+    tiles: Sequence[int] | None = None,
+    wrt: Sequence[str] | None = None,
+    absent: Collection[str] = (),
+) -> str:
+    """The text of front stage ``stage`` (one of :data:`FRONT_STAGES`) of ``cdef``, as ``tcjit
+    show --stage STAGE`` prints it (lines ended by newlines), made as the pipeline makes it:
+
+    * ``ast``: the definition as parsed (stage 1), as an indented tree;
+    * ``checked``: its signature, temporaries and statements as checked (stage 1): value types,
+      index and reduction ranges, with their values where ``sizes`` fixes them;
+    * ``canonical``: the definition printed back as canonical TC, the text of the cache key;
+    * ``backward``: the augmented forward and the backward automatic differentiation derives
+      (``polyhedral/autodiff``), printed canonically: the gradients of the inputs ``wrt`` (None:
+      every input of a float type), with no ``d_<O>`` taken for the ``absent`` outputs;
+    * ``scop``: the polyhedral model lowering starts from (statements, domains, accesses),
+      parametric in the sizes, or specialised to ``sizes`` with ``fix_sizes``;
+    * ``schedule``: that Scop's schedule tree, computed from its dependences with the outer fusion
+      strategy ``fusion``, its outermost band tiled by ``tiles``; left out, they are ``options``'
+      ``outer_schedule_fusion_strategy`` and ``tile``, or without options
+      :data:`~tcjit.stages.DEFAULT_FUSION` and no tiling.
+    """
+    from .polyhedral.lang.printer import def_to_tc
+
+    if stage not in FRONT_STAGES:
+        raise ValueError(f"no front stage {stage!r}; they are {', '.join(FRONT_STAGES)}")
+    sizes = dict(sizes or {})
+    if stage == "ast":
+        from .polyhedral.lang.ast_text import ast_text
+
+        return ast_text(cdef.ast) + "\n"
+    if stage == "checked":
+        return checked_text(cdef, sizes)
+    if stage == "canonical":
+        return def_to_tc(cdef.ast)
+    if stage == "backward":
+        from .polyhedral.autodiff import derive
+        from .polyhedral.lang.check import check_source
+
+        d = derive(cdef, None if wrt is None else tuple(wrt), absent=frozenset(absent))
+        return "".join(def_to_tc(check_source(text).defs[0].ast) + "\n" for text in (d.forward, d.backward))
+    from .polyhedral.schedule import schedule, schedule_text, tile
+    from .polyhedral.scop import build_scop, compute_dependences
+
+    scop = build_scop(cdef, sizes if fix_sizes else None)
+    if stage == "scop":
+        return scop.describe() + "\n"
+    if fusion is None:
+        fusion = DEFAULT_FUSION if options is None else options.get("outer_schedule_fusion_strategy")
+    if tiles is None:
+        tiles = () if options is None else options.get("tile")
+    return schedule_text(tile(schedule(scop, compute_dependences(scop), fusion=fusion), tiles)) + "\n"
 
 
 def call_strides(cdef: CheckedDef, binding: Binding, outputs) -> dict[str, tuple[int, ...]]:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tcjit import MappingOptions
 from tcjit.cli import main
 
 CONV = str(Path(__file__).resolve().parents[2] / "docs" / "examples" / "conv2d.tc")
@@ -70,6 +71,42 @@ def test_show_schedule_tiled_and_fixed(capsys):
         capsys, "show", CONV, "--stage", "schedule", "--tile", "2,2", "--fix-sizes", "--sizes", SIZES
     )
     assert code == 0 and "floor((f)/2)" in out and "KH" not in out
+
+
+def _conv_sizes() -> dict[str, int]:
+    return {name: int(value) for name, value in (part.split("=") for part in SIZES.split(","))}
+
+
+_MIN_TILED = MappingOptions().tile(4, 8).outer_schedule_fusion_strategy("Min")
+
+
+@pytest.mark.parametrize(
+    ("flags", "stage", "keywords"),
+    [
+        ([], "ast", {}),
+        (["--sizes", SIZES], "checked", {"sizes": _conv_sizes()}),
+        ([], "canonical", {}),
+        ([], "scop", {}),
+        (["--fix-sizes", "--sizes", SIZES], "scop", {"sizes": _conv_sizes(), "fix_sizes": True}),
+        ([], "schedule", {}),
+        (["--fusion", "Max", "--tile", "2,0,3"], "schedule", {"fusion": "Max", "tiles": (2, 0, 3)}),
+        (
+            ["--tile", "2,2", "--fix-sizes", "--sizes", SIZES],
+            "schedule",
+            {"sizes": _conv_sizes(), "fix_sizes": True, "tiles": (2, 2)},
+        ),
+        (["--options", _MIN_TILED.to_json()], "schedule", {"options": _MIN_TILED}),
+    ],
+)
+def test_show_prints_the_pipelines_front_stage(capsys, flags, stage, keywords):
+    """``tcjit show`` prints what :func:`tcjit.pipeline.front_stage` returns, byte for byte: the
+    hook is the API for the front stages' text, the command line only reads its flags."""
+    from tcjit.pipeline import front_stage
+    from tcjit.polyhedral.lang.check import check_source
+
+    cdef = check_source(Path(CONV).read_text()).entry(None)
+    code, out, _ = _run(capsys, "show", CONV, "--stage", stage, *flags)
+    assert code == 0 and out == front_stage(cdef, stage, **keywords)
 
 
 def test_show_c_is_the_generated_kernel(capsys, fcrelu_file):
@@ -230,6 +267,30 @@ def test_show_backward_for_some_gradients_and_absent_outputs(capsys, tmp_path):
         assert code == 2 and re.match("tcjit: " + message, err) and err.count("\n") == 1
     code, _, err = _run(capsys, "show", str(path), "--stage", "canonical", "--wrt", "W1")
     assert code == 2 and err == "tcjit: --wrt goes with --stage backward, not --stage canonical\n"
+
+
+def test_front_stage_schedule_defaults_and_backward(capsys, tmp_path):
+    """Without a strategy, tiles or options the schedule is fused as DEFAULT_FUSION and untiled;
+    options give both; ``backward`` takes ``--wrt`` and ``--absent`` as ``wrt`` and ``absent``."""
+    from tcjit.pipeline import FRONT_STAGES, front_stage
+    from tcjit.polyhedral.lang.check import check_source
+    from tcjit.stages import DEFAULT_FUSION
+
+    cdef = check_source(FCRELU).entry(None)
+    plain = front_stage(cdef, "schedule")
+    assert plain == front_stage(cdef, "schedule", fusion=DEFAULT_FUSION, tiles=())
+    opts = MappingOptions().tile(16, 2).outer_schedule_fusion_strategy("Max")
+    tiled = front_stage(cdef, "schedule", options=opts)
+    assert tiled == front_stage(cdef, "schedule", fusion="Max", tiles=(16, 2))
+    assert "floor((b)/16)" in tiled and "floor" not in plain
+    path = tmp_path / "mlp2.tc"
+    path.write_text(MLP2)
+    code, out, _ = _run(capsys, "show", str(path), "--stage", "backward", "--wrt", "W2", "--absent", "O1")
+    mlp2 = check_source(MLP2).entry(None)
+    assert code == 0 and out == front_stage(mlp2, "backward", wrt=["W2"], absent={"O1"})
+    assert set(FRONT_STAGES) == {"ast", "checked", "canonical", "backward", "scop", "schedule"}
+    with pytest.raises(ValueError, match="no front stage 'tree'"):
+        front_stage(cdef, "tree")
 
 
 def test_run_compiles_and_checks_against_the_oracle(capsys):
