@@ -38,7 +38,6 @@ def print_kernel(
     parallel: bool = True,
     folded: Sequence[str] = (),
     parts: Mapping[str, Part] | None = None,
-    sites: Mapping[str, ir.Site] | None = None,
     held: Mapping[str, int] | None = None,
     zeroed: frozenset[str] = frozenset(),
 ) -> tuple[str, tuple[BoundsCheck, ...]]:
@@ -51,8 +50,9 @@ def print_kernel(
     from ``(cdef, bodies, sizes, strides, wide)`` (the emulated target's prints
     promoted buffers). ``packs``: inputs read from transposed panels (:mod:`.packing`), which the
     kernel allocates and fills first; ``strides`` then holds the panels' strides for them.
-    ``parts``: those of them filled a part at a time at the marks ``sites`` in ``body``
-    (:func:`~tcjit.mapping.parts.place_parts`); ``strides`` holds the parts' strides for them.
+    ``parts``: those of them filled a part at a time at the :class:`~tcjit.mapping.ir.PartFill`
+    marks in ``body`` (:func:`~tcjit.mapping.parts.place_parts`); ``strides`` holds the parts'
+    strides for them.
     ``parallel``: whether the panels may be filled by several threads (the option parallelize).
     ``folded``: the ``!`` initialisations (``S0_init``) that ``body`` leaves out
     (:func:`~tcjit.mapping.reduction_forms.folded_initialisations`), named in a comment.
@@ -71,7 +71,6 @@ def print_kernel(
 
     p = (printer or CPrinter)(cdef, bodies, sizes, strides, wide)
     p.symbol = symbol
-    p.sites = dict(sites or {})
     for q in params:
         if q.kind == "tensor" and q.name in parts:  # the tensor, and this thread's part buffer
             ct = c_storage_type(cdef.tensor(q.name).dtype)
@@ -104,7 +103,8 @@ def print_kernel(
     if folded:
         p.lines.append(f"  /* left out, as register tiles start their sums from zero: {', '.join(folded)} */")
     p.node(body, "  ")
-    common, fills, panels, freed, panel_bytes = panel_code(cdef, p.sites, packs, parallel, parts)
+    sites = [n.site for n in ir.nodes(body) if isinstance(n, ir.PartFill)]
+    common, fills, panels, freed, panel_bytes = panel_code(cdef, sites, packs, parallel, parts)
     prologue, epilogue = _wide_buffers(p, wide, copy_in, cleanup=" ".join(freed))
     prologue, epilogue = [*panels, *prologue], [*epilogue, *(f"  {f}" for f in freed)]
     if emulated:

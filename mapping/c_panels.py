@@ -262,7 +262,7 @@ def _part_ahead(name: str, pack: Pack, part: Part, ct: str) -> list[str]:
 
 def panel_code(
     cdef: CheckedDef,
-    sites: Mapping[str, ir.Site],
+    sites: Sequence[ir.Site],
     packs: Mapping[str, Pack],
     parallel: bool,
     parts: Mapping[str, Part],
@@ -303,7 +303,7 @@ def panel_code(
             part = parts[name]
             padded = padded_elements(part.shape, dtype) * item
             common += _part_fill(name, pack, part, ct, rows, item)
-            if any(site.tensor == name and site.ahead for site in sites.values()):
+            if any(site.tensor == name and site.ahead for site in sites):
                 common += _part_ahead(name, pack, part, ct)
             prologue += [
                 f"  /* '{name}' is read from transposed panels filled a part at a time, one part "

@@ -92,7 +92,6 @@ class CPrinter(TilePrinter):
         # updates whose complete vector register tiles start from zero (see :func:`print_kernel`),
         self.team = False  # the next parallel loop is shared out by an enclosing team (:meth:`team_region`)
         self.nowait = False  # and needs no barrier after it (:mod:`.barriers`)
-        self.sites: Mapping[str, ir.Site] = {}  # marks that fill a part of a packed input (:mod:`.packing`)
 
     # --------------------------------------------------------------------------------- memory
     def address(self, ref: V.Ref, ex: ExprPrinter) -> str:
@@ -280,10 +279,9 @@ class CPrinter(TilePrinter):
                 self.node(c, indent)
         elif isinstance(n, ir.Run):
             self.run(n, indent)
+        elif isinstance(n, ir.PartFill):
+            self.part(n, indent)
         elif isinstance(n, ir.Mark):
-            if n.name in self.sites:
-                self.part(n, indent)
-                return
             self.node(n.body, indent)
             if n.name == "sync":  # the emulated target: a new barrier interval
                 self.lines.append(f"{indent}tc_phase += 1; /* barrier */")
@@ -315,11 +313,11 @@ class CPrinter(TilePrinter):
         else:
             raise TCInternalError(f"cannot print {n!r}")
 
-    def part(self, n: ir.Mark, indent: str) -> None:
+    def part(self, n: ir.PartFill, indent: str) -> None:
         """A site of :func:`~tcjit.mapping.parts.place_parts`: the part of a packed input that
         the code below reads, filled into this thread's buffer ``b_X`` from the tensor ``u_X``;
         ``t_X`` then points where the panel would start, so that the code reads it unchanged."""
-        site = self.sites[n.name]
+        site = n.site
         name, strides = site.tensor, self.strides[site.tensor]
         origin = [expr(o) for o in site.origin]
         ct = c_storage_type(self.cdef.tensor(name).dtype)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Union
 
 import islpy as isl
@@ -57,6 +57,7 @@ __all__ = [
     "Node",
     "Op",
     "ParallelReduction",
+    "PartFill",
     "RegisterTile",
     "Run",
     "Site",
@@ -231,6 +232,15 @@ class Site:
     origin: tuple[Expr, ...]
     ahead: tuple[Expr, ...] = ()
     more: Expr | None = None
+
+
+@dataclass(frozen=True)
+class PartFill(Mark):
+    """A mark whose ``body`` reads a part of a packed input that is filled first, at ``site``
+    (:func:`.parts.place_parts` places it). Passes that see through marks see through it; a pass
+    that rebuilds a mark keeps its type (``dataclasses.replace``)."""
+
+    site: Site | None = None
 
 
 @dataclass(frozen=True)
@@ -495,7 +505,7 @@ def map_runs(node: Node, fn: Callable[[Run], Node]) -> Node:
             node.cond, map_runs(node.then, fn), None if node.other is None else map_runs(node.other, fn)
         )
     if isinstance(node, Mark):
-        return Mark(node.name, map_runs(node.body, fn))
+        return replace(node, body=map_runs(node.body, fn))
     return node
 
 

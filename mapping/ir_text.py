@@ -54,6 +54,11 @@ def render(node: ir.Node | None, indent: str = "") -> str:
                 visit(n.other, pad + "  ")
         elif isinstance(n, ir.Run):
             lines.append(f"{pad}{n.statement}({', '.join(render_expr(a) for a in n.args)})")
+        elif isinstance(n, ir.PartFill):
+            origin = ", ".join(render_expr(o) for o in n.site.origin)
+            ahead = " (the next one fetched ahead)" if n.site.ahead else ""
+            lines.append(f"{pad}fill the part of {n.site.tensor!r} from ({origin}){ahead}, then:")
+            visit(n.body, pad + "  ")
         elif isinstance(n, ir.Mark):
             lines.append(f"{pad}mark {n.name!r}:")
             visit(n.body, pad + "  ")

@@ -126,7 +126,7 @@ def lower_cpu(
     body = ir.from_isl_ast(ast, params={p: sizes[p] for p in scop.params})
     statements = {s.name: s for s in scop.statements}
     items = {name: max(1, cdef.tensor(name).dtype.bits // 8) for name in packs}
-    body, parts, sites = place_parts(body, statements, packs, sizes, items)
+    body, parts = place_parts(body, statements, packs, sizes, items)
     strides = {**strides, **{name: part.strides for name, part in parts.items()}}
 
     params = kernel_params(cdef)
@@ -174,7 +174,6 @@ def lower_cpu(
         parallel=options.parallelize,
         folded=folded,
         parts=parts,
-        sites=sites,
         held=held,
         zeroed=frozenset(zero) & frozenset(held),
     )

@@ -84,7 +84,7 @@ def substitute_runs(node: ir.Node, values: dict[str, ir.Expr]) -> ir.Node:
     if isinstance(node, ir.Run):
         return ir.Run(node.statement, tuple(ir.substitute(a, values) for a in node.args))
     if isinstance(node, ir.Mark):
-        return ir.Mark(node.name, substitute_runs(node.body, values))
+        return replace(node, body=substitute_runs(node.body, values))
     return ir.Block(tuple(substitute_runs(c, values) for c in node.children))
 
 

@@ -303,10 +303,10 @@ def place_parts(
     packs: Mapping[str, Pack],
     sizes: Mapping[str, int],
     item_bytes: Mapping[str, int],
-) -> tuple[ir.Node, dict[str, Part], dict[str, ir.Site]]:
+) -> tuple[ir.Node, dict[str, Part]]:
     """Where to fill each packed input a part at a time (:data:`PART_BYTES`), instead of whole
-    before the kernel: ``body`` with a mark (``part<k>``) around the body of each loop that fills
-    one, the inputs so filled, and the sites by mark name.
+    before the kernel: ``body`` with a :class:`~tcjit.mapping.ir.PartFill` mark (``part<k>``)
+    around the body of each loop that fills one, and the inputs so filled.
 
     A site is a loop, serial or parallel, that opens no parallel region below it (its part is
     the filling thread's own), whose one iteration reads at most :data:`PART_BYTES` of the input,
@@ -334,7 +334,7 @@ def place_parts(
         parts[name] = Part(name, extent, tuple(strides))
         ahead = 1 in pack.source  # lines of the next part can be fetched a row at a time
         body = _mark(body, {k: origin for k, (origin, _) in marks.items()}, name, sites, ahead)
-    return body, parts, sites
+    return body, parts
 
 
 def _sites(
@@ -447,7 +447,7 @@ def _mark(
                 more = ir.substitute(node.cond, {node.var: step})
                 site = replace(site, ahead=tuple(_expr(a) for a in following), more=more)
             sites[label] = site
-            body = ir.Mark(label, body)
+            body = ir.PartFill(label, body, site)
         return replace(node, body=body)
     if isinstance(node, ir.Mark):
         return replace(node, body=_mark(node.body, marks, tensor, sites, ahead))
