@@ -1,11 +1,13 @@
-"""The GPU mapping's decisions as values the printers read.
+"""The GPU mapping's decisions as values, and the kernel IR nodes of its own statements.
 
-The GPU mapping (:mod:`.gpu`) hands the CUDA printer and the emulated target, besides each
-launch's kernel IR (:mod:`.ir`, with its :class:`~tcjit.mapping.ir.Buffer` s), the names it gives
-the block and thread ids, the references it redirected to promoted buffers (:class:`Promoted`),
-the copy statements it added (:class:`Copy`) and its block reductions (:class:`BlockReduction`).
-They are values, built once by the mapping and never changed; the printers import them from here
-and nothing that plans.
+The GPU mapping (:mod:`.gpu`) decides the names of the block and thread ids, the references it
+redirects to promoted buffers (:class:`Promoted`; :func:`~tcjit.mapping.bodies.redirect` applies
+them to the statements' bodies), the copy statements it adds (:class:`Copy`) and its block
+reductions (:class:`BlockReduction`). In each launch's kernel IR (:mod:`.ir`, with its
+:class:`~tcjit.mapping.ir.Buffer` s) its statements and marks become the nodes at the end of this
+module (:func:`~tcjit.mapping.gpu_nodes.explicit`), which the CUDA printer and the emulated target
+print. All are values, built once and never changed; the printers import them from here and
+nothing that plans.
 """
 
 from __future__ import annotations

@@ -1,14 +1,17 @@
-"""What the CUDA printer and the emulated target print alike beyond the C printer: promoted buffers.
+"""What the CUDA printer and the emulated target print alike beyond the C printer: promoted
+buffers and the GPU mapping's nodes (:mod:`.gpu_ir`).
 
 :func:`~tcjit.mapping.promotion.promote_shared` redirects some references to buffers and adds copy
 statements; here:
 
-* a redirected reference reads or writes ``buffer[(subscript_0 - offset_0) / stride_0]...``,
-  with the offsets printed from the statement's own indices, and the same conversions as the
-  tensor's element (a buffer holds elements as the tensor does: storage bits, or the wide type
-  of a long sum);
-* a copy statement ``tc_copy_in_shared_A(s..., a...)`` moves element ``a`` of the tensor into
-  the buffer (``tc_copy_out_...`` back), bits unchanged.
+* a reference redirected to a buffer (:class:`~tcjit.mapping.ir_values.BufferRef`) reads or
+  writes ``buffer[(subscript_0 - offset_0) / stride_0]...``, with the offsets printed from the
+  statement's own indices, and the same conversions as the tensor's element (a buffer holds
+  elements as the tensor does: storage bits, or the wide type of a long sum);
+* a copy (:class:`~tcjit.mapping.gpu_ir.CopyElement`) moves one element of the tensor into the
+  buffer (or back), bits unchanged;
+* a block reduction's own steps (:class:`~tcjit.mapping.gpu_ir.ReductionStep`) and the code
+  thread 0 runs alone (:class:`~tcjit.mapping.gpu_ir.FirstThread`).
 
 How buffers are declared, and whether accesses are race-checked, is each target's (the CUDA
 printer's ``__shared__`` arrays; the emulation's per-block arrays filled with NaN).
