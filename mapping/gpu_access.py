@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..polyhedral.errors import TCInternalError
 from ..polyhedral.lang.checked import CheckedDef
@@ -40,7 +40,14 @@ from . import ir_values as V
 from .gpu_ir import BLOCK_IDS, THREAD_IDS, CopyElement, FirstThread, ReductionStep, WarpSteps
 from .layout import contiguous_strides
 
-__all__ = ["AccessProfile", "LaunchAccesses", "access_profile", "evaluate", "trip_count"]
+__all__ = [
+    "AccessProfile",
+    "LaunchAccesses",
+    "access_profile",
+    "evaluate",
+    "float_instructions",
+    "trip_count",
+]
 
 WARP = 32
 SECTOR = 32
@@ -63,6 +70,9 @@ class AccessProfile:
     :ivar lanes: the warp's lanes that make the access.
     :ivar requests: warp requests per thread (how often a thread makes it).
     :ivar element_bytes: the bytes of one element.
+    :ivar shared_by_warps: the block's second warp asks for the same sectors as its first (a
+        global access whose address does not depend on ``threadIdx.y`` or ``.z``): L1 serves the
+        block's other warps what the first brought in.
     """
 
     what: str
@@ -76,6 +86,7 @@ class AccessProfile:
     lanes: int
     requests: int
     element_bytes: int
+    shared_by_warps: bool = False
 
 
 @dataclass(frozen=True)
@@ -225,6 +236,31 @@ def _subscript_loads(s: V.Subscript):
         yield from _subscript_loads(s.rhs)
 
 
+def float_instructions(body: V.Body) -> int:
+    """Float arithmetic instructions of one instance of ``body``: each float ``+ - * /`` of its
+    value, and an update's combine, a multiply that feeds a ``+=`` update fused with it (FMA)."""
+    count = 0
+
+    def walk(v: V.Value) -> None:
+        nonlocal count
+        if isinstance(v, V.Arith) and v.dtype.is_float:
+            count += 1
+        for name in getattr(v, "__dataclass_fields__", {}):
+            x = getattr(v, name)
+            for y in x if isinstance(x, tuple) else (x,):
+                if isinstance(y, V.Value.__args__):  # type: ignore[attr-defined]
+                    walk(y)
+
+    if body.rhs is None:
+        return 0
+    walk(body.rhs)
+    if body.kind == "update" and body.tensor and body.value_type.is_float:
+        top = body.rhs
+        fused = body.op == "+=" and isinstance(top, V.Arith) and top.op == "*"
+        count += 0 if fused else 1
+    return count
+
+
 # ------------------------------------------------------------------------------------- the walk
 class _Walk:
     """One launch's walk (see the module docstring)."""
@@ -238,19 +274,21 @@ class _Walk:
         buffers: Mapping[str, ir.Buffer],
         block: tuple[int, int, int],
         params: Mapping[str, int],
+        warp: int = 0,
     ):
         self.cdef, self.bodies, self.strides, self.bytes = cdef, bodies, strides, element_bytes
         self.buffers, self.block = buffers, block
         bx, by, _ = block
-        lanes = min(WARP, math.prod(block))
+        lanes = range(WARP * warp, min(WARP * (warp + 1), math.prod(block)))
         self.lanes = [
             {
                 **params,
                 **dict(zip(BLOCK_IDS, (0, 0, 0))),
                 **dict(zip(THREAD_IDS, (lane % bx, lane // bx % by, lane // (bx * by)))),
             }
-            for lane in range(lanes)
+            for lane in lanes
         ]
+        self.sectors: dict[tuple, frozenset] = {}  # each global access's first request
         self.executions: dict[str, int] = {}
         self.found: dict[tuple, AccessProfile] = {}
         self.barriers = 0
@@ -369,6 +407,7 @@ class _Walk:
             sectors = len({a * item // SECTOR for a in known})
             lines = len({a * item // LINE for a in known})
             stride = self._stride(addresses, envs)
+        self.sectors.setdefault((what, ref.tensor, kind, "global"), frozenset(addresses))
         self.record(
             AccessProfile(what, ref.tensor, kind, "global", stride, sectors, lines, 1, len(envs), trips, item)
         )
@@ -453,14 +492,19 @@ def access_profile(
         buffers = {b.name: b for b in plan.buffers}
         walk = _Walk(cdef, bodies, held, element_bytes, buffers, plan.block, dict(sizes))
         walk.node(body, list(walk.lanes), 1)
+        accesses = tuple(walk.found.values())
+        if math.prod(plan.block) > WARP:  # does the block's second warp ask for the same sectors?
+            second = _Walk(cdef, bodies, held, element_bytes, buffers, plan.block, dict(sizes), warp=1)
+            second.node(body, list(second.lanes), 1)
+            accesses = tuple(
+                replace(
+                    a, shared_by_warps=key in walk.sectors and walk.sectors[key] == second.sectors.get(key)
+                )
+                for key, a in walk.found.items()
+            )
         out.append(
             LaunchAccesses(
-                plan.grid,
-                plan.block,
-                dict(walk.executions),
-                tuple(walk.found.values()),
-                walk.barriers,
-                walk.atomics,
+                plan.grid, plan.block, dict(walk.executions), accesses, walk.barriers, walk.atomics
             )
         )
     return tuple(out)
