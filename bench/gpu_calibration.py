@@ -1,0 +1,264 @@
+"""Calibration of the static GPU model (``mapping/gpu_model.py``) on the GPU measurements committed
+in ``bench/results``: predicted against measured time for every launch Nsight Compute timed.
+
+A calibration point is one launch of one suite kernel at one GPU size, as a GPU run recorded it
+(``bench/gpu_ncu.py`` under ``ncu``, ``scripts/gpu_check.sh ncu``): the CUDA source's SHA-256, the
+options, the grid and block, the launch's duration (``gpu__time_duration.sum``) and the registers
+per thread the hardware reports. Each point is reproduced at HEAD: the suite kernel is lowered again
+with the recorded options, and a point whose source digest differs is listed as not reproducible
+and left out. The model's two fitted constants (the memory latency under load, the loads a warp
+keeps in flight) are fitted on all reproducible points by a grid search that minimises the mean
+squared log error, and again with each suite kernel left out in turn, to show the error on
+kernels the fit did not see.
+
+    python bench/gpu_calibration.py [--gpu nvidia_h100_80gb_hbm3] [--device h100] [--out ...]
+
+writes ``gpu_calibration_<gpu>.json`` and ``.md`` (every point with its error; the fit; the digest
+of the model's sources).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import hashlib
+import json
+import math
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from _harness import REPO, RESULTS, markdown_table, write_results
+
+LATENCIES = tuple(x / 1e9 for x in (200, 300, 400, 500, 600, 700, 800, 1000))
+IN_FLIGHT = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
+DISPATCH = tuple(x / 1e9 for x in (0, 20, 40, 60, 80, 100))
+MODEL_SOURCES = ("mapping/gpu_access.py", "mapping/gpu_model.py")
+
+
+def model_digest() -> str:
+    """SHA-256 of the model's sources: a prediction is the model's at this digest."""
+    h = hashlib.sha256()
+    for name in MODEL_SOURCES:
+        h.update((REPO / name).read_bytes())
+    return h.hexdigest()
+
+
+def load_points(gpu: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """The reproducible calibration points of the GPU run ``gpu`` (a results file suffix), and a
+    line for each run that is not."""
+    import tcjit
+    from tcjit import suite
+    from tcjit.mapping.accumulation import wide_accumulators
+    from tcjit.mapping.gpu_access import access_profile, float_instructions
+    from tcjit.mapping.layout import contiguous_strides
+    from tcjit.mapping.lower_gpu import gpu_bodies, lower_cuda, lower_gpu
+    from tcjit.mapping.options import MappingOptions
+
+    rows = list(csv.DictReader((RESULTS / f"gpu_ncu_{gpu}.csv").open()))[1:]  # row 1: units
+    runs = json.loads((RESULTS / f"gpu_ncu_launches_{gpu}.json").read_text())["runs"]
+    points, missing, row = [], [], 0
+    for run in runs:
+        sk = suite.get(run["kernel"])
+        sizes = run["sizes"]
+        cdef = tcjit.define(sk.source, name=sk.entry).definition
+        options = MappingOptions.from_json(json.dumps(run["options"])).validate("cuda").values
+        strides = {
+            t.name: contiguous_strides(tuple(int(s.evaluate(sizes)) for s in t.shape))
+            for t in cdef.tensor_infos
+        }
+        measured = rows[row : row + len(run["launches"])]
+        row += len(run["launches"])
+        source = lower_cuda(cdef, sizes, strides, options).source
+        if hashlib.sha256(source.encode()).hexdigest() != run["cuda_source_sha256"]:
+            missing.append(f"{run['kernel']} {sizes}: HEAD's CUDA source differs from the measured one")
+            continue
+        low = lower_gpu(cdef, sizes, options)
+        wide = wide_accumulators(cdef, sizes)
+        bodies = gpu_bodies(low.plan, low.prepared.scop, cdef, sizes, wide, low.prepared.checked)
+        fmas = {name: float_instructions(b) for name, b in bodies.items()}
+        nbytes = {
+            t.name: math.prod(int(s.evaluate(sizes)) for s in t.shape) * max(1, t.dtype.bits // 8)
+            for t in cdef.tensor_infos
+        }
+        launches = access_profile(cdef, low.launches, bodies, sizes, strides, wide)
+        for (name, grid, block), la, (plan, _), r in zip(run["launches"], launches, low.launches, measured):
+            if r["Kernel Name"] != name or list(la.grid) != grid or list(la.block) != block:
+                raise SystemExit(f"gpu_calibration.py: the ncu rows do not follow the launches at {name}")
+            shared = sum(math.prod(b.shape) for b in plan.buffers if b.space == "shared") * 4
+            points.append(
+                {
+                    "kernel": run["kernel"],
+                    "sizes": sizes,
+                    "launch": name,
+                    "grid": grid,
+                    "block": block,
+                    "digest": run["cuda_source_sha256"],
+                    "measured_s": float(r["gpu__time_duration.sum"].replace(",", "")) * 1e-9,
+                    "registers": int(float(r["launch__registers_per_thread"])),
+                    "shared_bytes": shared,
+                    "accesses": la,
+                    "fmas": fmas,
+                    "compulsory": sum(
+                        nbytes[a.tensor]
+                        for a in {a.tensor: a for a in la.accesses if a.space == "global"}.values()
+                    ),
+                }
+            )
+    return points, missing
+
+
+def predict(point: dict[str, Any], device) -> Any:
+    from tcjit.mapping.gpu_model import predict_launch
+
+    return predict_launch(
+        point["accesses"],
+        device,
+        registers=point["registers"],
+        shared_bytes=point["shared_bytes"],
+        fmas=point["fmas"],
+        compulsory_bytes=point["compulsory"],
+    )
+
+
+def _error(points, device) -> float:
+    return statistics.mean(math.log(predict(p, device).seconds / p["measured_s"]) ** 2 for p in points)
+
+
+def fit(points, device):
+    """``device`` with the memory latency, loads in flight and block dispatch that fit ``points``
+    best."""
+
+    def with_(c):
+        return dataclasses.replace(device, memory_latency=c[0], loads_in_flight=c[1], block_dispatch=c[2])
+
+    best = min(
+        ((lat, k, b) for lat in LATENCIES for k in IN_FLIGHT for b in DISPATCH),
+        key=lambda c: _error(points, with_(c)),
+    )
+    return with_(best)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Predicted against measured time of every GPU launch measured.")
+    p.add_argument("--gpu", default="nvidia_h100_80gb_hbm3", help="the results files' GPU suffix")
+    p.add_argument("--device", default="h100", help="the model's device (mapping/gpu_model.py DEVICES)")
+    p.add_argument("--out", type=Path, default=None, help="writes <out>.json and .md")
+    args = p.parse_args(argv)
+    from tcjit.mapping.gpu_model import DEVICES
+
+    points, missing = load_points(args.gpu)
+    device = fit(points, DEVICES[args.device])
+    kernels = sorted({p["kernel"] for p in points})
+    left_out = {}
+    for k in kernels:
+        fitted = fit([p for p in points if p["kernel"] != k], DEVICES[args.device])
+        left_out[k] = [predict(p, fitted).seconds / p["measured_s"] for p in points if p["kernel"] == k]
+    table, records = [], []
+    for pt in points:
+        pred = predict(pt, device)
+        ratio = pred.seconds / pt["measured_s"]
+        records.append(
+            {
+                **{
+                    k: pt[k]
+                    for k in (
+                        "kernel",
+                        "sizes",
+                        "launch",
+                        "grid",
+                        "block",
+                        "digest",
+                        "registers",
+                        "measured_s",
+                    )
+                },
+                "predicted_s": pred.seconds,
+                "ratio": ratio,
+                "bound": pred.bound,
+                "terms": pred.terms,
+                "occupancy": dataclasses.asdict(pred.occupancy),
+            }
+        )
+        sizes = " ".join(f"{k}={v}" for k, v in pt["sizes"].items())
+        table.append(
+            [
+                pt["kernel"],
+                sizes,
+                pt["launch"].rsplit("_", 1)[-1],
+                " x ".join(map(str, pt["grid"])),
+                " x ".join(map(str, pt["block"])),
+                f"{pt['measured_s'] * 1e6:.1f}",
+                f"{pred.seconds * 1e6:.1f}",
+                f"{ratio:.2f}",
+                pred.bound,
+            ]
+        )
+    ratios = [r["ratio"] for r in records]
+
+    def within(f: float, rs: Sequence[float]) -> int:
+        return sum(1 for r in rs if 1 / f <= r <= f)
+
+    loo = [r for k in kernels for r in left_out[k]]
+    summary = {
+        "points": len(points),
+        "not_reproducible": missing,
+        "within_1.5x": within(1.5, ratios),
+        "within_2x": within(2.0, ratios),
+        "geomean_ratio": math.exp(statistics.mean(math.log(r) for r in ratios)),
+        "left_out_within_1.5x": within(1.5, loo),
+        "left_out_within_2x": within(2.0, loo),
+        "fitted": {
+            "memory_latency_s": device.memory_latency,
+            "loads_in_flight": device.loads_in_flight,
+            "block_dispatch_s": device.block_dispatch,
+        },
+        "model_digest": model_digest(),
+        "device": dataclasses.asdict(device),
+    }
+    lines = [
+        f"# GPU model calibration: {DEVICES[args.device].name}",
+        "",
+        f"- points: {len(points)} launches measured by Nsight Compute (`gpu_ncu_{args.gpu}.csv`), every one"
+        f" reproduced at HEAD ({len(missing)} not reproducible)",
+        f"- fitted: memory latency {device.memory_latency * 1e9:.0f} ns, loads in flight per warp"
+        f" {device.loads_in_flight:g}, {device.block_dispatch * 1e9:.0f} ns to start a block;"
+        f" model digest `{summary['model_digest'][:16]}`",
+        f"- within 1.5x: {summary['within_1.5x']}/{len(points)};"
+        f" within 2x: {summary['within_2x']}/{len(points)};"
+        f" geometric mean of predicted/measured {summary['geomean_ratio']:.2f}",
+        "- each suite kernel left out of the fit in turn:"
+        f" within 1.5x {summary['left_out_within_1.5x']}/{len(loo)},"
+        f" within 2x {summary['left_out_within_2x']}/{len(loo)}",
+        "",
+        markdown_table(
+            [
+                "kernel",
+                "sizes",
+                "launch",
+                "grid",
+                "block",
+                "measured µs",
+                "predicted µs",
+                "predicted/measured",
+                "bound",
+            ],
+            table,
+        ),
+        "",
+        "Left out of the fit, per kernel (predicted/measured of its launches): "
+        + "; ".join(f"{k} {', '.join(f'{r:.2f}' for r in left_out[k])}" for k in kernels),
+    ]
+    out = args.out or RESULTS / f"gpu_calibration_{args.gpu}"
+    write_results(
+        out, {"benchmark": "gpu_calibration", "summary": summary, "points": records}, "\n".join(lines)
+    )
+    print("\n".join(lines[:6]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

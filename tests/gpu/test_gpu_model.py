@@ -1,0 +1,128 @@
+"""The GPU model (:mod:`tcjit.mapping.gpu_model`): occupancy and its limiter, each term of a
+launch's predicted time on hand-made launches, and the calibration it was fitted on, which must be
+rerun (``python bench/gpu_calibration.py``) whenever the model changes."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tcjit.mapping.gpu_access import AccessProfile, LaunchAccesses
+from tcjit.mapping.gpu_model import DEVICES, H100, occupancy, predict_launch
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.mark.parametrize(
+    "threads, registers, shared, blocks, limiter",
+    [
+        (256, 32, 0, 8, "warps"),  # 64 warps an SM, 8 a block
+        (256, 30, 0, 8, "warps"),  # registers round up to 32 a thread, per warp of 32
+        (256, 80, 0, 3, "registers"),  # 80 x 256 = 20480 registers a block
+        (32, 16, 0, 32, "blocks"),
+        (256, 32, 100 * 1024, 2, "shared memory"),
+        (1024, 64, 0, 1, "registers"),
+    ],
+)
+def test_occupancy_and_its_limiter(threads, registers, shared, blocks, limiter) -> None:
+    occ = occupancy(H100, threads, registers, shared)
+    assert (occ.blocks, occ.limiter) == (blocks, limiter)
+    assert occ.warps == blocks * -(-threads // 32)
+
+
+def _launch(grid, block, accesses=(), barriers=0, executions=None) -> LaunchAccesses:
+    return LaunchAccesses(grid, block, executions or {"S0": 1}, tuple(accesses), barriers, 0)
+
+
+def _read(requests: int, lines: int, sectors: int | None = None) -> AccessProfile:
+    return AccessProfile("S0", "A", "read", "global", 1, sectors or 4 * lines, lines, 1, 32, requests, 4)
+
+
+def test_a_strided_access_costs_a_cycle_per_line_on_every_sm() -> None:
+    # 132 x 4 blocks of 8 warps, each warp 1000 requests of 32 lines: issue-bound
+    la = _launch((528, 1, 1), (32, 8, 1), [_read(1000, 32)])
+    p = predict_launch(la, H100, registers=32, shared_bytes=0, fmas={}, compulsory_bytes=1 << 20)
+    cycles = 4 * 8 * 1000 * 32 * H100.l1_cycles_per_line
+    assert p.bound == "issue" and p.terms["issue"] == pytest.approx(cycles / H100.clock_hz)
+    assert p.seconds == pytest.approx(p.terms["issue"] + H100.launch_floor)
+    coalesced = predict_launch(
+        _launch((528, 1, 1), (32, 8, 1), [_read(1000, 1)]),
+        H100,
+        registers=32,
+        shared_bytes=0,
+        fmas={},
+        compulsory_bytes=1 << 20,
+    )
+    assert coalesced.terms["issue"] == pytest.approx(p.terms["issue"] / 32)
+
+
+def test_few_warps_are_latency_bound_and_barriers_serialise_their_loads() -> None:
+    # 32 blocks of one warp: 32 SMs with one warp each, 128 bytes a request
+    free = _launch((32, 1, 1), (32, 1, 1), [_read(1000, 1)])
+    serial = dataclasses.replace(free, barriers=2000)
+    nbytes = 1 << 26
+    a = predict_launch(free, H100, registers=32, shared_bytes=0, fmas={}, compulsory_bytes=nbytes)
+    b = predict_launch(serial, H100, registers=32, shared_bytes=0, fmas={}, compulsory_bytes=nbytes)
+    in_flight = 32 * 1 * 128
+    assert a.bound == b.bound == "latency"
+    assert a.terms["latency"] == pytest.approx(
+        nbytes / (in_flight * H100.loads_in_flight / H100.memory_latency)
+    )
+    barriers = 2000 * H100.barrier_cycles / H100.clock_hz
+    assert b.terms["latency"] == pytest.approx(nbytes / (in_flight / H100.memory_latency) + barriers)
+
+
+def test_many_small_blocks_are_bound_by_starting_them() -> None:
+    la = _launch((132 * 200, 1, 1), (8, 1, 1), [_read(1, 1, 1)])
+    p = predict_launch(la, H100, registers=16, shared_bytes=0, fmas={}, compulsory_bytes=132 * 200 * 32)
+    assert p.bound == "dispatch" and p.terms["dispatch"] == pytest.approx(200 * H100.block_dispatch)
+
+
+def test_a_streaming_launch_is_dram_bound_at_the_copy_bandwidth() -> None:
+    la = _launch((132 * 64, 1, 1), (256, 1, 1), [_read(4, 1)])
+    nbytes = 1 << 30
+    h100 = predict_launch(la, H100, registers=32, shared_bytes=0, fmas={}, compulsory_bytes=nbytes)
+    h200 = predict_launch(la, DEVICES["h200"], registers=32, shared_bytes=0, fmas={}, compulsory_bytes=nbytes)
+    assert h100.bound == "dram" and h100.terms["dram"] == pytest.approx(nbytes / 2.98e12)
+    assert h200.terms["dram"] < h100.terms["dram"]
+
+
+def test_the_committed_calibration_is_of_this_model() -> None:
+    """Changing the model (mapping/gpu_access.py, mapping/gpu_model.py) means rerunning its
+    calibration, whose results file records the model's digest and the error of every point."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        calibration = importlib.import_module("gpu_calibration")
+    finally:
+        sys.path.remove(str(BENCH))
+    results = sorted((BENCH / "results").glob("gpu_calibration_*.json"))
+    assert results
+    for path in results:
+        summary = json.loads(path.read_text())["summary"]
+        assert summary["model_digest"] == calibration.model_digest(), (
+            f"rerun bench/gpu_calibration.py ({path.name})"
+        )
+        fitted = summary["fitted"]
+        assert (fitted["memory_latency_s"], fitted["loads_in_flight"], fitted["block_dispatch_s"]) == (
+            H100.memory_latency,
+            H100.loads_in_flight,
+            H100.block_dispatch,
+        )
+
+
+@pytest.mark.full
+def test_the_calibration_reproduces_its_committed_errors(tmp_path: Path) -> None:
+    sys.path.insert(0, str(BENCH))
+    try:
+        calibration = importlib.import_module("gpu_calibration")
+        assert calibration.main(["--out", str(tmp_path / "cal")]) == 0
+    finally:
+        sys.path.remove(str(BENCH))
+    new = json.loads((tmp_path / "cal.json").read_text())
+    old = json.loads((BENCH / "results" / "gpu_calibration_nvidia_h100_80gb_hbm3.json").read_text())
+    assert [p["ratio"] for p in new["points"]] == pytest.approx([p["ratio"] for p in old["points"]])
