@@ -22,6 +22,7 @@ from pathlib import Path
 from _harness import (
     cuda_calibration,
     cuda_unusable,
+    describe_error,
     fresh_cache_dir,
     machine_info,
     select_kernels,
@@ -33,6 +34,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Each suite kernel once at its GPU sizes, for a profiler.")
     p.add_argument("--kernels", default=None, help="comma-separated suite kernels (default: all)")
     p.add_argument("--out", type=Path, required=True, help="JSON list of the launches, in order")
+    p.add_argument(
+        "--sweep",
+        action="store_true",
+        help="each kernel at its first GPU size under every option set of bench/gpu_option_sweep.py instead",
+    )
     args = p.parse_args(argv)
     why = cuda_unusable()
     if why is not None:
@@ -49,17 +55,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.backends.cudnn.allow_tf32 = False
         runs = []
         for sk in select_kernels(args.kernels):
-            for sizes in sizes_list(sk, "gpu"):
+            for sizes in sizes_list(sk, "gpu")[:1] if args.sweep else sizes_list(sk, "gpu"):
                 inputs = sk.make_inputs(sizes, device="cuda")
                 k = tcjit.define(sk.source, name=sk.entry)
-                spec = tcjit.compile(k, *inputs)
-                options = default_options(k.definition, bind(k.definition, inputs, None).sizes, "cuda")
-                torch.cuda.synchronize()
-                spec(*inputs)  # the launches the profiler reads
-                torch.cuda.synchronize()
-                runs.append({"kernel": sk.name, "sizes": dict(sizes), **cuda_calibration(spec, options)})
-                print(sk.name, sizes, file=sys.stderr, flush=True)
-                args.out.write_text(json.dumps({"machine": machine_info("cuda"), "runs": runs}, indent=1))
+                if args.sweep:
+                    from gpu_option_sweep import candidates
+
+                    sets = candidates(k.definition, bind(k.definition, inputs, None).sizes)
+                else:
+                    sets = {
+                        "default": default_options(
+                            k.definition, bind(k.definition, inputs, None).sizes, "cuda"
+                        )
+                    }
+                for name, options in sets.items():
+                    try:
+                        spec = tcjit.compile(k, *inputs, options=None if name == "default" else options)
+                        torch.cuda.synchronize()
+                        spec(*inputs)  # the launches the profiler reads
+                        torch.cuda.synchronize()
+                    except Exception as e:  # a candidate that fails is left out, not fatal
+                        print(sk.name, name, "failed:", describe_error(e), file=sys.stderr, flush=True)
+                        continue
+                    run = {"kernel": sk.name, "sizes": dict(sizes), "candidate": name}
+                    runs.append({**run, **cuda_calibration(spec, options)})
+                    print(sk.name, sizes, name, file=sys.stderr, flush=True)
+                    args.out.write_text(json.dumps({"machine": machine_info("cuda"), "runs": runs}, indent=1))
     return 0
 
 

@@ -13,7 +13,9 @@
 #   OUT=/some/folder TCJIT_BENCH_COMMIT=<commit> bash scripts/gpu_check.sh [steps...]
 # steps: tests, suite, micro (default: all three, in that order), and sweep (bench/gpu_option_sweep.py:
 # a handful of option sets per kernel, calibration points of well-mapped variants) and ncu (every
-# suite kernel's launches under Nsight Compute: bytes, sectors per request, conflicts, occupancy). OUT defaults to
+# suite kernel's launches under Nsight Compute: bytes, sectors per request, conflicts, occupancy),
+# and ncu-sweep (the option sweep's variants under Nsight Compute: calibration points of well-mapped
+# kernels; SWEEP_KERNELS picks the kernels). OUT defaults to
 # bench/results/gpu_check. Wheels in .whl/ (islpy, deap, platformdirs for the machine's Python) are
 # installed into /tmp/site first (a lent machine has torch and CuPy but cannot reach PyPI), and
 # tcjit itself as an editable install.
@@ -68,6 +70,13 @@ for s in "${steps[@]}"; do
             step ncu "${NCU_S:-240}" "$ncu" --kernel-name regex:^tc_ --csv --page raw "${sections[@]}" \
                 --metrics "$metrics" --log-file "$out/ncu_raw.csv" \
                 "$python" bench/gpu_ncu.py --out "$out/gpu_ncu_launches.json" ;;
-        *) echo "unknown step $s (tests, suite, micro, sweep, ncu)" >&2; exit 2 ;;
+        ncu-sweep) ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+            metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
+            metrics+=,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum
+            step ncu-sweep "${NCU_S:-240}" "$ncu" --kernel-name regex:^tc_ --csv --page raw --section LaunchStats \
+                --metrics "$metrics" --log-file "$out/ncu_sweep.csv" \
+                "$python" bench/gpu_ncu.py --sweep --kernels "${SWEEP_KERNELS:-matmul,tmm,gconv,conv2d,softmax,bn_reduce,maxpool2x2}" \
+                --out "$out/gpu_ncu_sweep_launches.json" ;;
+        *) echo "unknown step $s (tests, suite, micro, sweep, ncu, ncu-sweep)" >&2; exit 2 ;;
     esac
 done
