@@ -47,9 +47,13 @@ def model_digest() -> str:
     return h.hexdigest()
 
 
-def load_points(gpu: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """The reproducible calibration points of the GPU run ``gpu`` (a results file suffix), and a
-    line for each run that is not."""
+#: The sets of measured launches: the suite's defaults, and the option sweep's variants.
+SETS = ("gpu_ncu", "gpu_ncu_sweep")
+
+
+def load_points(gpu: str, which: str = "gpu_ncu") -> tuple[list[dict[str, Any]], list[str]]:
+    """The reproducible calibration points of the GPU run ``gpu`` (a results file suffix) in the set
+    ``which`` (:data:`SETS`), and a line for each run that is not."""
     import tcjit
     from tcjit import suite
     from tcjit.mapping.accumulation import wide_accumulators
@@ -58,8 +62,8 @@ def load_points(gpu: str) -> tuple[list[dict[str, Any]], list[str]]:
     from tcjit.mapping.lower_gpu import gpu_bodies, lower_cuda, lower_gpu
     from tcjit.mapping.options import MappingOptions
 
-    rows = list(csv.DictReader((RESULTS / f"gpu_ncu_{gpu}.csv").open()))[1:]  # row 1: units
-    runs = json.loads((RESULTS / f"gpu_ncu_launches_{gpu}.json").read_text())["runs"]
+    rows = list(csv.DictReader((RESULTS / f"{which}_{gpu}.csv").open()))[1:]  # row 1: units
+    runs = json.loads((RESULTS / f"{which}_launches_{gpu}.json").read_text())["runs"]
     points, missing, row = [], [], 0
     for run in runs:
         sk = suite.get(run["kernel"])
@@ -74,7 +78,10 @@ def load_points(gpu: str) -> tuple[list[dict[str, Any]], list[str]]:
         row += len(run["launches"])
         source = lower_cuda(cdef, sizes, strides, options).source
         if hashlib.sha256(source.encode()).hexdigest() != run["cuda_source_sha256"]:
-            missing.append(f"{run['kernel']} {sizes}: HEAD's CUDA source differs from the measured one")
+            what = run.get("candidate", "default")
+            missing.append(
+                f"{run['kernel']} {sizes} {what}: HEAD's CUDA source differs from the measured one"
+            )
             continue
         low = lower_gpu(cdef, sizes, options)
         wide = wide_accumulators(cdef, sizes)
@@ -92,6 +99,8 @@ def load_points(gpu: str) -> tuple[list[dict[str, Any]], list[str]]:
             points.append(
                 {
                     "kernel": run["kernel"],
+                    "set": which,
+                    "candidate": run.get("candidate", "default"),
                     "sizes": sizes,
                     "launch": name,
                     "grid": grid,
@@ -150,7 +159,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     from tcjit.mapping.gpu_model import DEVICES
 
-    points, missing = load_points(args.gpu)
+    points, missing = load_points(args.gpu, "gpu_ncu")
+    sweep: list[dict[str, Any]] = []
+    if (RESULTS / f"gpu_ncu_sweep_{args.gpu}.csv").exists():
+        sweep, more = load_points(args.gpu, "gpu_ncu_sweep")
+        missing += more
+    # out of sample: the sweep's variants, predicted by the fit on the suite's defaults alone
+    by_defaults = fit(points, DEVICES[args.device])
+    unseen = [predict(p, by_defaults).seconds / p["measured_s"] for p in sweep]
+    points = points + sweep
     device = fit(points, DEVICES[args.device])
     kernels = sorted({p["kernel"] for p in points})
     left_out = {}
@@ -167,6 +184,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     k: pt[k]
                     for k in (
                         "kernel",
+                        "set",
+                        "candidate",
                         "sizes",
                         "launch",
                         "grid",
@@ -188,6 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             [
                 pt["kernel"],
                 sizes,
+                pt["candidate"],
                 pt["launch"].rsplit("_", 1)[-1],
                 " x ".join(map(str, pt["grid"])),
                 " x ".join(map(str, pt["block"])),
@@ -211,6 +231,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "geomean_ratio": math.exp(statistics.mean(math.log(r) for r in ratios)),
         "left_out_within_1.5x": within(1.5, loo),
         "left_out_within_2x": within(2.0, loo),
+        "sweep_by_defaults_fit": {
+            "points": len(unseen),
+            "within_1.5x": within(1.5, unseen),
+            "within_2x": within(2.0, unseen),
+        },
         "fitted": {
             "memory_latency_s": device.memory_latency,
             "loads_in_flight": device.loads_in_flight,
@@ -222,8 +247,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     lines = [
         f"# GPU model calibration: {DEVICES[args.device].name}",
         "",
-        f"- points: {len(points)} launches measured by Nsight Compute (`gpu_ncu_{args.gpu}.csv`), every one"
-        f" reproduced at HEAD ({len(missing)} not reproducible)",
+        f"- points: {len(points)} launches measured by Nsight Compute: the suite's defaults"
+        f" (`gpu_ncu_{args.gpu}.csv`, {len(points) - len(sweep)}) and the option sweep's variants"
+        f" (`gpu_ncu_sweep_{args.gpu}.csv`, {len(sweep)}), each reproduced at HEAD by its CUDA source"
+        f" digest; runs not reproducible: {'; '.join(missing) or 'none'}",
+        f"- out of sample: the sweep's {len(unseen)} launches predicted by the fit on the defaults alone:"
+        f" within 1.5x {within(1.5, unseen)}, within 2x {within(2.0, unseen)}",
         f"- fitted: memory latency {device.memory_latency * 1e9:.0f} ns, loads in flight per warp"
         f" {device.loads_in_flight:g}, {device.block_dispatch * 1e9:.0f} ns to start a block;"
         f" model digest `{summary['model_digest'][:16]}`",
@@ -238,6 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             [
                 "kernel",
                 "sizes",
+                "options",
                 "launch",
                 "grid",
                 "block",
