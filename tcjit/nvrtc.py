@@ -61,6 +61,7 @@ __all__ = [
     "backend",
     "compile_cubin",
     "compile_ptx",
+    "nvcc_version",
     "nvrtc_version",
     "parse_ptxas_report",
 ]
@@ -231,6 +232,20 @@ def nvrtc_version() -> tuple[int, int] | None:
     return None if lib is None else lib.version()
 
 
+@functools.cache
+def nvcc_version() -> tuple[int, int] | None:
+    """The (major, minor) release of ``nvcc`` on PATH (``nvcc --version``), or None without one."""
+    nvcc = _nvcc()
+    if nvcc is None:
+        return None
+    try:
+        text = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"release (\d+)\.(\d+)", text)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
 def compile_ptx(
     source: str,
     *,
@@ -341,6 +356,9 @@ class Cubin:
     :ivar log: the compiler's whole log (warnings and ptxas's report).
     :ivar kernels: the ``__global__`` functions ptxas compiled, in the order it reported them.
     :ivar compiler: ``"nvrtc"`` or ``"nvcc"``.
+    :ivar version: the compiler's (major, minor) version; ptxas's register allocation changes from
+        one release to the next (NVRTC 13.5 and nvcc 13.0 differ on kernels that promote to shared
+        or private memory), so a report is only comparable with one from the same release.
     """
 
     arch: str
@@ -348,6 +366,7 @@ class Cubin:
     log: str = field(repr=False)
     kernels: tuple[KernelResources, ...]
     compiler: str
+    version: tuple[int, int] | None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -378,13 +397,12 @@ def parse_ptxas_report(log: str, arch: str | None = None) -> tuple[KernelResourc
     """The entry functions in ptxas's ``-v`` report ``log`` (NVRTC's program log or nvcc's output,
     other lines ignored), in the order reported, with what the report says of each.
 
-    A ``Used`` line belongs to the entry function compiled last; a stack frame line to the function
-    named by the ``Function properties`` line before it (non-entry device functions get one too:
-    they are not listed). With ``arch`` (``sm_90``), entries compiled for other architectures are
-    left out.
+    An entry function's lines follow its ``Compiling entry function`` line: a ``Used`` line, and a
+    stack frame line after the ``Function properties`` line that names it (non-entry device
+    functions get properties lines too: they are neither listed nor attached to the entry). With
+    ``arch`` (``sm_90``), entries compiled for other architectures are left out.
     """
     found: dict[str, dict] = {}
-    frames: dict[str, tuple[int, int, int]] = {}
     entry: str | None = None
     properties: str | None = None
     for line in log.splitlines():
@@ -392,11 +410,16 @@ def parse_ptxas_report(log: str, arch: str | None = None) -> tuple[KernelResourc
             entry = m.group(1) if arch is None or m.group(2) == arch else None
             if entry is not None:
                 found.setdefault(entry, {})
+            properties = None
         elif m := _PROPERTIES.search(line):
             properties = m.group(1)
         elif m := _FRAME.search(line):
-            if properties is not None:
-                frames[properties] = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
+            if entry is not None and properties == entry and "stack_frame_bytes" not in found[entry]:
+                found[entry].update(
+                    stack_frame_bytes=int(m.group(1)),
+                    spill_store_bytes=int(m.group(2)),
+                    spill_load_bytes=int(m.group(3)),
+                )
             properties = None
         elif (m := _USED.search(line)) and entry is not None and "registers" not in found[entry]:
             rest = m.group(2)
@@ -406,13 +429,7 @@ def parse_ptxas_report(log: str, arch: str | None = None) -> tuple[KernelResourc
                     used[key] = int(item.group(1))
             used["constant_banks"] = tuple((int(b), int(n)) for n, b in _CMEM.findall(rest))
             found[entry].update(used)
-    out = []
-    for name, used in found.items():
-        frame = frames.get(name)
-        if frame is not None:
-            used.update(stack_frame_bytes=frame[0], spill_store_bytes=frame[1], spill_load_bytes=frame[2])
-        out.append(KernelResources(name=name, **used))
-    return tuple(out)
+    return tuple(KernelResources(name=name, **fields) for name, fields in found.items())
 
 
 def compile_cubin(
@@ -455,4 +472,6 @@ def compile_cubin(
         raise ValueError(f"using must be 'nvrtc' or 'nvcc', not {using!r}")
     if not data.startswith(b"\x7fELF"):
         raise TCInternalError(f"{using} made no cubin (ELF file) of {name} for {arch}:\n{log}")
-    return Cubin(arch=arch, data=data, log=log, kernels=parse_ptxas_report(log, arch), compiler=using)
+    version = nvrtc_version() if using == "nvrtc" else nvcc_version()
+    kernels = parse_ptxas_report(log, arch)
+    return Cubin(arch=arch, data=data, log=log, kernels=kernels, compiler=using, version=version)
