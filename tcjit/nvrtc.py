@@ -1,4 +1,4 @@
-"""CUDA C++ to PTX without a GPU: NVRTC through ctypes, or ``nvcc -ptx``.
+"""CUDA C++ to PTX or to cubins without a GPU: NVRTC through ctypes, or ``nvcc -ptx`` / ``-cubin``.
 
 Compiling to PTX needs neither a GPU nor the CUDA driver, so CI checks on any machine that every
 generated CUDA kernel compiles. Two compilers are used, in this order:
@@ -8,7 +8,7 @@ generated CUDA kernel compiles. Two compilers are used, in this order:
    ``nvidia/cuda_nvrtc/lib`` for CUDA 12's; the newest major version wins), and else wherever the
    dynamic loader finds ``libnvrtc``. Its builtins library is loaded first, with ``RTLD_GLOBAL``:
    NVRTC loads it by name at compile time, and the wheel's directory is not on the loader's path.
-2. **nvcc** on ``PATH`` (``nvcc -ptx``), when no NVRTC library loads.
+2. **nvcc** on ``PATH`` (``nvcc -ptx``, ``nvcc -cubin``), when no NVRTC library loads.
 
 :func:`compile_ptx` takes a whole translation unit (the generated sources include nothing) and
 returns the PTX text; a failure raises :class:`~tcjit.polyhedral.errors.TCInternalError` with the
