@@ -536,3 +536,48 @@ def test_cflags_ab_builds_both_and_writes_results(
         before,
         (*(f for f in before if f != "-fno-tree-loop-distribute-patterns"), "-fno-unroll-loops"),
     ]
+
+
+def test_cubin_registers_matches_launches_to_profiler_rows(bench, tmp_path: Path) -> None:
+    """``bench/cubin_registers.py`` on a run recorded like ``gpu_ncu.py``'s and a raw ncu CSV made
+    up from it: each launch finds its row (by name, grid and block, in order), a changed digest is
+    reported, and the summary counts the equal and the different figures."""
+    from tcjit import nvrtc
+    from tcjit.pipeline import default_options, lowered
+
+    if not nvrtc.available():
+        pytest.skip("no CUDA compiler")
+    harness, script = bench("_harness"), bench("cubin_registers")
+    k = suite.get("softmax")
+    cdef = tcjit.define(k.source, name=k.entry).definition
+    sizes = {"N": 64, "D": 96}
+    options = default_options(cdef, sizes, "cuda")
+    record = harness.cuda_calibration(lowered(cdef, sizes, options, "cuda"), options)
+    wrong = dict(record, cuda_source_sha256="0" * 64)
+    runs = [{"kernel": "softmax", "sizes": sizes, **record}, {"kernel": "softmax", "sizes": sizes, **wrong}]
+    launches = tmp_path / "launches.json"
+    launches.write_text(json.dumps({"machine": {"gpu_name": "Test GPU"}, "runs": runs}))
+    cubin = nvrtc.compile_cubin(lowered(cdef, sizes, options, "cuda").source, name="s.cu")
+    header = ["Kernel Name", "Grid Size", "Block Size", *script.NCU_COLUMNS.values()]
+    rows = [header, ["", "", "", "register/thread", "byte/block", "", "byte"]]
+    for i, (name, grid, block) in enumerate(record["launches"] * 2):
+        r = cubin.resources(name)
+        registers = r.registers + (1 if i == 0 else 0)  # the first launch differs by one register
+        dims = [f"({', '.join(map(str, grid))})", f"({', '.join(map(str, block))})"]
+        rows.append([name, *dims, str(registers), str(r.shared_bytes), str(r.barriers), "1,024"])
+    csv_path = tmp_path / "ncu.csv"
+    csv_path.write_text("\n".join(",".join(f'"{c}"' for c in row) for row in rows) + "\n")
+    out = tmp_path / "cubin_registers"
+    assert script.main(["--launches", str(launches), "--ncu", str(csv_path), "--out", str(out)]) == 0
+    doc = json.loads(out.with_suffix(".json").read_text())
+    n = 2 * len(record["launches"])
+    s = doc["summary"]
+    assert s["launches"] == s["with_ncu_figures"] == n and s["without_ncu_figures"] == []
+    assert (s["registers_equal"], s["registers_ours_lower"], s["registers_ours_higher"]) == (n - 1, 1, 0)
+    assert s["largest_register_difference"]["launch"] == record["launches"][0][0]
+    assert s["shared_equal"] == s["barriers_equal"] == n
+    assert s["digest_mismatches"] == [{"kernel": "softmax", "sizes": sizes}] and s["launch_mismatches"] == []
+    assert [r["ncu_stack_size"] for r in doc["launches"]] == [1024] * n
+    md = out.with_suffix(".md").read_text()
+    assert "on Test GPU" in md and "≠" in md
+    assert "digests that differ from the recorded ones: softmax at N=64 D=96" in md
