@@ -350,6 +350,18 @@ def device_sync(device: str) -> Sync | None:
     raise ValueError(f"unknown device {device!r}; expected cpu or cuda")
 
 
+def disable_tf32() -> dict[str, bool]:
+    """Turn TF32 off for float32 matmuls and cuDNN convolutions; the settings as torch now reads them."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return {
+        "cuda_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+        "cudnn": bool(torch.backends.cudnn.allow_tf32),
+    }
+
+
 def cuda_unusable() -> str | None:
     """Why no CUDA device can run the benchmark, on one line; ``None`` when one can (torch sees a
     device and a tensor can be made and synchronised on it). Imports torch, not tcjit."""

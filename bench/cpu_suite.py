@@ -72,6 +72,7 @@ from _harness import (
     cuda_unusable,
     describe_error,
     device_sync,
+    disable_tf32,
     format_rate,
     format_seconds,
     format_sizes,
@@ -119,18 +120,6 @@ def default_out(device: str, gpu_name: str | None = None) -> Path:
     if device == "cuda":
         return RESULTS / f"gpu_suite_{slug(gpu_name or 'unknown')}"
     return RESULTS / "cpu_suite"
-
-
-def disable_tf32() -> dict[str, bool]:
-    """Turn TF32 off for float32 matmuls and cuDNN convolutions; the settings as torch now reads them."""
-    import torch
-
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    return {
-        "cuda_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
-        "cudnn": bool(torch.backends.cudnn.allow_tf32),
-    }
 
 
 def _contender(status: str, *, error: str | None = None, setup_s: float | None = None) -> dict[str, Any]:

@@ -112,8 +112,7 @@ def load_points(gpu: str, which: str = "gpu_ncu") -> tuple[list[dict[str, Any]],
                     "accesses": la,
                     "fmas": fmas,
                     "compulsory": sum(
-                        nbytes[a.tensor]
-                        for a in {a.tensor: a for a in la.accesses if a.space == "global"}.values()
+                        nbytes[t] for t in {a.tensor for a in la.accesses if a.space == "global"}
                     ),
                 }
             )

@@ -23,6 +23,7 @@ from _harness import (
     cuda_calibration,
     cuda_unusable,
     describe_error,
+    disable_tf32,
     fresh_cache_dir,
     machine_info,
     select_kernels,
@@ -51,8 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tcjit.binding import bind
         from tcjit.pipeline import default_options
 
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+        disable_tf32()
         runs = []
         for sk in select_kernels(args.kernels):
             for sizes in sizes_list(sk, "gpu")[:1] if args.sweep else sizes_list(sk, "gpu"):

@@ -28,6 +28,7 @@ from _harness import (
     cuda_calibration,
     cuda_unusable,
     describe_error,
+    disable_tf32,
     format_seconds,
     format_sizes,
     fresh_cache_dir,
@@ -165,10 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpu_option_sweep.py: {why}", file=sys.stderr)
         return 2
     with fresh_cache_dir():
-        import torch
-
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+        disable_tf32()
         kernels = []
         machine = machine_info("cuda")
         for sk in select_kernels(args.kernels):

@@ -188,13 +188,13 @@ def redirect(
     out = {}
     for name, b in bodies.items():
         red = reductions.get(name)
+        moved = _Redirect(name, promoted)
         if red is not None and name == red.update:
             target: V.Target = V.PartialRef(red.acc.name, b.tensor)
         else:
-            target = _Redirect(name, promoted).ref(b.target)
-        again = _Redirect(name, promoted).value
-        rhs = None if b.rhs is None else again(b.rhs)
-        value = None if b.value is None else again(b.value)
+            target = moved.ref(b.target)
+        rhs = None if b.rhs is None else moved.value(b.rhs)
+        value = None if b.value is None else moved.value(b.value)
         out[name] = replace(b, target=target, rhs=rhs, value=value)
     return out
 

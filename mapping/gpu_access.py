@@ -29,6 +29,7 @@ turns these counts into time (bandwidths, wavefront costs, occupancy) is separat
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -117,6 +118,9 @@ class LaunchAccesses:
 
 
 # ------------------------------------------------------------------------------------ evaluation
+_COMPARISONS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq}
+
+
 def evaluate(e: ir.Expr, env: Mapping[str, int]) -> int:
     """The value of integer IR expression ``e`` with the variables of ``env`` (C semantics:
     ``div`` and ``mod`` truncate, ``floordiv`` floors; comparisons and logic give 0 or 1)."""
@@ -143,14 +147,13 @@ def evaluate(e: ir.Expr, env: Mapping[str, int]) -> int:
     if op == "div":
         q = abs(a[0]) // abs(a[1])
         return q if (a[0] >= 0) == (a[1] > 0) else -q
-    if op == "mod":
-        return a[0] - a[1] * evaluate(ir.Op("div", (ir.Int(a[0]), ir.Int(a[1]))), env)
+    if op == "mod":  # the sign of the dividend, as C's %
+        r = abs(a[0]) % abs(a[1])
+        return r if a[0] >= 0 else -r
     if op == "select":
         return a[1] if a[0] else a[2]
-    if op in ("<", "<=", ">", ">=", "=="):
-        return int(
-            {"<": a[0] < a[1], "<=": a[0] <= a[1], ">": a[0] > a[1], ">=": a[0] >= a[1]}.get(op, a[0] == a[1])
-        )
+    if op in _COMPARISONS:
+        return int(_COMPARISONS[op](a[0], a[1]))
     if op == "&&":
         return int(bool(a[0]) and bool(a[1]))
     if op == "||":
@@ -219,11 +222,8 @@ def _loads(v: V.Value | None):
             for s in v.ref.subscripts:
                 yield from _subscript_loads(s)
         return
-    for name in getattr(v, "__dataclass_fields__", {}):
-        x = getattr(v, name)
-        for y in x if isinstance(x, tuple) else (x,):
-            if isinstance(y, V.Value.__args__):  # type: ignore[attr-defined]
-                yield from _loads(y)
+    for x in V.operands(v):
+        yield from _loads(x)
 
 
 def _subscript_loads(s: V.Subscript):
@@ -245,16 +245,13 @@ def float_instructions(body: V.Body) -> int:
         nonlocal count
         if isinstance(v, V.Arith) and v.dtype.is_float:
             count += 1
-        for name in getattr(v, "__dataclass_fields__", {}):
-            x = getattr(v, name)
-            for y in x if isinstance(x, tuple) else (x,):
-                if isinstance(y, V.Value.__args__):  # type: ignore[attr-defined]
-                    walk(y)
+        for x in V.operands(v):
+            walk(x)
 
     if body.rhs is None:
         return 0
     walk(body.rhs)
-    if body.kind == "update" and body.tensor and body.value_type.is_float:
+    if body.kind == "update" and body.value_type.is_float:
         top = body.rhs
         fused = body.op == "+=" and isinstance(top, V.Arith) and top.op == "*"
         count += 0 if fused else 1

@@ -51,6 +51,7 @@ __all__ = [
     "Subscript",
     "Target",
     "Value",
+    "operands",
 ]
 
 
@@ -240,6 +241,19 @@ class Call:
 Value = (
     Literal | IndexVar | ScalarParam | Load | Convert | Not | Negate | Arith | Compare | Logic | Select | Call
 )
+
+
+def operands(v: Value) -> tuple[Value, ...]:
+    """The values ``v`` is computed from, in order (a load's subscripts are not among them)."""
+    if isinstance(v, (Convert, Not, Negate)):
+        return (v.arg,)
+    if isinstance(v, (Arith, Compare, Logic)):
+        return (v.lhs, v.rhs)
+    if isinstance(v, Select):
+        return (v.cond, v.then, v.other)
+    if isinstance(v, Call):
+        return v.args
+    return ()
 
 
 # ------------------------------------------------------------------------------------------- body
