@@ -87,6 +87,7 @@ def load_points(gpu: str, which: str = "gpu_ncu") -> tuple[list[dict[str, Any]],
         wide = wide_accumulators(cdef, sizes)
         bodies = gpu_bodies(low.plan, low.prepared.scop, cdef, sizes, wide, low.prepared.checked)
         fmas = {name: float_instructions(b) for name, b in bodies.items()}
+        held = {t.name: max(1, (wide.get(t.name) or t.dtype).bits // 8) for t in cdef.tensor_infos}  # bytes
         nbytes = {
             t.name: math.prod(int(s.evaluate(sizes)) for s in t.shape) * max(1, t.dtype.bits // 8)
             for t in cdef.tensor_infos
@@ -95,7 +96,7 @@ def load_points(gpu: str, which: str = "gpu_ncu") -> tuple[list[dict[str, Any]],
         for (name, grid, block), la, (plan, _), r in zip(run["launches"], launches, low.launches, measured):
             if r["Kernel Name"] != name or list(la.grid) != grid or list(la.block) != block:
                 raise SystemExit(f"gpu_calibration.py: the ncu rows do not follow the launches at {name}")
-            shared = sum(math.prod(b.shape) for b in plan.buffers if b.space == "shared") * 4
+            shared = sum(math.prod(b.shape) * held[b.tensor] for b in plan.buffers if b.space == "shared")
             points.append(
                 {
                     "kernel": run["kernel"],
