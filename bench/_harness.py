@@ -22,6 +22,7 @@ directory (:func:`fresh_cache_dir`) and only then imports tcjit.
 from __future__ import annotations
 
 import contextlib
+import csv
 import datetime as _dt
 import gc
 import json
@@ -405,6 +406,25 @@ def cuda_calibration(spec: object, options: object = None) -> dict[str, Any]:
     if options is not None:
         record["options"] = json.loads(options.to_json()) if hasattr(options, "to_json") else options
     return record
+
+
+def ncu_rows(path: Path) -> list[dict[str, str]]:
+    """The launches of Nsight Compute's raw CSV (``ncu --csv --page raw``: a header row, a units row,
+    then a row per launch in the order profiled), each as column -> text."""
+    with Path(path).open(newline="") as f:
+        return list(csv.DictReader(f))[1:]
+
+
+def recorded_kernel(run: Mapping[str, Any]):
+    """The suite kernel, its checked definition and the options of a run that a GPU run recorded
+    (``bench/gpu_ncu.py``: ``kernel``, ``sizes``, ``options``, ``cuda_source_sha256``, ``launches``)."""
+    import tcjit
+    from tcjit import suite
+    from tcjit.mapping.options import MappingOptions
+
+    sk = suite.get(run["kernel"])
+    cdef = tcjit.define(sk.source, name=sk.entry).definition
+    return sk, cdef, MappingOptions.from_json(json.dumps(run["options"]))
 
 
 def slug(text: str) -> str:

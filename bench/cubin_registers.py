@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import csv
 import hashlib
 import json
 import sys
@@ -36,6 +35,8 @@ from _harness import (
     machine_info,
     machine_markdown,
     markdown_table,
+    ncu_rows,
+    recorded_kernel,
     write_results,
 )
 
@@ -51,12 +52,8 @@ NCU_COLUMNS = {
 def read_ncu(path: Path) -> dict[tuple[str, tuple[int, ...], tuple[int, ...]], list[dict[str, int]]]:
     """Nsight Compute's raw CSV (header row, units row, a row per launch): per (kernel name, grid,
     block), the launches' figures of :data:`NCU_COLUMNS`, in the order profiled."""
-    with path.open(newline="") as f:
-        rows = list(csv.reader(f))
-    header, data = rows[0], rows[2:]
     out: dict[tuple, list[dict[str, int]]] = collections.defaultdict(list)
-    for row in data:
-        d = dict(zip(header, row))
+    for d in ncu_rows(path):
         key = (d["Kernel Name"], _dims(d["Grid Size"]), _dims(d["Block Size"]))
         out[key].append({k: int(d[c].replace(",", "")) for k, c in NCU_COLUMNS.items() if d.get(c, "")})
     return out
@@ -76,18 +73,14 @@ def _dims(text: str) -> tuple[int, ...]:
 
 def compare(launches_path: Path, ncu_path: Path, arch: str, using: str | None) -> dict[str, Any]:
     """The document: per run its digest check, per launch ours and ncu's figures, and a summary."""
-    import tcjit
-    from tcjit import nvrtc, pipeline, suite
-    from tcjit.mapping.options import MappingOptions
+    from tcjit import nvrtc, pipeline
 
     recorded = json.loads(launches_path.read_text())
     ncu = read_ncu(ncu_path)
     runs, rows = [], []
     compiler: tuple[str | None, tuple[int, int] | None] = (None, None)
     for run in recorded["runs"]:
-        sk = suite.get(run["kernel"])
-        cdef = tcjit.define(sk.source, name=sk.entry).definition
-        options = MappingOptions.from_json(json.dumps(run["options"]))
+        sk, cdef, options = recorded_kernel(run)
         low = pipeline.lowered(cdef, run["sizes"], options, "cuda")
         digest = hashlib.sha256(low.source.encode()).hexdigest()
         launches = [[k.name, list(k.grid), list(k.block)] for k in low.kernels]

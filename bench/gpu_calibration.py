@@ -20,7 +20,6 @@ of the model's sources).
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import hashlib
 import json
@@ -31,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from _harness import REPO, RESULTS, markdown_table, write_results
+from _harness import REPO, RESULTS, markdown_table, ncu_rows, recorded_kernel, write_results
 
 LATENCIES = tuple(x / 1e9 for x in (200, 300, 400, 500, 600, 700, 800, 1000))
 IN_FLIGHT = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
@@ -54,22 +53,18 @@ SETS = ("gpu_ncu", "gpu_ncu_sweep")
 def load_points(gpu: str, which: str = "gpu_ncu") -> tuple[list[dict[str, Any]], list[str]]:
     """The reproducible calibration points of the GPU run ``gpu`` (a results file suffix) in the set
     ``which`` (:data:`SETS`), and a line for each run that is not."""
-    import tcjit
-    from tcjit import suite
     from tcjit.mapping.accumulation import wide_accumulators
     from tcjit.mapping.gpu_access import access_profile, float_instructions
     from tcjit.mapping.layout import contiguous_strides
     from tcjit.mapping.lower_gpu import gpu_bodies, lower_cuda, lower_gpu
-    from tcjit.mapping.options import MappingOptions
 
-    rows = list(csv.DictReader((RESULTS / f"{which}_{gpu}.csv").open()))[1:]  # row 1: units
+    rows = ncu_rows(RESULTS / f"{which}_{gpu}.csv")
     runs = json.loads((RESULTS / f"{which}_launches_{gpu}.json").read_text())["runs"]
     points, missing, row = [], [], 0
     for run in runs:
-        sk = suite.get(run["kernel"])
         sizes = run["sizes"]
-        cdef = tcjit.define(sk.source, name=sk.entry).definition
-        options = MappingOptions.from_json(json.dumps(run["options"])).validate("cuda").values
+        _, cdef, options = recorded_kernel(run)
+        options = options.validate("cuda").values
         strides = {
             t.name: contiguous_strides(tuple(int(s.evaluate(sizes)) for s in t.shape))
             for t in cdef.tensor_infos
