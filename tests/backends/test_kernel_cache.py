@@ -527,25 +527,21 @@ def test_the_key_holds_a_digest_of_the_compiler_sources(tmp_path, monkeypatch) -
     fake = types.SimpleNamespace(submodule_search_locations=[str(tmp_path)])
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: fake)
     kernel_cache.code_identity.cache_clear()
+
+    def changed_by(path, old: str, new: str) -> bool:
+        """Whether rewriting ``path`` from ``old`` to ``new`` changes the code identity."""
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(old)
+        kernel_cache.code_identity.cache_clear()
+        before = kernel_cache.code_identity()
+        path.write_text(new)
+        kernel_cache.code_identity.cache_clear()
+        return kernel_cache.code_identity() != before
+
     try:
-        before = kernel_cache.code_identity()
-        (tmp_path / "printer.py").write_text("A = 2\n")
-        kernel_cache.code_identity.cache_clear()
-        assert kernel_cache.code_identity() != before
-        (tmp_path / "prelude").mkdir()  # the C prelude's files count too
-        (tmp_path / "prelude" / "half.h").write_text("/* one */\n")
-        kernel_cache.code_identity.cache_clear()
-        before = kernel_cache.code_identity()
-        (tmp_path / "prelude" / "half.h").write_text("/* two */\n")
-        kernel_cache.code_identity.cache_clear()
-        assert kernel_cache.code_identity() != before
-        (tmp_path / "autodiff").mkdir()  # and the subpackages' modules (polyhedral/autodiff/)
-        (tmp_path / "autodiff" / "rules.py").write_text("B = 1\n")
-        kernel_cache.code_identity.cache_clear()
-        before = kernel_cache.code_identity()
-        (tmp_path / "autodiff" / "rules.py").write_text("B = 2\n")
-        kernel_cache.code_identity.cache_clear()
-        assert kernel_cache.code_identity() != before
+        assert changed_by(tmp_path / "printer.py", "A = 1\n", "A = 2\n")
+        assert changed_by(tmp_path / "prelude" / "half.h", "/* one */\n", "/* two */\n")  # the C prelude
+        assert changed_by(tmp_path / "autodiff" / "rules.py", "B = 1\n", "B = 2\n")  # subpackages' modules
     finally:
         monkeypatch.undo()
         kernel_cache.code_identity.cache_clear()
