@@ -78,11 +78,12 @@ class HostCost:
     launch: float
 
 
-#: The H100 machine's host (``bench/results/gpu_suite_small_nvidia_h100_80gb_hbm3.json``: a call of
-#: every suite kernel on 1-element tensors, 2026-11-27; ``launch`` is CuPy's launch cost of
-#: ``bench/results/gpu_micro_nvidia_h100_80gb_hbm3.md``, 5.1 us, and ``call`` the least squares
-#: fit of the rest, ``bench/gpu_predict.py``).
-HOST = HostCost(call=14e-6, launch=5.1e-6)
+#: The H100 machine's host (a 16-core Xeon, torch 2.11, CuPy 14.2): fitted by least squares on the
+#: calls of every suite kernel on 1-element tensors, whose device time is negligible
+#: (``bench/results/gpu_suite_small_nvidia_h100_80gb_hbm3.json``, 2026-11-27; ``bench/gpu_predict.py``
+#: prints the fit: every kernel within 1.35x). A launch costs the host more than CuPy's launch of an
+#: empty kernel without arguments (5.1 us, ``gpu_micro``): tcjit's launches pass every tensor.
+HOST = HostCost(call=4.7e-6, launch=12.8e-6)
 
 
 @dataclass(frozen=True)
@@ -192,48 +193,32 @@ def _lines_coalesced(a: AccessProfile) -> int:
     return max(1, -(-a.lanes * a.element_bytes // LINE))
 
 
-def diagnose(
-    la: LaunchAccesses,
-    prediction: LaunchPrediction,
-    resources: LaunchResources,
-    flops: Mapping[str, int],
-    device: Device,
-) -> tuple[str, ...]:
-    """What keeps launch ``la`` from the device's speed, in words, most important first
-    (``flops``: float instructions per instance of each statement)."""
-    out = [f"bound by {BOUNDS[prediction.bound]} ({prediction.bound})"]
-    if prediction.bound == "issue":  # the statement that takes most of the issue slots, and why
-        lanes = WARP / device.fma_lanes
-        costs = {s: n * flops.get(s, 0) * lanes for s, n in la.executions.items()}
-        for a in la.accesses:
-            costs[a.what] = costs.get(a.what, 0.0) + access_cycles(a, device)
-        what = max(costs, key=costs.__getitem__)
-        mine = [a for a in la.accesses if a.what == what and a.space != "private"]
-        runs = la.executions.get(what, 0)
-        asks = ", ".join(f"{a.kind} {a.tensor}" + " in shared memory" * (a.space == "shared") for a in mine)
-        out.append(
-            f"{costs[what] / max(sum(costs.values()), 1e-30):.0%} of the issue slots go to {what} "
-            f"(x{runs} per thread): {len(mine)} memory requests ({asks or 'none'}) "
-            f"for {flops.get(what, 0)} float operations each"
-        )
-    updated = {(a.what, a.tensor) for a in la.accesses if a.space == "global" and a.kind == "write"}
+def _issue_share(la: LaunchAccesses, flops: Mapping[str, int], device: Device) -> str:
+    """The statement that takes most of the issue slots, and what it issues."""
+    costs = {s: n * flops.get(s, 0) * WARP / device.fma_lanes for s, n in la.executions.items()}
     for a in la.accesses:
-        if a.kind == "read" and (a.what, a.tensor) in updated and la.executions.get(a.what, 0) > 1:
-            out.append(
-                f"{a.what} reads and writes {a.tensor} in global memory on each of its "
-                f"{la.executions[a.what]} runs per thread: the sum is not held in a register"
-            )
-    if la.blocks < device.sms:
-        idle = device.sms - la.blocks
-        out.append(f"{la.blocks} block{'s' * (la.blocks > 1)} for {device.sms} SMs: {idle} SMs idle")
-    if la.threads < WARP:
-        out.append(f"{la.threads} threads per block: {WARP - la.threads} of each warp's {WARP} lanes idle")
+        costs[a.what] = costs.get(a.what, 0.0) + access_cycles(a, device)
+    what = max(costs, key=costs.__getitem__)
+    mine = [a for a in la.accesses if a.what == what and a.space != "private"]
+    asks = ", ".join(f"{a.kind} {a.tensor}" + " in shared memory" * (a.space == "shared") for a in mine)
+    ops = flops.get(what, 0)
+    return (
+        f"{costs[what] / max(sum(costs.values()), 1e-30):.0%} of the issue slots go to {what} "
+        f"(x{la.executions.get(what, 0)} per thread): {len(mine)} memory requests ({asks or 'none'}) "
+        f"for {ops} float operation{'s' * (ops != 1)} each"
+    )
+
+
+def _strided(la: LaunchAccesses) -> list[str]:
+    """The global accesses whose requests touch more than twice the lines of a coalesced one,
+    the worst first (one per tensor and kind)."""
     worst: dict[tuple[str, str], AccessProfile] = {}
     for a in la.accesses:
         if a.space == "global" and a.lines > max(2, 2 * _lines_coalesced(a)):
             key = (a.tensor, a.kind)
             if key not in worst or a.lines * a.requests > worst[key].lines * worst[key].requests:
                 worst[key] = a
+    out = []
     for a in sorted(worst.values(), key=lambda a: -a.lines * a.requests):
         if a.stride is None:
             why = "its lanes run along threadIdx.y" if la.block[0] == 1 else "not affine in threadIdx.x"
@@ -246,6 +231,32 @@ def diagnose(
                 f"threadIdx.x runs along a stride-{a.stride} access of {a.tensor} ({a.what}, {a.kind}): "
                 f"{a.lines} lines per request, {_lines_coalesced(a)} if coalesced"
             )
+    return out
+
+
+def diagnose(
+    la: LaunchAccesses,
+    prediction: LaunchPrediction,
+    resources: LaunchResources,
+    flops: Mapping[str, int],
+    device: Device,
+) -> tuple[str, ...]:
+    """What keeps launch ``la`` from the device's speed, in words, most important first
+    (``flops``: float instructions per instance of each statement)."""
+    out = [f"bound by {BOUNDS[prediction.bound]} ({prediction.bound})"]
+    if la.blocks < device.sms:
+        idle = device.sms - la.blocks
+        out.append(f"{la.blocks} block{'s' * (la.blocks > 1)} for {device.sms} SMs: {idle} SMs idle")
+    if la.threads < WARP:
+        out.append(f"{la.threads} threads per block: {WARP - la.threads} of each warp's {WARP} lanes idle")
+    updated = {(a.what, a.tensor) for a in la.accesses if a.space == "global" and a.kind == "write"}
+    for a in la.accesses:
+        if a.kind == "read" and (a.what, a.tensor) in updated and la.executions.get(a.what, 0) > 1:
+            out.append(
+                f"{a.what} reads and writes {a.tensor} in global memory on each of its "
+                f"{la.executions[a.what]} runs per thread: its accumulator is not held in a register"
+            )
+    out += _strided(la)
     for a in la.accesses:
         if a.space == "shared" and a.conflict > 1:
             out.append(
@@ -257,6 +268,8 @@ def diagnose(
     reads = sum(a.requests for a in la.accesses if a.space == "global" and a.kind == "read")
     if la.barriers and la.barriers >= reads > 0:
         out.append(f"a barrier between every load ({la.barriers} per thread): one load in flight per warp")
+    if prediction.bound == "issue":
+        out.append(_issue_share(la, flops, device))
     occ = prediction.occupancy
     if occ.warps < device.max_warps // 2 and la.blocks >= device.sms:
         out.append(f"{occ.warps} of {device.max_warps} warps resident per SM, limited by {occ.limiter}")
