@@ -126,3 +126,44 @@ def test_the_calibration_reproduces_its_committed_errors(tmp_path: Path) -> None
     new = json.loads((tmp_path / "cal.json").read_text())
     old = json.loads((BENCH / "results" / "gpu_calibration_nvidia_h100_80gb_hbm3.json").read_text())
     assert [p["ratio"] for p in new["points"]] == pytest.approx([p["ratio"] for p in old["points"]])
+
+
+def _bench_module(name: str):
+    sys.path.insert(0, str(BENCH))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_the_committed_suite_prediction_is_of_this_model_and_host() -> None:
+    """``bench/gpu_predict.py``'s committed result (the predicted suite, the number the GPU issues
+    move) is rerun whenever the model changes; the host constants it reports are the model's."""
+    from tcjit.mapping.gpu_profile import HOST
+
+    digest = _bench_module("gpu_calibration").model_digest()
+    results = sorted((BENCH / "results").glob("gpu_predict_*.json"))
+    assert results
+    for path in results:
+        data = json.loads(path.read_text())
+        assert data["model"]["digest"] == digest, f"rerun bench/gpu_predict.py ({path.name})"
+        fit = data["host_fit"]
+        assert (round(fit["call_s"], 7), round(fit["launch_s"], 7)) == (HOST.call, HOST.launch)
+
+
+@pytest.mark.skipif(not __import__("tcjit.nvrtc").nvrtc.available(), reason="no CUDA compiler")
+def test_the_suite_prediction_script_writes_its_results(tmp_path: Path) -> None:
+    predict = _bench_module("gpu_predict")
+    assert predict.main(["--kernels", "softmax,abs_sum", "--out", str(tmp_path / "p")]) == 0
+    data = json.loads((tmp_path / "p.json").read_text())
+    assert [(r["kernel"], r["sizes"]) for r in data["kernels"]] == [
+        ("softmax", {"N": 32768, "D": 1024}),
+        ("abs_sum", {"M": 16384, "N": 16384}),
+    ]
+    for r in data["kernels"]:
+        assert r["predicted_s"] >= max(r["device_s"], r["host_s"]) > 0 and r["bound"] and r["diagnosis"]
+        assert r["eager_s"] > 0 and isinstance(r["same_source"], bool)
+    summary = data["summary"]
+    speedups = [r["eager_s"] / r["predicted_s"] for r in data["kernels"]]
+    assert summary["predicted_speedup_over_eager"] == pytest.approx((speedups[0] * speedups[1]) ** 0.5)
+    assert "Predicted geometric-mean speedup over torch eager" in (tmp_path / "p.md").read_text()
