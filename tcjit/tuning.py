@@ -93,6 +93,12 @@ class TuningReport:
         return self.default_time / self.best_time
 
     @property
+    def pruned(self) -> int:
+        """Candidates not measured because the GPU model predicted them far slower than the best
+        (``prune_factor``); 0 on other targets."""
+        return self.result.pruned
+
+    @property
     def failed(self) -> int:
         """Candidates that failed to compile, crashed, hung or computed a wrong answer."""
         return sum(not m.valid and m.status not in ("abandoned", "skipped") for _, m in self.result.measured)
@@ -164,6 +170,9 @@ def tune_kernel(
     resume: bool = True,
     progress: bool | Callable | None = None,
     on_candidate: Callable | None = None,
+    prune_factor: float | None = 4.0,
+    keep_top: int = 4,
+    explore_share: float = 0.1,
 ) -> TuningReport:
     """:func:`autotune`, returning the whole :class:`TuningReport` instead of the best options.
 
@@ -193,6 +202,9 @@ def tune_kernel(
         elites=elites,
         seed=seed,
         timeout=timeout,
+        prune_factor=prune_factor,
+        keep_top=keep_top,
+        explore_share=explore_share,
     )
     workers = _check_settings(workers, compile_timeout, run_timeout)
     check_target(target)
@@ -427,6 +439,9 @@ _SETTINGS = (
     "run_timeout",
     "resume",
     "progress",
+    "prune_factor",
+    "keep_top",
+    "explore_share",
 )
 
 

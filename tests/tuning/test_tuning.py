@@ -57,6 +57,7 @@ def test_autotune_stores_the_best_and_later_calls_use_it(db):
     assert report.best_time is not None and report.default_time is not None
     assert report.best_time <= report.default_time
     assert report.failed == 0
+    assert report.pruned == 0  # no model of CPU time: every candidate proposed is measured
     assert report.database == str(db)
     # The starting population and one more generation, at most, were measured.
     assert 1 <= len(report.result.measured) <= 2 * SMALL["population"]
@@ -190,6 +191,9 @@ def test_bad_calls_and_settings_are_tcerrors_before_anything_runs(db):
         tcjit.autotune(kernel, a, b, generations=0)
     with pytest.raises(TCOptionsError, match="workers"):
         tcjit.autotune(kernel, a, b, workers=0)
+    for setting, value in (("prune_factor", 1.0), ("keep_top", -1), ("explore_share", 2.0)):
+        with pytest.raises(TCOptionsError, match=setting):
+            tcjit.autotune(kernel, a, b, **{setting: value})
     with pytest.raises(TCOptionsError, match=r"timeout=0.01 s ran out before the default options"):
         tcjit.autotune(kernel, a, b, timeout=0.01, workers=1)
     with pytest.raises(TCCallError, match="meta"):
