@@ -48,7 +48,14 @@ from .tuning_worker import (
     ray_task,
 )
 
-__all__ = ["TuningReport", "autotune", "bind_tuning_arguments", "format_duration", "tune_kernel"]
+__all__ = [
+    "TuningReport",
+    "autotune",
+    "bind_tuning_arguments",
+    "format_duration",
+    "tune_kernel",
+    "tuning_space",
+]
 
 
 @dataclass(frozen=True)
@@ -152,6 +159,21 @@ def _seeds(db, key, defaults, target: str) -> list:
     return [*usable([stored] if stored else []), defaults, *usable(db.nearest(key))]
 
 
+def tuning_space(cdef: CheckedDef, sizes: Mapping[str, int], target: str) -> tuple:
+    """``(defaults, space)``: the default options of ``cdef`` at ``sizes`` on ``target`` and the
+    search space a tuning run explores from them (tile choices from the outer bands' extents).
+
+    Example: ``tuning_space(kernel.definition, {"M": 512, "K": 512, "N": 512}, "cuda")``.
+    """
+    from .mapping.prepare import outer_band_extents
+    from .mapping.search_space import search_space
+    from .pipeline import default_options
+
+    defaults = default_options(cdef, sizes, target).validate(target)
+    extents = outer_band_extents(cdef, sizes, defaults)
+    return defaults, search_space(target, extents, base=defaults)
+
+
 def tune_kernel(
     kernel,
     *inputs,
@@ -183,9 +205,6 @@ def tune_kernel(
     from .cache import Measured
     from .genetic import TunerSettings, WorkerPool, alternating_evaluator, tune
     from .kernel import Kernel
-    from .mapping.prepare import outer_band_extents
-    from .mapping.search_space import search_space
-    from .pipeline import default_options
     from .tuned import options_database, tuning_key
     from .tuning_ray import ray_measure, task_resources
 
@@ -211,9 +230,7 @@ def tune_kernel(
     binding = bind(kernel.definition, inputs)
     kernel._refuse_meta(binding, "tuning runs the kernel and needs real data")
     target = target or ("cuda" if binding.device.type == "cuda" else "cpu")
-    defaults = default_options(kernel.definition, binding.sizes, target).validate(target)
-    extents = outer_band_extents(kernel.definition, binding.sizes, defaults)
-    space = search_space(target, extents, base=defaults)
+    defaults, space = tuning_space(kernel.definition, binding.sizes, target)
 
     db = options_database()
     key = tuning_key(kernel, inputs, target)
