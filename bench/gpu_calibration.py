@@ -35,7 +35,7 @@ from _harness import REPO, RESULTS, markdown_table, ncu_rows, recorded_kernel, w
 LATENCIES = tuple(x / 1e9 for x in (200, 300, 400, 500, 600, 700, 800, 1000))
 IN_FLIGHT = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
 DISPATCH = tuple(x / 1e9 for x in (0, 20, 40, 60, 80, 100))
-MODEL_SOURCES = ("mapping/gpu_access.py", "mapping/gpu_model.py")
+MODEL_SOURCES = ("mapping/gpu_access.py", "mapping/gpu_model.py", "mapping/gpu_profile.py")
 
 
 def model_digest() -> str:
@@ -53,10 +53,10 @@ SETS = ("gpu_ncu", "gpu_ncu_sweep")
 def load_points(gpu: str, which: str = "gpu_ncu") -> tuple[list[dict[str, Any]], list[str]]:
     """The reproducible calibration points of the GPU run ``gpu`` (a results file suffix) in the set
     ``which`` (:data:`SETS`), and a line for each run that is not."""
-    from tcjit.mapping.accumulation import wide_accumulators
-    from tcjit.mapping.gpu_access import access_profile, float_instructions
+    from tcjit.mapping.gpu_model import DEVICES
+    from tcjit.mapping.gpu_profile import LaunchResources, profile_lowering
     from tcjit.mapping.layout import contiguous_strides
-    from tcjit.mapping.lower_gpu import gpu_bodies, lower_cuda, lower_gpu
+    from tcjit.mapping.lower_gpu import lower_cuda, lower_gpu
 
     rows = ncu_rows(RESULTS / f"{which}_{gpu}.csv")
     runs = json.loads((RESULTS / f"{which}_launches_{gpu}.json").read_text())["runs"]
@@ -71,27 +71,24 @@ def load_points(gpu: str, which: str = "gpu_ncu") -> tuple[list[dict[str, Any]],
         }
         measured = rows[row : row + len(run["launches"])]
         row += len(run["launches"])
-        source = lower_cuda(cdef, sizes, strides, options).source
+        low = lower_gpu(cdef, sizes, options)
+        source = lower_cuda(cdef, sizes, strides, options, low=low).source
         if hashlib.sha256(source.encode()).hexdigest() != run["cuda_source_sha256"]:
             what = run.get("candidate", "default")
             missing.append(
                 f"{run['kernel']} {sizes} {what}: HEAD's CUDA source differs from the measured one"
             )
             continue
-        low = lower_gpu(cdef, sizes, options)
-        wide = wide_accumulators(cdef, sizes)
-        bodies = gpu_bodies(low.plan, low.prepared.scop, cdef, sizes, wide, low.prepared.checked)
-        fmas = {name: float_instructions(b) for name, b in bodies.items()}
-        held = {t.name: max(1, (wide.get(t.name) or t.dtype).bits // 8) for t in cdef.tensor_infos}  # bytes
-        nbytes = {
-            t.name: math.prod(int(s.evaluate(sizes)) for s in t.shape) * max(1, t.dtype.bits // 8)
-            for t in cdef.tensor_infos
+        # the registers the hardware reports (launch__registers_per_thread), not the cubin's
+        resources = {
+            name: LaunchResources(int(float(r["launch__registers_per_thread"])))
+            for (name, _, _), r in zip(run["launches"], measured)
         }
-        launches = access_profile(cdef, low.launches, bodies, sizes, strides, wide)
-        for (name, grid, block), la, (plan, _), r in zip(run["launches"], launches, low.launches, measured):
+        profile = profile_lowering(cdef, sizes, strides, low, resources, DEVICES["h100"])
+        for (name, grid, block), lp, r in zip(run["launches"], profile.launches, measured):
+            la = lp.accesses
             if r["Kernel Name"] != name or list(la.grid) != grid or list(la.block) != block:
                 raise SystemExit(f"gpu_calibration.py: the ncu rows do not follow the launches at {name}")
-            shared = sum(math.prod(b.shape) * held[b.tensor] for b in plan.buffers if b.space == "shared")
             points.append(
                 {
                     "kernel": run["kernel"],
@@ -103,13 +100,11 @@ def load_points(gpu: str, which: str = "gpu_ncu") -> tuple[list[dict[str, Any]],
                     "block": block,
                     "digest": run["cuda_source_sha256"],
                     "measured_s": float(r["gpu__time_duration.sum"].replace(",", "")) * 1e-9,
-                    "registers": int(float(r["launch__registers_per_thread"])),
-                    "shared_bytes": shared,
+                    "registers": lp.resources.registers,
+                    "shared_bytes": lp.shared_bytes,
                     "accesses": la,
-                    "fmas": fmas,
-                    "compulsory": sum(
-                        nbytes[t] for t in {a.tensor for a in la.accesses if a.space == "global"}
-                    ),
+                    "fmas": lp.flops,
+                    "compulsory": lp.compulsory_bytes,
                 }
             )
     return points, missing

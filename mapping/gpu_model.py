@@ -31,9 +31,18 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from .gpu_access import WARP, LaunchAccesses
+from .gpu_access import WARP, AccessProfile, LaunchAccesses
 
-__all__ = ["DEVICES", "H100", "Device", "LaunchPrediction", "Occupancy", "occupancy", "predict_launch"]
+__all__ = [
+    "DEVICES",
+    "H100",
+    "Device",
+    "LaunchPrediction",
+    "Occupancy",
+    "access_cycles",
+    "occupancy",
+    "predict_launch",
+]
 
 
 @dataclass(frozen=True)
@@ -137,6 +146,16 @@ def occupancy(device: Device, threads: int, registers: int, shared_bytes: int) -
     return Occupancy(blocks, limiter, blocks * warps)
 
 
+def access_cycles(a: AccessProfile, device: Device) -> float:
+    """The SM cycles a warp spends issuing access ``a``, all its requests (module docstring):
+    0 for a private one."""
+    if a.space == "global":
+        return a.requests * device.l1_cycles_per_line * max(1, a.lines)
+    if a.space == "shared":
+        return a.requests * max(device.shared_cycles_min, device.shared_cycles * a.conflict)
+    return 0.0
+
+
 @dataclass(frozen=True)
 class LaunchPrediction:
     """The predicted time of one launch, the term that bounds it, every term (seconds), and the
@@ -165,13 +184,8 @@ def predict_launch(
     per_sm = -(-launch.blocks // device.sms)  # blocks each busy SM runs
     resident = max(1, min(occ.blocks, per_sm))
     rounds = -(-per_sm // resident)
-    cycles = 0.0  # per warp
     reads = [a for a in launch.accesses if a.space == "global"]
-    for a in launch.accesses:
-        if a.space == "global":
-            cycles += a.requests * device.l1_cycles_per_line * max(1, a.lines)
-        elif a.space == "shared":
-            cycles += a.requests * max(device.shared_cycles_min, device.shared_cycles * a.conflict)
+    cycles = sum(access_cycles(a, device) for a in launch.accesses)  # per warp
     cycles += sum(n * fmas.get(s, 0) for s, n in launch.executions.items()) * WARP / device.fma_lanes
     issue = per_sm * launch.warps * cycles / device.clock_hz
     requests = sum(a.requests for a in reads)

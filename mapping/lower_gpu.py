@@ -119,15 +119,18 @@ def lower_cuda(
     options,
     *,
     symbol: str | None = None,
+    low: GpuLowering | None = None,
 ) -> CudaKernelSource:
     """The CUDA source of ``cdef``'s GPU mapping at ``sizes`` for tensors with element ``strides``.
 
     :arg options: :class:`~tcjit.mapping.option_values.OptionValues` (validated for "cuda").
     :arg symbol: the kernels' name prefix (default ``tc_entry_<name>``); launch ``i`` is ``<symbol>_k<i>``.
+    :arg low: ``lower_gpu(cdef, sizes, options)`` where the caller has it already (the static GPU
+        profile reads it too).
     :raises TCInternalError: the mapping put a barrier under control flow that depends on the
         thread ids (not every thread of the block would reach it).
     """
-    low = lower_gpu(cdef, sizes, options)
+    low = low or lower_gpu(cdef, sizes, options)
     scop, _, _, sched, checked, zero = low.prepared
     symbol = symbol or entry_symbol(cdef.name)
     launches = []

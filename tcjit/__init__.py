@@ -61,6 +61,7 @@ __all__ = [
     "autotune",
     "compile",
     "define",
+    "gpu_profile",
     "make_autograd",
 ]
 
@@ -100,6 +101,21 @@ def compile(kernel, *example_inputs, options=None, target: str | None = None, **
     from .kernel import compile as _compile
 
     return _compile(kernel, *example_inputs, options=options, target=target, **named)
+
+
+def gpu_profile(kernel, *inputs, gpu: str = "h100", options=None):
+    """The static GPU profile of ``kernel`` called on ``inputs``, without a GPU: per launch its grid,
+    block, occupancy and what limits it, its registers (from the cubin a CUDA compiler makes), what
+    each warp asks of global and shared memory, the predicted time, the resource that bounds it and
+    a diagnosis in words. ``inputs`` may be ``meta`` tensors. ``gpu``: ``"h100"`` or ``"h200"``;
+    ``options``: those to profile (default: a call's on the GPU). See
+    :func:`tcjit.static_profile.gpu_profile`; ``str(profile)`` is its text.
+
+    :raises TCCallError: the inputs do not fit the kernel, or ``gpu`` is unknown.
+    """
+    from .static_profile import gpu_profile as _gpu_profile
+
+    return _gpu_profile(kernel, *inputs, gpu=gpu, options=options)
 
 
 def make_autograd(forward_kernel, backward_kernel):

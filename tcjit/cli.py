@@ -9,8 +9,11 @@
   or the defaults), ``tree`` (the mapped schedule tree and the mapping decisions), ``ir`` (the
   kernel IR the printer prints, indented), ``c`` (the generated C) or ``cuda`` (the CUDA source
   of the ``cuda`` target, which needs no GPU; ``--no-prelude`` leaves out the prelude both start
-  with). The last five need every size (``--sizes M=64,N=32``) and take the mapping options
-  (``--options JSON``, ``--fusion``, ``--tile``, ``--no-parallel``, ``--no-vectorize``,
+  with) or ``gpu-profile`` (the static GPU profile of the ``cuda`` target's kernels: per launch
+  its occupancy, registers, what its warps ask of memory, a predicted time, its bound and a
+  diagnosis, :func:`tcjit.gpu_profile`; ``--gpu h100|h200``, ``--format text|json``; no GPU
+  needed, a CUDA compiler is). The last six need every size (``--sizes M=64,N=32``) and take the
+  mapping options (``--options JSON``, ``--fusion``, ``--tile``, ``--no-parallel``, ``--no-vectorize``,
   ``--blocks``, ``--threads``, ``--target``); they lower for contiguous tensors, through the
   pipeline (:func:`tcjit.pipeline.lowered`). The stages before them are the pipeline's too
   (:func:`tcjit.pipeline.front_stage`).
@@ -295,7 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("show", help="print a stage of the compilation of an entry")
     p.add_argument("file")
     p.add_argument("--entry")
-    p.add_argument("--sizes", help="concrete sizes, e.g. M=64,N=32 (needed by --stage tree, ir, c and cuda)")
+    p.add_argument(
+        "--sizes", help="concrete sizes, e.g. M=64,N=32 (needed by --stage tree, ir, c, cuda and gpu-profile)"
+    )
     p.add_argument("--stage", choices=(*FRONT_STAGES, *OPTION_STAGES), default="checked")
     _add_option_flags(p)
     p.add_argument(
@@ -315,6 +320,15 @@ def main(argv: list[str] | None = None) -> int:
         "--absent",
         help="--stage backward: outputs whose gradient is absent (the loss does not read them), "
         "e.g. O1,O2: the backward a training step with that loss runs",
+    )
+    p.add_argument(
+        "--gpu",
+        help="--stage gpu-profile: the device predicted for, h100 (the default) or h200",
+    )
+    p.add_argument(
+        "--format",
+        choices=("text", "json"),
+        help="--stage gpu-profile: text to read (default) or JSON to process",
     )
     p.set_defaults(func=cmd_show)
     p = sub.add_parser("run", help="compile an entry, run it on random inputs, compare with the oracle")

@@ -20,7 +20,7 @@ __all__ = ["MAPPED_STAGES", "OPTION_STAGES", "cmd_show"]
 
 #: The stages that lower the entry (every size needed); the front stages are
 #: :data:`tcjit.stages.FRONT_STAGES` (no mapping options but the schedule's).
-MAPPED_STAGES = ("tree", "ir", "c", "cuda")
+MAPPED_STAGES = ("tree", "ir", "c", "cuda", "gpu-profile")
 #: The stages that read the mapping options.
 OPTION_STAGES = ("options", *MAPPED_STAGES)
 
@@ -65,6 +65,25 @@ def _show_options(args, program, cdef, sizes: Mapping[str, int]) -> None:
         print(f"  {name}: {json.dumps(value)}")
 
 
+def _show_gpu_profile(args, cdef, sizes: Mapping[str, int], options) -> None:
+    """The static GPU profile of the entry at ``sizes`` for contiguous tensors, as text or JSON."""
+    import json
+
+    from .mapping.gpu_model import DEVICES
+    from .pipeline import default_options
+    from .static_profile import profile_at
+
+    if args.gpu is not None and args.gpu not in DEVICES:
+        raise UsageError(f"--gpu {args.gpu}: the profile knows {', '.join(DEVICES)}")
+    if options is None:
+        options = default_options(cdef, sizes, "cuda")
+    profile = profile_at(cdef, sizes, None, options, args.gpu or "h100")
+    if args.format == "json":
+        print(json.dumps(profile.to_json(), indent=1))
+    else:
+        print(profile, end="")
+
+
 def _absent(args, cdef) -> frozenset[str]:
     """The outputs ``--absent`` names (gradients known to be zero), not all of them."""
     absent = frozenset(parse_names(args.absent, cdef.outputs, "--absent", "outputs") or ())
@@ -84,6 +103,8 @@ _OPTION_FLAGS = (  # (attribute, flag, the stages that read it)
     ("no_vectorize", "--no-vectorize", OPTION_STAGES),
     ("target", "--target", OPTION_STAGES),
     ("no_prelude", "--no-prelude", ("c", "cuda")),
+    ("gpu", "--gpu", ("gpu-profile",)),
+    ("format", "--format", ("gpu-profile",)),
     ("wrt", "--wrt", ("backward",)),
     ("absent", "--absent", ("backward",)),
 )
@@ -135,13 +156,16 @@ def cmd_show(args) -> int:
         from .pipeline import lowered as lower
 
         target = args.target or "cpu"
-        if args.stage == "cuda":
+        if args.stage in ("cuda", "gpu-profile"):
             if args.target not in (None, "cuda"):
                 raise UsageError(
-                    f"--stage cuda prints the cuda target's source: leave out --target {args.target}"
+                    f"--stage {args.stage} reads the cuda target's lowering: leave out --target {args.target}"
                 )
             target = "cuda"
         opts = options_from_flags(args, cdef, sizes, target)
+        if args.stage == "gpu-profile":
+            _show_gpu_profile(args, cdef, sizes, opts)
+            return 0
         lowered = lower(cdef, sizes, opts, target)
         if args.stage in ("c", "cuda"):
             source = without_prelude(lowered.source, "--no-prelude") if args.no_prelude else lowered.source

@@ -430,19 +430,21 @@ def test_a_file_that_cannot_be_read_is_one_line(capsys, tmp_path, argv):
         ),
         (
             ["show", CONV, "--tile", "4"],
-            "--tile goes with --stage schedule, options, tree, ir, c or cuda, not --stage checked",
+            "--tile goes with --stage schedule, options, tree, ir, c, cuda or gpu-profile, "
+            "not --stage checked",
         ),
         (
             ["show", CONV, "--stage", "scop", "--options", "{}"],
-            "--options goes with --stage schedule, options, tree, ir, c or cuda, not --stage scop",
+            "--options goes with --stage schedule, options, tree, ir, c, cuda or gpu-profile, "
+            "not --stage scop",
         ),
         (
             ["show", CONV, "--stage", "schedule", "--threads", "4"],
-            "--threads goes with --stage options, tree, ir, c or cuda, not --stage schedule",
+            "--threads goes with --stage options, tree, ir, c, cuda or gpu-profile, not --stage schedule",
         ),
         (
             ["show", CONV, "--target", "cuda-emulated"],
-            "--target goes with --stage options, tree, ir, c or cuda, not --stage checked",
+            "--target goes with --stage options, tree, ir, c, cuda or gpu-profile, not --stage checked",
         ),
         (
             ["show", CONV, "--stage", "c", "--fix-sizes"],
