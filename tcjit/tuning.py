@@ -53,6 +53,7 @@ __all__ = [
     "autotune",
     "bind_tuning_arguments",
     "format_duration",
+    "gpu_predictor",
     "tune_kernel",
     "tuning_space",
 ]
@@ -172,6 +173,46 @@ def tuning_space(cdef: CheckedDef, sizes: Mapping[str, int], target: str) -> tup
     defaults = default_options(cdef, sizes, target).validate(target)
     extents = outer_band_extents(cdef, sizes, defaults)
     return defaults, search_space(target, extents, base=defaults)
+
+
+def gpu_predictor(
+    cdef: CheckedDef, sizes: Mapping[str, int], strides: Mapping[str, tuple[int, ...]], gpu: str
+) -> Callable[[Sequence], list[float | None]]:
+    """The predictor a tuning run on a GPU hands to :func:`tcjit.genetic.tune`: each candidate's
+    time per call predicted by the static GPU profile
+    (:func:`tcjit.static_profile.predicted_seconds`, a cubin compiled per candidate, no GPU run),
+    ``None`` for a candidate whose code the profile cannot lower or compile (never pruned).
+
+    :arg sizes, strides: the call's, as :func:`tcjit.pipeline.call_strides` gives them.
+    :arg gpu: the device predicted for: ``"h100"``, ``"h200"`` (:func:`tcjit.static_profile.device_named`).
+    """
+    from .static_profile import predicted_seconds
+
+    def predict(candidates: Sequence) -> list[float | None]:
+        out: list[float | None] = []
+        for options in candidates:
+            try:
+                out.append(predicted_seconds(cdef, sizes, strides, options, gpu))
+            except TCError:  # this candidate's code: the model cannot say, the evaluator will
+                out.append(None)
+        return out
+
+    return predict
+
+
+def _predictor(cdef: CheckedDef, binding, target: str):
+    """The tuner's predictor for a call on ``target``: the static GPU profile of the inputs'
+    device on ``"cuda"``; ``None`` elsewhere (CPU time has no model; emulated CUDA is not timed as
+    a GPU)."""
+    if target != "cuda":
+        return None
+    import torch
+
+    from .pipeline import call_strides
+    from .static_profile import device_named
+
+    gpu = device_named(torch.cuda.get_device_name(binding.device))
+    return gpu_predictor(cdef, binding.sizes, call_strides(cdef, binding, None), gpu)
 
 
 def tune_kernel(
@@ -334,6 +375,7 @@ def tune_kernel(
             known=known,
             on_generation=generation,
             on_measured=measured,
+            predict=_predictor(kernel.definition, binding, target),
         )
         if db is not None and pending:
             db.record(key, list(pending))
