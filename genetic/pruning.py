@@ -143,8 +143,10 @@ class Pruner:
         """``todo`` (genomes not measured yet) split into those to evaluate, best predicted first,
         and those pruned, each with a line saying why; ``best`` is the best measured genome
         (``None``: nothing measured yet, nothing pruned)."""
+        if not todo:
+            return [], []
         predicted = self.predictions([*todo, *([best] if best is not None else [])])
-        if predicted is None or not todo:
+        if predicted is None:
             return list(todo), []
         best_predicted = predicted[-1] if best is not None else None
         bar = None if best_predicted is None else self.prune_factor * best_predicted
