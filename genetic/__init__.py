@@ -3,7 +3,8 @@
 - :mod:`~tcjit.genetic.tuner`: :func:`tune`, a DEAP genetic search over a
   :class:`~tcjit.mapping.SearchSpace` (seeds, resume from known measurements, elites, timeout,
   Ctrl-C), with :class:`TunerSettings`, :class:`Measurement`, :class:`Generation`,
-  :class:`TuningResult` and the :class:`Evaluator` protocol.
+  :class:`TuningResult` and the :class:`Evaluator` protocol; with a :data:`Predictor` handed in, it
+  skips candidates a model predicts far slower than the best (:mod:`~tcjit.genetic.pruning`).
 - :mod:`~tcjit.genetic.workers`: :class:`WorkerPool`, child processes that survive crashing,
   hanging and raising candidates (``python -m tcjit.genetic.worker``, never :mod:`multiprocessing`).
 - :mod:`~tcjit.genetic.evaluation`: evaluators built from functions handed in:
@@ -16,7 +17,7 @@ search starts, so worker processes start without it.
 """
 
 from .evaluation import alternating_evaluator, ray_evaluator
-from .tuner import Evaluator, Generation, Measurement, TunerSettings, TuningResult, tune
+from .tuner import Evaluator, Generation, Measurement, Predictor, TunerSettings, TuningResult, tune
 from .workers import Outcome, WorkerPool
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "Generation",
     "Measurement",
     "Outcome",
+    "Predictor",
     "TunerSettings",
     "TuningResult",
     "WorkerPool",

@@ -31,6 +31,16 @@ individual and fitness types (:mod:`deap.creator`, created once), the :class:`de
 that binds the operators, the :class:`deap.tools.HallOfFame` that holds the elites and the
 :class:`deap.tools.Logbook` logged after each generation.
 
+Pruning (with a ``predict`` function handed in, e.g. a static GPU model): candidates are evaluated
+best predicted first, so that good ones raise the evaluator's bar early; those predicted over
+``prune_factor`` times the *prediction* of the best candidate measured so far are ``"pruned"``: not
+evaluated, not parents, not proposed again, not handed to ``on_measured`` (a later run with a better
+model may try them). Comparing two predictions, not a prediction with a time, cancels the model's
+error common to all candidates; the ``keep_top`` best-predicted candidates and a random
+``explore_share`` of the rest are never pruned, so that a model that ranks wrongly cannot hide
+good options (:mod:`tcjit.genetic.pruning` says why at length). Nothing is pruned before something
+is measured; a predictor that raises costs a warning and the pruning for the rest of the run.
+
 Stopping: after ``generations`` generations; when ``settings.timeout`` has passed (checked before
 each evaluator call and handed to it as a deadline); or on Ctrl-C. A KeyboardInterrupt raised in
 the evaluator (e.g. by :meth:`WorkerPool.map`, after it has killed its busy workers), in a callback
@@ -53,6 +63,7 @@ from typing import Any, Protocol
 from ..mapping.options import MappingOptions
 from ..mapping.search_space import SearchSpace
 from ..polyhedral.errors import TCError, TCOptionsError
+from .pruning import Predictor, Pruner
 
 __all__ = [
     "FAILURES",
@@ -60,6 +71,7 @@ __all__ = [
     "Evaluator",
     "Generation",
     "Measurement",
+    "Predictor",
     "TunerSettings",
     "TuningResult",
     "tune",
@@ -68,7 +80,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: Every status a :class:`Measurement` may have.
-STATUSES = ("ok", "compile-error", "crashed", "timeout", "wrong", "abandoned", "skipped", "error")
+STATUSES = ("ok", "compile-error", "crashed", "timeout", "wrong", "abandoned", "skipped", "error", "pruned")
 #: The statuses counted as failures in :attr:`Generation.failed`.
 FAILURES = frozenset({"compile-error", "crashed", "timeout", "wrong", "error"})
 #: How often a child that repeats a measured genome is mutated again before it is resampled.
@@ -87,7 +99,9 @@ class Measurement:
     :ivar status: ``"ok"``; a failure: ``"compile-error"``, ``"crashed"``, ``"timeout"``,
         ``"wrong"`` (the output differs from the reference), ``"error"``; ``"abandoned"``: valid but
         much slower than the best so far, stopped early (never the best, not a failure);
-        ``"skipped"``: not evaluated (deadline or interrupt; neither remembered nor counted).
+        ``"skipped"``: not evaluated (deadline or interrupt; neither remembered nor counted);
+        ``"pruned"``: not evaluated because the model predicted it far slower than the best
+        (not a failure, not measured: never stored, never a parent, not proposed again in the run).
     :ivar detail: one line: the error, the exit signal, the largest difference...
     """
 
@@ -135,6 +149,10 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _is_finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _is_rate(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0
 
@@ -152,6 +170,13 @@ class TunerSettings:
         population). Example: 2.
     :ivar seed: fixes the candidates proposed, given the same measurements; ``None``: random.
     :ivar timeout: seconds for the whole search (> 0), or ``None`` for no limit. Example: 600.0.
+    :ivar prune_factor: with a predictor, candidates predicted slower than this many times the
+        prediction of the best measured candidate are not evaluated (> 1); ``None``: never prune
+        (nor call the predictor). Example: 4.0.
+    :ivar keep_top: the candidates of each generation the predictor ranks best, never pruned
+        (>= 0). Example: 4.
+    :ivar explore_share: the probability in [0, 1] that a candidate over the bar, outside the top,
+        is evaluated anyway (a random share of the rest). Example: 0.1.
     """
 
     generations: int = 5
@@ -161,6 +186,9 @@ class TunerSettings:
     elites: int = 2
     seed: int | None = None
     timeout: float | None = None
+    prune_factor: float | None = 4.0
+    keep_top: int = 4
+    explore_share: float = 0.1
 
     def __post_init__(self) -> None:
         _check(
@@ -196,6 +224,15 @@ class TunerSettings:
             ),
             "a number of seconds > 0 or None",
         )
+        factor = self.prune_factor
+        _check(
+            "prune_factor",
+            factor,
+            factor is None or (_is_finite(factor) and factor > 1),
+            "a number > 1 or None",
+        )
+        _check("keep_top", self.keep_top, _is_int(self.keep_top) and self.keep_top >= 0, "an integer >= 0")
+        _check("explore_share", self.explore_share, _is_rate(self.explore_share), "a number in [0, 1]")
 
 
 @dataclass(frozen=True)
@@ -208,6 +245,8 @@ class Generation:
     :ivar evaluated: candidates measured in this generation (not memoised hits, not skipped).
     :ivar failed: of those, the failures (compile-error, crashed, timeout, wrong, error).
     :ivar elapsed: seconds since the search started.
+    :ivar pruned: candidates of this generation not evaluated because the predictor ranked them
+        far slower than the best measured (see :class:`TunerSettings`).
     """
 
     index: int
@@ -216,6 +255,7 @@ class Generation:
     evaluated: int
     failed: int
     elapsed: float
+    pruned: int = 0
 
 
 @dataclass(frozen=True)
@@ -226,7 +266,7 @@ class TuningResult:
     :ivar best_time: their time in seconds, or ``None``.
     :ivar history: one :class:`Generation` per generation evaluated.
     :ivar measured: every candidate measured in this run with its result, in order (not ``known``
-        ones, not skipped ones).
+        ones, not skipped or pruned ones).
     :ivar stopped: ``"generations"`` (all ran), ``"timeout"`` or ``"interrupted"`` (Ctrl-C).
     """
 
@@ -235,6 +275,11 @@ class TuningResult:
     history: tuple[Generation, ...]
     measured: tuple[tuple[MappingOptions, Measurement], ...]
     stopped: str
+
+    @property
+    def pruned(self) -> int:
+        """Candidates not evaluated because the predictor ranked them far slower, over all generations."""
+        return sum(g.pruned for g in self.history)
 
 
 # -- DEAP types and operators -----------------------------------------------------------------------
@@ -313,11 +358,28 @@ def _mutate(
 class _Search:
     """The state of one :func:`tune` run."""
 
-    def __init__(self, space: SearchSpace, evaluate: Evaluator, settings: TunerSettings, on_measured: Any):
+    def __init__(
+        self,
+        space: SearchSpace,
+        evaluate: Evaluator,
+        settings: TunerSettings,
+        on_measured: Any,
+        predict: Predictor | None = None,
+    ):
         base, self.creator, self.tools = _deap()
         self.space, self.evaluate, self.settings, self.on_measured = space, evaluate, settings, on_measured
         self.sizes = [len(p.choices) for p in space.parameters]
         self.rng = random.Random(settings.seed)
+        self.pruner = None
+        if predict is not None and settings.prune_factor is not None:
+            self.pruner = Pruner(
+                predict,
+                space.decode,
+                prune_factor=settings.prune_factor,
+                keep_top=settings.keep_top,
+                explore_share=settings.explore_share,
+                rng=self.rng,
+            )
         self.toolbox = base.Toolbox()
         self.toolbox.register("select", _select_sus, self.rng)
         self.toolbox.register("mate", _crossover, self.rng)
@@ -326,6 +388,7 @@ class _Search:
         self.memo: dict[tuple[int, ...], Measurement] = {}
         self.measured: list[tuple[MappingOptions, Measurement]] = []
         self.best: tuple[float, MappingOptions] | None = None
+        self.best_genome: tuple[int, ...] | None = None
         self.skipped = False  # whether the evaluator skipped candidates of the last batch (deadline)
         self.start = time.monotonic()
         self.deadline = None if settings.timeout is None else self.start + settings.timeout
@@ -339,14 +402,14 @@ class _Search:
     def remember(self, genome: tuple[int, ...], options: MappingOptions, m: Measurement) -> None:
         self.memo[genome] = m
         if m.valid and (self.best is None or m.time < self.best[0]):
-            self.best = (m.time, options)
+            self.best, self.best_genome = (m.time, options), genome
         if m.valid:
             self.hall.update([self.individual(genome)])
 
     def add_known(self, known: Sequence[tuple[MappingOptions, Measurement]]) -> list[tuple[int, ...]]:
         genomes = []
         for options, m in known:
-            if m.status == "skipped":
+            if m.status in ("skipped", "pruned"):
                 continue
             try:  # exactly: a measurement of nearby options is not a measurement of these
                 genome = self.space.encode(options)
@@ -388,6 +451,9 @@ class _Search:
         settings = self.settings
         children = [tuple(ind) for ind in self.hall[: settings.elites]]
         n = settings.population - len(children)
+        # A pruned genome is no parent: it was never measured, and the model ranked it far slower.
+        # Something was measured before anything was pruned, so the elites can stand in.
+        pool = [g for g in pool if not self.pruned(g)] or [tuple(ind) for ind in self.hall]
         individuals = [self.individual(g) for g in pool]
         parents = self.toolbox.select(individuals, PARENTS * n)
         for i in range(n):
@@ -407,11 +473,26 @@ class _Search:
             children.append(child)
         return children
 
+    def pruned(self, genome: tuple[int, ...]) -> bool:
+        m = self.memo.get(genome)
+        return m is not None and m.status == "pruned"
+
+    def prune(self, todo: list[tuple[int, ...]]) -> tuple[list[tuple[int, ...]], int]:
+        """``todo`` less what the predictor prunes, best predicted first; and how many it pruned."""
+        if self.pruner is None:
+            return todo, 0
+        keep, pruned = self.pruner.split(todo, self.best_genome)
+        for genome, detail in pruned:
+            self.memo[genome] = Measurement(None, "pruned", detail)
+        return keep, len(pruned)
+
     def run_generation(self, index: int, population: Sequence[tuple[int, ...]]) -> Generation | None:
-        """Measure what ``population`` has not measured yet; ``None`` if the deadline passed first."""
+        """Measure what ``population`` has not measured yet, less what the predictor prunes;
+        ``None`` if the deadline passed first."""
         todo = list(dict.fromkeys(g for g in population if g not in self.memo))
         if self.deadline is not None and time.monotonic() >= self.deadline:
             return None
+        todo, pruned = self.prune(todo)
         candidates = [self.space.decode(g) for g in todo]
         best = None if self.best is None else self.best[0]
         results = list(self.evaluate(candidates, best, self.deadline)) if candidates else []
@@ -434,7 +515,8 @@ class _Search:
             if self.on_measured is not None:
                 self.on_measured(options, m)
         best_time, best_options = (None, None) if self.best is None else self.best
-        return Generation(index, best_time, best_options, evaluated, failed, time.monotonic() - self.start)
+        elapsed = time.monotonic() - self.start
+        return Generation(index, best_time, best_options, evaluated, failed, elapsed, pruned)
 
     def result(self, history: list[Generation], stopped: str) -> TuningResult:
         best_time, best_options = (None, None) if self.best is None else self.best
@@ -450,6 +532,7 @@ def tune(
     known: Sequence[tuple[MappingOptions, Measurement]] = (),
     on_generation: Callable[[Generation], None] | None = None,
     on_measured: Callable[[MappingOptions, Measurement], None] | None = None,
+    predict: Predictor | None = None,
 ) -> TuningResult:
     """Search ``space`` for the fastest options, measuring candidates with ``evaluate``.
 
@@ -463,13 +546,19 @@ def tune(
         best of them is the best so far. Options that are not points of ``space`` are ignored
         (hand them in as ``seeds``).
     :arg on_generation: called after each generation with its :class:`Generation`.
-    :arg on_measured: called with every newly measured candidate (to store it); skipped ones excluded.
+    :arg on_measured: called with every newly measured candidate (to store it); skipped and
+        pruned ones excluded.
+    :arg predict: ``predict(candidates)`` answers predicted seconds per call for each candidate
+        (``None`` where the model cannot say); with it, candidates are evaluated best predicted
+        first and those predicted far slower than the best are pruned (see the module docstring
+        and :class:`TunerSettings`). ``None``, or ``settings.prune_factor`` ``None``: it is not
+        called, and every candidate is evaluated, in proposal order.
     :returns: a :class:`TuningResult`; ``stopped`` says why the search ended. A KeyboardInterrupt
         ends the search and is not re-raised (see the module docstring).
     """
-    search = _Search(space, evaluate, settings, on_measured)
+    search = _Search(space, evaluate, settings, on_measured, predict)
     logbook = search.tools.Logbook()
-    logbook.header = ["gen", "evaluated", "failed", "best", "elapsed"]
+    logbook.header = ["gen", "evaluated", "pruned", "failed", "best", "elapsed"]
     history: list[Generation] = []
     try:
         pool = search.add_known(known)
@@ -484,6 +573,7 @@ def tune(
             logbook.record(
                 gen=index,
                 evaluated=generation.evaluated,
+                pruned=generation.pruned,
                 failed=generation.failed,
                 best=generation.best_time,
                 elapsed=round(generation.elapsed, 3),

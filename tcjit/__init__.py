@@ -177,7 +177,11 @@ def autotune(
         ``compile_timeout`` (120 s) and ``run_timeout`` (30 s) per candidate, ``resume`` (True),
         ``progress`` (None: a progress bar and a line per generation where someone watches, a
         terminal or a notebook; True: always; False: never; a function receives each
-        :class:`tcjit.genetic.Generation`).
+        :class:`tcjit.genetic.Generation`). On a GPU the static GPU profile predicts each
+        candidate's time: candidates are measured best predicted first, and those predicted over
+        ``prune_factor`` (4.0; None: never) times the prediction for the best measured are not
+        measured at all, except the ``keep_top`` (4) best predicted of each generation and a random
+        ``explore_share`` (0.1) of the others.
     :returns: the :class:`MappingOptions` later calls use: the winner, or the default options if
         nothing beat them beyond the noise.
     :raises TCError: for a bad kernel, call or setting, before anything runs. Ctrl-C ends the

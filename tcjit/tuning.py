@@ -48,7 +48,15 @@ from .tuning_worker import (
     ray_task,
 )
 
-__all__ = ["TuningReport", "autotune", "bind_tuning_arguments", "format_duration", "tune_kernel"]
+__all__ = [
+    "TuningReport",
+    "autotune",
+    "bind_tuning_arguments",
+    "format_duration",
+    "gpu_predictor",
+    "tune_kernel",
+    "tuning_space",
+]
 
 
 @dataclass(frozen=True)
@@ -91,6 +99,12 @@ class TuningReport:
         if self.best_time is None or self.default_time is None or self.best_time <= 0:
             return None
         return self.default_time / self.best_time
+
+    @property
+    def pruned(self) -> int:
+        """Candidates not measured because the GPU model predicted them far slower than the best
+        (``prune_factor``); 0 on other targets."""
+        return self.result.pruned
 
     @property
     def failed(self) -> int:
@@ -146,6 +160,61 @@ def _seeds(db, key, defaults, target: str) -> list:
     return [*usable([stored] if stored else []), defaults, *usable(db.nearest(key))]
 
 
+def tuning_space(cdef: CheckedDef, sizes: Mapping[str, int], target: str) -> tuple:
+    """``(defaults, space)``: the default options of ``cdef`` at ``sizes`` on ``target`` and the
+    search space a tuning run explores from them (tile choices from the outer bands' extents).
+
+    Example: ``tuning_space(kernel.definition, {"M": 512, "K": 512, "N": 512}, "cuda")``.
+    """
+    from .mapping.prepare import outer_band_extents
+    from .mapping.search_space import search_space
+    from .pipeline import default_options
+
+    defaults = default_options(cdef, sizes, target).validate(target)
+    extents = outer_band_extents(cdef, sizes, defaults)
+    return defaults, search_space(target, extents, base=defaults)
+
+
+def gpu_predictor(
+    cdef: CheckedDef, sizes: Mapping[str, int], strides: Mapping[str, tuple[int, ...]], gpu: str
+) -> Callable[[Sequence], list[float | None]]:
+    """The predictor a tuning run on a GPU hands to :func:`tcjit.genetic.tune`: each candidate's
+    time per call predicted by the static GPU profile
+    (:func:`tcjit.static_profile.predicted_seconds`, a cubin compiled per candidate, no GPU run),
+    ``None`` for a candidate whose code the profile cannot lower or compile (never pruned).
+
+    :arg sizes, strides: the call's, as :func:`tcjit.pipeline.call_strides` gives them.
+    :arg gpu: the device predicted for: ``"h100"``, ``"h200"`` (:func:`tcjit.static_profile.device_named`).
+    """
+    from .static_profile import predicted_seconds
+
+    def predict(candidates: Sequence) -> list[float | None]:
+        out: list[float | None] = []
+        for options in candidates:
+            try:
+                out.append(predicted_seconds(cdef, sizes, strides, options, gpu))
+            except TCError:  # this candidate's code: the model cannot say, the evaluator will
+                out.append(None)
+        return out
+
+    return predict
+
+
+def _predictor(cdef: CheckedDef, binding, target: str):
+    """The tuner's predictor for a call on ``target``: the static GPU profile of the inputs'
+    device on ``"cuda"``; ``None`` elsewhere (CPU time has no model; emulated CUDA is not timed as
+    a GPU)."""
+    if target != "cuda":
+        return None
+    import torch
+
+    from .pipeline import call_strides
+    from .static_profile import device_named
+
+    gpu = device_named(torch.cuda.get_device_name(binding.device))
+    return gpu_predictor(cdef, binding.sizes, call_strides(cdef, binding, None), gpu)
+
+
 def tune_kernel(
     kernel,
     *inputs,
@@ -164,6 +233,9 @@ def tune_kernel(
     resume: bool = True,
     progress: bool | Callable | None = None,
     on_candidate: Callable | None = None,
+    prune_factor: float | None = 4.0,
+    keep_top: int = 4,
+    explore_share: float = 0.1,
 ) -> TuningReport:
     """:func:`autotune`, returning the whole :class:`TuningReport` instead of the best options.
 
@@ -174,9 +246,6 @@ def tune_kernel(
     from .cache import Measured
     from .genetic import TunerSettings, WorkerPool, alternating_evaluator, tune
     from .kernel import Kernel
-    from .mapping.prepare import outer_band_extents
-    from .mapping.search_space import search_space
-    from .pipeline import default_options
     from .tuned import options_database, tuning_key
     from .tuning_ray import ray_measure, task_resources
 
@@ -193,15 +262,16 @@ def tune_kernel(
         elites=elites,
         seed=seed,
         timeout=timeout,
+        prune_factor=prune_factor,
+        keep_top=keep_top,
+        explore_share=explore_share,
     )
     workers = _check_settings(workers, compile_timeout, run_timeout)
     check_target(target)
     binding = bind(kernel.definition, inputs)
     kernel._refuse_meta(binding, "tuning runs the kernel and needs real data")
     target = target or ("cuda" if binding.device.type == "cuda" else "cpu")
-    defaults = default_options(kernel.definition, binding.sizes, target).validate(target)
-    extents = outer_band_extents(kernel.definition, binding.sizes, defaults)
-    space = search_space(target, extents, base=defaults)
+    defaults, space = tuning_space(kernel.definition, binding.sizes, target)
 
     db = options_database()
     key = tuning_key(kernel, inputs, target)
@@ -305,6 +375,7 @@ def tune_kernel(
             known=known,
             on_generation=generation,
             on_measured=measured,
+            predict=_predictor(kernel.definition, binding, target),
         )
         if db is not None and pending:
             db.record(key, list(pending))
@@ -427,6 +498,9 @@ _SETTINGS = (
     "run_timeout",
     "resume",
     "progress",
+    "prune_factor",
+    "keep_top",
+    "explore_share",
 )
 
 

@@ -114,9 +114,10 @@ class _Progress:
                 f"{self.baseline / g.best_time:.2f}x over the defaults' {format_duration(self.baseline)}"
             )
         skipped = f", {self.skipped} skipped (time ran out)" if self.skipped else ""
+        pruned = f", {g.pruned} pruned (predicted far slower)" if g.pruned else ""
         self._line(
             f"generation {g.index + 1}{of}: best so far {format_duration(g.best_time)}, "
-            f"{speedup}; {g.failed} of {g.evaluated} failed{skipped}, {g.elapsed:.1f} s"
+            f"{speedup}; {g.failed} of {g.evaluated} failed{skipped}{pruned}, {g.elapsed:.1f} s"
         )
 
     def note(self, text: str) -> None:
@@ -133,6 +134,8 @@ def summary(report) -> list[str]:
     """The lines that end a tuning run: the final rounds' figures and what was stored."""
     v = report.verdict
     total = f"{len(report.result.measured) + 1} candidates measured, {report.failed} failed"
+    if report.pruned:
+        total += f", {report.pruned} pruned (the GPU model predicted them far slower)"
     lines = []
     if v is None:
         lines.append(

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import tcjit
+import tcjit.nvrtc
 import tcjit.pipeline
 from tcjit import TCCallError, TCOptionsError
 from tcjit.cli import main
@@ -46,9 +47,14 @@ def _inputs(m=16, k=8, n=12):
     return torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)
 
 
-def test_autotune_stores_the_best_and_later_calls_use_it(db):
+def test_autotune_stores_the_best_and_later_calls_use_it(db, monkeypatch):
+    import tcjit.tuning
     from tcjit.tuning import tune_kernel
 
+    def no_model(*args):
+        raise AssertionError("a CPU tuning run asked for the GPU model")
+
+    monkeypatch.setattr(tcjit.tuning, "gpu_predictor", no_model)
     kernel = tcjit.define(MATMUL)
     a, b = _inputs()
     before = kernel(a, b)  # a default-options specialisation, forgotten after tuning
@@ -57,6 +63,7 @@ def test_autotune_stores_the_best_and_later_calls_use_it(db):
     assert report.best_time is not None and report.default_time is not None
     assert report.best_time <= report.default_time
     assert report.failed == 0
+    assert report.pruned == 0  # no model of CPU time: every candidate proposed is measured
     assert report.database == str(db)
     # The starting population and one more generation, at most, were measured.
     assert 1 <= len(report.result.measured) <= 2 * SMALL["population"]
@@ -190,6 +197,9 @@ def test_bad_calls_and_settings_are_tcerrors_before_anything_runs(db):
         tcjit.autotune(kernel, a, b, generations=0)
     with pytest.raises(TCOptionsError, match="workers"):
         tcjit.autotune(kernel, a, b, workers=0)
+    for setting, value in (("prune_factor", 1.0), ("keep_top", -1), ("explore_share", 2.0)):
+        with pytest.raises(TCOptionsError, match=setting):
+            tcjit.autotune(kernel, a, b, **{setting: value})
     with pytest.raises(TCOptionsError, match=r"timeout=0.01 s ran out before the default options"):
         tcjit.autotune(kernel, a, b, timeout=0.01, workers=1)
     with pytest.raises(TCCallError, match="meta"):
@@ -285,3 +295,42 @@ def test_the_options_database_can_be_disabled(tmp_path, monkeypatch):
     assert kernel.options_for(a, b) == report.default_options  # nothing stored, nothing used
     # Candidates are compiled into the run's private store, never into the user's.
     assert not (tmp_path / "kernels").exists() or not any((tmp_path / "kernels").rglob("*.so"))
+
+
+@pytest.mark.skipif(not tcjit.nvrtc.available(), reason="no CUDA compiler (NVRTC or nvcc)")
+def test_the_gpu_predictor_is_the_static_profile_and_says_nothing_where_it_cannot():
+    import random
+
+    from tcjit.binding import bind
+    from tcjit.pipeline import call_strides
+    from tcjit.static_profile import predicted_seconds
+    from tcjit.tuning import gpu_predictor, tuning_space
+
+    cdef = tcjit.define(MATMUL).definition
+    binding = bind(cdef, [t.to("meta") for t in _inputs(64, 32, 48)])
+    strides = call_strides(cdef, binding, None)
+    defaults, space = tuning_space(cdef, binding.sizes, "cuda")
+    too_big = MappingOptions().max_shared_memory(10**9)  # more than a GPU has: not CUDA options
+    candidates = [defaults, space.decode(space.random_genome(random.Random(0))), too_big]
+    predicted = gpu_predictor(cdef, binding.sizes, strides, "h200")(candidates)
+    assert predicted[:2] == [
+        predicted_seconds(cdef, binding.sizes, strides, c, "h200") for c in candidates[:2]
+    ]
+    assert all(p > 0 for p in predicted[:2]) and predicted[2] is None
+
+
+def test_a_tuning_run_on_a_gpu_predicts_for_its_kind_of_gpu_and_others_predict_nothing(monkeypatch):
+    import tcjit.tuning
+    from tcjit.binding import bind
+
+    cdef = tcjit.define(MATMUL).definition
+    binding = bind(cdef, _inputs())
+    asked = []
+    monkeypatch.setattr(tcjit.tuning, "gpu_predictor", lambda *args: asked.append(args) or len(asked))
+    for name, kind in (("NVIDIA H200", "h200"), ("NVIDIA H100 80GB HBM3", "h100"), ("Tesla T4", "h100")):
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None, name=name: name)
+        assert tcjit.tuning._predictor(cdef, binding, "cuda") == len(asked)
+        assert asked[-1][0] is cdef and asked[-1][1] == binding.sizes and asked[-1][3] == kind
+    assert asked[-1][2] == {"A": (8, 1), "B": (12, 1), "C": (12, 1)}  # the call's strides
+    for target in ("cpu", "cuda-emulated"):
+        assert tcjit.tuning._predictor(cdef, binding, target) is None

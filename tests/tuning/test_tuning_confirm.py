@@ -107,8 +107,8 @@ def test_the_reserve_grows_with_the_kernel_and_stays_a_share_of_the_timeout():
     assert confirmation_reserve(1e-5, 600, setup=9.0) > 9.0 > confirmation_reserve(1e-5, 600)
 
 
-def _generation(index, best):
-    return SimpleNamespace(index=index, best_time=best, failed=0, evaluated=3, elapsed=1.0)
+def _generation(index, best, pruned=0):
+    return SimpleNamespace(index=index, best_time=best, failed=0, evaluated=3, elapsed=1.0, pruned=pruned)
 
 
 def test_each_generation_bar_reaches_its_end():
@@ -123,7 +123,11 @@ def test_each_generation_bar_reaches_its_end():
     text = stream.getvalue()
     assert "3/3" in text and "1 failed, 1 skipped" in text
     assert "generation 1/2: best so far 1.00 ms, 2.00x over the defaults' 2.00 ms" in text
-    assert "1 skipped (time ran out)" in text
+    assert "1 skipped (time ran out)" in text and "pruned" not in text
+    p.expect(2)
+    p.generation(_generation(1, 1e-3, pruned=5))
+    assert "generation 2/2: best so far 1.00 ms" in stream.getvalue()
+    assert "0 of 3 failed, 5 pruned (predicted far slower), 1.0 s" in stream.getvalue()
 
 
 def test_progress_is_on_where_someone_watches_and_can_be_forced():
@@ -149,12 +153,16 @@ def test_the_summary_prints_what_is_stored():
         verdict=v,
         result=SimpleNamespace(measured=[], stopped="timeout"),
         failed=0,
+        pruned=0,
         start_default_time=6.6,
         stored=_record(A.to_json(), v.time, v.default_time),
     )
     lines = summary(report)
     assert lines[0].startswith("final rounds (3 interleaved): best 1.61 s, the defaults 2.00 s: 1.24x")
+    assert "1 candidates measured, 0 failed; stopped" in lines[0]
     assert "the machine's speed changed during the run" in lines[1]
     assert lines[2].endswith("calls use the tuned options")
     report.stored = _record(USE_DEFAULTS, 1.0, 1.0)
     assert "keeps an earlier run's record (use the defaults)" in summary(report)[-1]
+    report.pruned = 7
+    assert "0 failed, 7 pruned (the GPU model predicted them far slower); stopped" in summary(report)[0]
