@@ -30,22 +30,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from _harness import REPO, RESULTS, markdown_table, ncu_rows, recorded_kernel, write_results
+from _harness import RESULTS, markdown_table, ncu_rows, recorded_kernel, write_results
+from _prediction import model_digest
 
 LATENCIES = tuple(x / 1e9 for x in (200, 300, 400, 500, 600, 700, 800, 1000))
 IN_FLIGHT = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
 DISPATCH = tuple(x / 1e9 for x in (0, 20, 40, 60, 80, 100))
-MODEL_SOURCES = ("mapping/gpu_access.py", "mapping/gpu_model.py", "mapping/gpu_profile.py")
-
-
-def model_digest() -> str:
-    """SHA-256 of the model's sources: a prediction is the model's at this digest."""
-    h = hashlib.sha256()
-    for name in MODEL_SOURCES:
-        h.update((REPO / name).read_bytes())
-    return h.hexdigest()
-
-
 #: The sets of measured launches: the suite's defaults, and the option sweep's variants.
 SETS = ("gpu_ncu", "gpu_ncu_sweep")
 
