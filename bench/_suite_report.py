@@ -3,12 +3,11 @@ the progress line of each kernel, and the geometric means of tcjit's speedups.""
 
 from __future__ import annotations
 
-import math
-import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from _harness import format_rate, format_seconds, format_sizes, machine_markdown, markdown_table
+from _prediction import per_kernel_geomean
 
 CONTENDERS = ("tcjit", "eager", "compile")
 """The contenders, in the order of the result tables."""
@@ -20,13 +19,13 @@ def geomean_speedups(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     benchmarked at several sizes (GPU sizes) counts once, with the geometric mean of its ratios."""
     out: dict[str, Any] = {}
     for key, name in (("tcjit_over_eager", "eager"), ("tcjit_over_compile", "compile")):
-        logs: dict[object, list[float]] = {}
-        for i, r in enumerate(results):
-            if r.get(key) and all(r["contenders"][c]["status"] == "ok" for c in ("tcjit", name)):
-                logs.setdefault(r.get("kernel", i), []).append(math.log(r[key]))
-        per_kernel = [statistics.fmean(v) for v in logs.values()]
-        out[name] = math.exp(-statistics.fmean(per_kernel)) if per_kernel else None
-        out[f"{name}_kernels"] = len(per_kernel)
+        mean, kernels = per_kernel_geomean(
+            (r.get("kernel", i), r[key])
+            for i, r in enumerate(results)
+            if r.get(key) and all(r["contenders"][c]["status"] == "ok" for c in ("tcjit", name))
+        )
+        out[name] = None if mean is None else 1 / mean
+        out[f"{name}_kernels"] = kernels
     return out
 
 
