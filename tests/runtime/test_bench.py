@@ -10,7 +10,6 @@ one (sync hooks, defaults, the clean refusal) is tested on the CPU.
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import subprocess
@@ -18,14 +17,15 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import bench_helpers as BH
 import pytest
 import torch
+from bench_helpers import BENCH
 
 import tcjit
 from tcjit import suite
 from tcjit.testing import tolerance
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
 KERNELS = ("matmul", "abs_sum")
 CONTENDERS = ("tcjit", "eager", "compile")
 TIMING_KEYS = {"median_s", "min_s", "max_s", "samples_s", "calls_per_sample", "rounds"}
@@ -33,15 +33,8 @@ TIMING_KEYS = {"median_s", "min_s", "max_s", "samples_s", "calls_per_sample", "r
 
 @pytest.fixture
 def bench(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    """A loader for the bench scripts as modules (they import ``_harness`` as a sibling); the on-disk
-    kernel cache points at an empty directory while the test runs."""
-    monkeypatch.syspath_prepend(str(BENCH))
-    monkeypatch.setenv("TCJIT_CACHE_DIR", str(tmp_path / "cache"))
-
-    def load(name: str) -> ModuleType:
-        return importlib.import_module(name)
-
-    return load
+    """A loader for the bench scripts as modules; a scratch kernel cache (bench_helpers)."""
+    return BH.bench_loader(monkeypatch, tmp_path)
 
 
 def _check_timing(t: dict) -> None:
@@ -195,7 +188,7 @@ def test_wrong_tcjit_results_are_timed_but_marked(bench, monkeypatch: pytest.Mon
     _check_timing(t["timing"])
     assert r["all_correct"] is False
     assert r["contenders"]["eager"]["correct"] is True
-    md = cpu_suite.render_markdown({"machine": _machine(), "settings": _settings(), "kernels": [r]})
+    md = cpu_suite.render_markdown({"machine": BH.machine(), "settings": BH.settings(), "kernels": [r]})
     assert "(wrong)" in md and "tcjit: wrong" in md and "## Failures" in md
 
 
@@ -206,8 +199,8 @@ def test_runs_of_parts_of_the_suite_merge_into_one(bench, tmp_path: Path) -> Non
     def doc(*kernels, **machine):
         return {
             "benchmark": "cpu_suite",
-            "machine": {**_machine(), **machine},
-            "settings": _settings(),
+            "machine": {**BH.machine(), **machine},
+            "settings": BH.settings(),
             "kernels": list(kernels),
             "geomean_speedup": cpu_suite.geomean_speedups(kernels),
         }
@@ -259,34 +252,6 @@ def test_tcjit_compile_is_used_when_present(bench, monkeypatch: pytest.MonkeyPat
     ]
     assert r["contenders"]["tcjit"]["compile_method"] == "tcjit.compile"
     assert r["contenders"]["tcjit"]["correct"] is True
-
-
-def _machine() -> dict:
-    return {
-        "cpu_model": "test",
-        "logical_cpus": 1,
-        "torch_threads": 1,
-        "omp_num_threads": None,
-        "torch_version": "x",
-        "python_version": "x",
-        "platform": "x",
-        "tcjit_version": "x",
-        "tcjit_commit": None,
-        "tcjit_tree_dirty": None,
-        "date": "x",
-    }
-
-
-def _settings() -> dict:
-    return {
-        "sizes": "small",
-        "dtype": "float32",
-        "grad_mode": "no_grad",
-        "max_rounds": 2,
-        "budget_s": 0.0,
-        "min_sample_s": 1e-4,
-        "torch_compile": False,
-    }
 
 
 # ======================================================================================== harness
@@ -386,10 +351,10 @@ def test_sizes_and_outputs_follow_the_device(bench) -> None:
     assert harness.sizes_list(tmm, "small") == [dict(tmm.small_sizes[0])]
     assert harness.sizes_for(tmm, "gpu") == dict(tmm.gpu_sizes[0])
 
-    machine = {**_machine(), "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_compute_capability": "9.0"}
+    machine = {**BH.machine(), "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_compute_capability": "9.0"}
     machine.update(gpu_total_memory_bytes=80 << 30, cuda_driver_version="12.8", cuda_runtime_version="12.8")
     machine.update(cudnn_version=90100, cupy_version=None, gpu_count=1)
-    settings = {**_settings(), "device": "cuda", "allow_tf32": {"cuda_matmul": False, "cudnn": False}}
+    settings = {**BH.settings(), "device": "cuda", "allow_tf32": {"cuda_matmul": False, "cudnn": False}}
     doc = {"benchmark": "gpu_suite", "machine": machine, "settings": settings, "kernels": []}
     md = cpu_suite.render_markdown(doc)
     assert md.startswith("# GPU suite") and "- GPU: NVIDIA H100 80GB HBM3 (compute capability 9.0" in md
