@@ -1,15 +1,26 @@
-"""The static GPU model's side of a GPU run: the digest of the model's sources, which every
-prediction recorded beside a measurement carries, and the geometric mean of ratios per kernel.
+"""The static GPU model's side of a GPU run: each timed tcjit kernel's predicted time, recorded
+beside its measurement so that every GPU run also checks the model (issue 32).
+
+:func:`predict_call` profiles a suite kernel with the options it ran with
+(:func:`tcjit.static_profile.profile_at`: the ``cuda`` lowering, registers from the cubin that NVRTC
+or nvcc compiles for the device's architecture, no GPU needed) and returns the record that
+``bench/cpu_suite.py --device cuda`` and ``bench/gpu_option_sweep.py`` keep: the predicted seconds of
+a call and of each launch, the bound that decides them, and the digest of the model's sources
+(:func:`model_digest`). A prediction that fails (no CUDA compiler, an error in the model) is a
+record with an ``error`` string: it never stops a benchmark. Its arguments are plain values, so
+that it can run in a worker process while the GPU measures.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-from _harness import REPO
+from _harness import REPO, describe_error, format_seconds, recorded_kernel
 
 MODEL_SOURCES = ("mapping/gpu_access.py", "mapping/gpu_model.py", "mapping/gpu_profile.py")
 """The files whose text decides a prediction (the repository's paths)."""
@@ -23,6 +34,50 @@ def model_digest() -> str:
     return h.hexdigest()
 
 
+def predict_call(kernel: str, sizes: Mapping[str, int], options: str | Mapping[str, Any], gpu: str) -> dict:
+    """The static profile's prediction for one call of suite kernel ``kernel`` at ``sizes`` with
+    ``options`` (a :class:`~tcjit.MappingOptions` as JSON text or its parsed dict) on ``gpu`` (a key
+    of :data:`tcjit.mapping.gpu_model.DEVICES`: ``tcjit.static_profile.device_named`` of the GPU's
+    name), for contiguous inputs as the suite makes them.
+
+    :returns: ``gpu``, ``model_digest`` and either ``error`` (``Type: message``) or
+        ``predicted_s`` (a call in a loop of calls: :attr:`~tcjit.mapping.gpu_profile.GpuProfile.seconds`),
+        ``device_s`` and ``host_s`` (its two sides; a call between two synchronisations takes about
+        their sum), ``bound`` (``host`` or the slowest launch's), ``launches`` (each launch's
+        ``name``, ``predicted_s`` and ``bound``) and ``resources_from`` (the compiler that gave the
+        registers).
+    """
+    record: dict[str, Any] = {"gpu": gpu, "model_digest": model_digest()}
+    try:
+        from tcjit.static_profile import profile_at
+
+        text = options if isinstance(options, str) else json.dumps(options)
+        _, cdef, opts = recorded_kernel({"kernel": kernel, "options": json.loads(text)})
+        profile = profile_at(cdef, sizes, None, opts, gpu)
+    except Exception as e:  # a prediction that fails is recorded, never fatal to the benchmark
+        return {**record, "error": describe_error(e)}
+    return {
+        **record,
+        "predicted_s": profile.seconds,
+        "device_s": profile.device_seconds,
+        "host_s": profile.host_seconds,
+        "bound": profile.bound,
+        "launches": [
+            {"name": p.name, "predicted_s": p.prediction.seconds, "bound": p.prediction.bound}
+            for p in profile.launches
+        ],
+        "resources_from": profile.resources_from,
+    }
+
+
+def predicted_over_measured(prediction: Mapping[str, Any] | None, measured_s: float | None) -> float | None:
+    """``predicted_s / measured_s`` (> 1: the model is pessimistic); ``None`` where either is missing
+    (no prediction, a failed one, no timing)."""
+    if not prediction or not prediction.get("predicted_s") or not measured_s:
+        return None
+    return prediction["predicted_s"] / measured_s
+
+
 def per_kernel_geomean(pairs: Iterable[tuple[object, float]]) -> tuple[float | None, int]:
     """The geometric mean of positive ratios given as ``(kernel, ratio)`` pairs, each kernel
     counting once with the geometric mean of its own ratios (a kernel at several sizes weighs as
@@ -33,3 +88,18 @@ def per_kernel_geomean(pairs: Iterable[tuple[object, float]]) -> tuple[float | N
     if not logs:
         return None, 0
     return math.exp(statistics.fmean(statistics.fmean(v) for v in logs.values())), len(logs)
+
+
+def prediction_cell(prediction: Mapping[str, Any] | None) -> str:
+    """A prediction in a table: ``1.23 ms (dram)``, ``error`` where it failed, ``—`` where none was
+    made."""
+    if not prediction:
+        return "—"
+    if prediction.get("error"):
+        return "error"
+    return f"{format_seconds(prediction['predicted_s'])} ({prediction['bound']})"
+
+
+def ratio_cell(ratio: float | None) -> str:
+    """A predicted/measured ratio in a table: ``0.83``; ``—`` for none."""
+    return "—" if ratio is None else f"{ratio:.2f}"

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from _harness import format_rate, format_seconds, format_sizes, machine_markdown, markdown_table
-from _prediction import per_kernel_geomean
+from _prediction import per_kernel_geomean, prediction_cell, ratio_cell
 
 CONTENDERS = ("tcjit", "eager", "compile")
 """The contenders, in the order of the result tables."""
@@ -27,6 +27,18 @@ def geomean_speedups(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         out[name] = None if mean is None else 1 / mean
         out[f"{name}_kernels"] = kernels
     return out
+
+
+def geomean_predicted(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The geometric mean over kernels of the static GPU profile's predicted time over tcjit's
+    measured time (``tcjit_predicted_over_measured``), each kernel once (:func:`geomean_speedups`):
+    ``value`` (``None`` without a prediction beside a measurement) and ``kernels``."""
+    value, kernels = per_kernel_geomean(
+        (r.get("kernel", i), r["tcjit_predicted_over_measured"])
+        for i, r in enumerate(results)
+        if r.get("tcjit_predicted_over_measured")
+    )
+    return {"value": value, "kernels": kernels}
 
 
 def _of_peak(rate: float | None, metric: str, peaks: Mapping[str, Any] | None) -> str:
@@ -55,16 +67,27 @@ def _correct_cell(records: Mapping[str, Mapping[str, Any]]) -> str:
 
 
 def progress_line(r: Mapping[str, Any]) -> str:
+    """One kernel's line while the suite runs: each contender's time (tcjit's prediction beside its
+    own where one was made) and what was not correct."""
     times = ", ".join(f"{n} {_time_cell(c)}" for n, c in r["contenders"].items())
+    prediction = r["contenders"]["tcjit"].get("prediction")
+    if prediction:
+        ratio = r.get("tcjit_predicted_over_measured")
+        times += f"; tcjit predicted {prediction_cell(prediction)}"
+        times += f", predicted/measured {ratio_cell(ratio)}" if ratio else ""
     return f"{r['kernel']:<11} {format_sizes(r['sizes'])}: {times}; correct: {_correct_cell(r['contenders'])}"
 
 
 def render_markdown(doc: Mapping[str, Any]) -> str:
-    """The result document as markdown: machine facts, the table, failures, a legend."""
+    """The result document as markdown: machine facts, the table, failures, a legend. Where tcjit's
+    records hold predictions (a GPU run), the static profile's predicted time and its ratio to the
+    measured one stand beside tcjit's time."""
+    predicted = any("prediction" in r["contenders"]["tcjit"] for r in doc["kernels"])
     header = [
         "kernel",
         "sizes",
         "tcjit",
+        *(["tcjit predicted", "predicted/measured"] if predicted else []),
         "eager",
         "compile",
         "tcjit rate",
@@ -87,7 +110,16 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
             [
                 r["kernel"],
                 format_sizes(r["sizes"]),
-                *(_time_cell(c[n]) for n in CONTENDERS),
+                _time_cell(c["tcjit"]),
+                *(
+                    [
+                        prediction_cell(c["tcjit"].get("prediction")),
+                        ratio_cell(r.get("tcjit_predicted_over_measured")),
+                    ]
+                    if predicted
+                    else []
+                ),
+                *(_time_cell(c[n]) for n in CONTENDERS[1:]),
                 format_rate(c["tcjit"]["rate"], r["metric"]),
                 _of_peak(c["tcjit"]["rate"], r["metric"], doc.get("peaks")),
                 *(format_rate(c[n]["rate"], r["metric"]) for n in CONTENDERS[1:]),
@@ -100,6 +132,8 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
         for n in CONTENDERS:
             if c[n]["status"] in ("wrong", "error"):
                 notes.append(f"- {r['kernel']} / {n} ({c[n]['status']}): {c[n]['error']}")
+        if (c["tcjit"].get("prediction") or {}).get("error"):
+            notes.append(f"- {r['kernel']} / prediction: {c['tcjit']['prediction']['error']}")
     s = doc["settings"]
     gpu = doc.get("benchmark") == "gpu_suite"
     on_gpu = ""
@@ -142,11 +176,19 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
         f"{peak_text} (the peaks line above; the paper peak is higher). Compile latency: tcjit's "
         "first compile (or first call) with an empty on-disk cache, in a process that may already "
         "have compiled other kernels. `(wrong)`: outputs differ from torch_ref beyond "
-        "`tcjit.testing.tolerance`.",
+        "`tcjit.testing.tolerance`." + (_PREDICTED_LEGEND if predicted else ""),
     ]
     if notes:
         parts += ["", "## Failures", "", *notes]
     return "\n".join(parts)
+
+
+_PREDICTED_LEGEND = (
+    " `tcjit predicted`: the static GPU profile's time for a call in a loop of calls, with the options"
+    " tcjit ran with (`tcjit.static_profile.profile_at`, registers from the cubin NVRTC compiles; the"
+    " JSON holds each launch's prediction and the model's digest), and the bound that decides it;"
+    " `predicted/measured` > 1: the model is pessimistic."
+)
 
 
 def _geomean_lines(doc: Mapping[str, Any]) -> list[str]:
@@ -156,4 +198,12 @@ def _geomean_lines(doc: Mapping[str, Any]) -> list[str]:
         for n, label in (("eager", "torch eager"), ("compile", "torch.compile"))
         if g.get(n)
     ]
-    return [f"Geometric mean of tcjit's speedups: {'; '.join(cells)}.", ""] if cells else []
+    lines = [f"Geometric mean of tcjit's speedups: {'; '.join(cells)}.", ""] if cells else []
+    p = doc.get("geomean_predicted_over_measured") or geomean_predicted(doc["kernels"])
+    if p["value"]:
+        lines += [
+            f"Geometric mean of the static profile's predicted over tcjit's measured time: "
+            f"{p['value']:.3g} ({p['kernels']} kernels).",
+            "",
+        ]
+    return lines

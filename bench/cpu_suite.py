@@ -32,6 +32,12 @@ one of them, several for some kernels), float32 matmuls and convolutions run wit
 the settings), every timed sample synchronises the device (``torch.cuda.synchronize``) before it
 reads the clock at its start and at its end, and tcjit runs with its default target (the CUDA
 backend for CUDA tensors). Without a usable GPU it exits with status 2 and one line of explanation.
+Each tcjit kernel on the GPU is also a check of the static GPU model: its record holds its CUDA
+source digest, launches and options (``calibration``) and the static profile's prediction for
+those options on this GPU (``prediction``, ``bench/_prediction.py``: the predicted time of a call,
+its bound, each launch's predicted time, the model's digest; an ``error`` string where the
+prediction failed, which never stops the suite), and the table puts the predicted time and the
+ratio predicted/measured beside tcjit's time, with their geometric mean under it.
 
     python bench/cpu_suite.py                                  # all kernels, CPU sizes
     python bench/cpu_suite.py --kernels matmul,abs_sum --sizes small --repeat 3 --no-compile \\
@@ -80,7 +86,8 @@ from _harness import (
     slug,
     write_results,
 )
-from _suite_report import CONTENDERS, geomean_speedups, progress_line, render_markdown
+from _prediction import predict_call, predicted_over_measured
+from _suite_report import CONTENDERS, geomean_predicted, geomean_speedups, progress_line, render_markdown
 
 if TYPE_CHECKING:
     import torch
@@ -172,11 +179,17 @@ def _prepare_tcjit(
     record = _checked(_contender("ok", setup_s=t2 - t1), result, want, tol)
     record.update(define_s=t1 - t0, compile_method=method)
     if compile_ahead is not None and getattr(spec, "lowered", None) is not None:  # a CUDA kernel
+        import torch
+
         from tcjit.binding import bind
         from tcjit.pipeline import default_options
+        from tcjit.static_profile import device_named
 
         sizes = bind(k.definition, inputs, None).sizes  # no options given, none tuned: the defaults
-        record["calibration"] = cuda_calibration(spec, default_options(k.definition, sizes, "cuda"))
+        options = default_options(k.definition, sizes, "cuda")
+        record["calibration"] = cuda_calibration(spec, options)
+        gpu = device_named(torch.cuda.get_device_name())
+        record["prediction"] = predict_call(sk.name, sizes, options.to_json(), gpu)
     return record, lambda: k(*inputs)
 
 
@@ -265,6 +278,7 @@ def bench_kernel(
         records[name]["rate"] = rate(sk, sizes, timing.median_s)
     t, e, c = records["tcjit"], records["eager"], records["compile"]
     over_eager, over_compile = _ratio(t, e), _ratio(t, c)
+    measured = t["timing"]["median_s"] if t["status"] == "ok" and t["timing"] else None
     return {
         "kernel": sk.name,
         "sizes": dict(sizes),
@@ -282,6 +296,7 @@ def bench_kernel(
         "speedup_vs_eager": None if over_eager is None else 1 / over_eager,
         "tcjit_over_compile": over_compile,
         "speedup_vs_compile": None if over_compile is None else 1 / over_compile,
+        "tcjit_predicted_over_measured": predicted_over_measured(t.get("prediction"), measured),
     }
 
 
@@ -339,6 +354,7 @@ def run_suite(
         "peaks": peaks,
         "kernels": results,
         "geomean_speedup": geomean_speedups(results),
+        "geomean_predicted_over_measured": geomean_predicted(results),
     }
 
 
@@ -470,6 +486,7 @@ def merge_results(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         **first,
         "kernels": kernels,
         "geomean_speedup": geomean_speedups(kernels),
+        "geomean_predicted_over_measured": geomean_predicted(kernels),
         "merged_from": len(docs),
     }
 

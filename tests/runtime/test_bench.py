@@ -84,10 +84,20 @@ def test_gpu_suite_cli_writes_checked_results(tmp_path: Path) -> None:
     _check_suite_doc(doc, out)
     md = out.with_suffix(".md").read_text()
     assert md.startswith("# GPU suite") and f"- GPU: {machine['gpu_name']}" in md
+    from tcjit.static_profile import device_named
+
     for r in doc["kernels"]:  # every timed kernel is a calibration point of the GPU model
-        calibration = r["contenders"]["tcjit"]["calibration"]
+        tc = r["contenders"]["tcjit"]
+        calibration = tc["calibration"]
         assert len(calibration["cuda_source_sha256"]) == 64 and calibration["launches"]
         assert calibration["options"]["map_to_threads"]
+        prediction = tc["prediction"]  # the static profile's, of the lowering that ran
+        assert prediction["gpu"] == device_named(machine["gpu_name"]) and "error" not in prediction
+        assert [x["name"] for x in prediction["launches"]] == [n for n, _, _ in calibration["launches"]]
+        ratio = prediction["predicted_s"] / tc["timing"]["median_s"]
+        assert r["tcjit_predicted_over_measured"] == pytest.approx(ratio)
+    assert doc["geomean_predicted_over_measured"]["kernels"] == len(KERNELS)
+    assert "| tcjit | tcjit predicted | predicted/measured |" in md
 
 
 def test_cuda_calibration_names_the_source_nvrtc_compiles(bench) -> None:

@@ -1,0 +1,126 @@
+"""The GPU routine on a machine without a GPU: the static profile's predictions that the GPU
+benchmarks record beside their measurements (``bench/_prediction.py``), the report that shows them,
+the microbenchmarks' kernels compiled for sm_90, and ``scripts/gpu_check.sh``'s command line.
+
+What needs a GPU (the measurements themselves) is tested by the ``cuda`` tests of test_bench.py,
+which ``scripts/gpu_check.sh`` runs first on a lent GPU.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import bench_helpers as BH
+import pytest
+
+import tcjit
+from tcjit import nvrtc, suite
+
+
+@pytest.fixture
+def bench(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """A loader for the bench scripts as modules; a scratch kernel cache (bench_helpers)."""
+    return BH.bench_loader(monkeypatch, tmp_path)
+
+
+def _softmax_options(rows: int, lanes: int):
+    from tcjit.mapping.defaults import row_reduction_options
+
+    return row_reduction_options(rows, lanes, 1024)
+
+
+# ===================================================================================== predictions
+def test_a_prediction_is_the_static_profile_of_the_options_run(bench) -> None:
+    from tcjit.static_profile import profile_at
+
+    prediction, calibration = bench("_prediction"), bench("gpu_calibration")
+    k = suite.get("softmax")
+    cdef = tcjit.define(k.source, name=k.entry).definition
+    sizes = {"N": 32768, "D": 1024}  # the device time decides, not the host's
+    warp_rows, block_rows = _softmax_options(8, 32), _softmax_options(1, 1024)
+    record = prediction.predict_call("softmax", sizes, warp_rows.to_json(), "h200")
+    assert record["gpu"] == "h200" and record["model_digest"] == calibration.model_digest()
+    if not nvrtc.available():  # the registers come from a cubin: without a compiler, an error
+        assert "error" in record and "predicted_s" not in record
+        return
+    profile = profile_at(cdef, sizes, None, warp_rows, "h200")
+    assert record["predicted_s"] == profile.seconds and record["bound"] == profile.bound
+    assert (record["device_s"], record["host_s"]) == (profile.device_seconds, profile.host_seconds)
+    assert [(x["name"], x["predicted_s"], x["bound"]) for x in record["launches"]] == [
+        (p.name, p.prediction.seconds, p.prediction.bound) for p in profile.launches
+    ]
+    assert "sm_90" in record["resources_from"]
+    # the options as parsed JSON give the same record; other options another prediction
+    assert prediction.predict_call("softmax", sizes, json.loads(warp_rows.to_json()), "h200") == record
+    other = prediction.predict_call("softmax", sizes, block_rows.to_json(), "h200")
+    assert other["predicted_s"] != record["predicted_s"]
+    assert other["predicted_s"] == profile_at(cdef, sizes, None, block_rows, "h200").seconds
+
+
+def test_a_failed_prediction_is_an_error_string(bench) -> None:
+    prediction = bench("_prediction")
+    sizes = {"N": 64, "D": 96}
+    options = _softmax_options(8, 32).to_json()
+    unknown_gpu = prediction.predict_call("softmax", sizes, options, "v100")
+    assert unknown_gpu["error"].startswith("TCCallError: no GPU 'v100'")
+    assert unknown_gpu["gpu"] == "v100" and len(unknown_gpu["model_digest"]) == 64
+    bad_options = prediction.predict_call("softmax", sizes, '{"no_such_option": 1}', "h100")
+    assert bad_options["error"].startswith("TCOptionsError: ") and "predicted_s" not in bad_options
+    assert prediction.prediction_cell(bad_options) == "error"
+    assert prediction.predicted_over_measured(bad_options, 1e-3) is None
+
+
+def test_the_gpu_suite_table_puts_the_prediction_beside_the_measurement(bench) -> None:
+    """A suite record as ``bench/cpu_suite.py --device cuda`` makes it, from a real measurement (on
+    the CPU here) and a real prediction: the table gains the predicted time and the ratio beside
+    tcjit's time, the summary their geometric mean, and a failed prediction a line of its own."""
+    cpu_suite, report, prediction = bench("cpu_suite"), bench("_suite_report"), bench("_prediction")
+    sk = suite.get("softmax")
+    sizes = dict(sk.small_sizes[0])
+    records = []
+    for gpu in ("h100", "v100"):  # the second prediction fails: the GPU is not in the model's table
+        r = cpu_suite.bench_kernel(
+            sk, sizes, torch_compile=False, max_rounds=2, budget_s=0.0, min_sample_s=1e-4
+        )
+        assert r["tcjit_predicted_over_measured"] is None  # a CPU run predicts nothing
+        t = r["contenders"]["tcjit"]
+        t["prediction"] = prediction.predict_call("softmax", sizes, _softmax_options(8, 32).to_json(), gpu)
+        r["tcjit_predicted_over_measured"] = prediction.predicted_over_measured(
+            t["prediction"], t["timing"]["median_s"]
+        )
+        records.append(r)
+    ok, failed = records
+    if "error" in ok["contenders"]["tcjit"]["prediction"]:
+        pytest.skip("no CUDA compiler: the prediction needs a cubin")
+    ratio = ok["tcjit_predicted_over_measured"]
+    assert (
+        ratio
+        == ok["contenders"]["tcjit"]["prediction"]["predicted_s"]
+        / (ok["contenders"]["tcjit"]["timing"]["median_s"])
+    )
+    assert failed["tcjit_predicted_over_measured"] is None
+    assert report.geomean_predicted(records) == {"value": pytest.approx(ratio), "kernels": 1}
+    doc = {
+        "benchmark": "gpu_suite",
+        "machine": {**BH.machine(), "gpu_name": None},
+        "settings": {**BH.settings(), "device": "cuda", "allow_tf32": {"cuda_matmul": False}},
+        "kernels": records,
+    }
+    md = report.render_markdown(doc)
+    assert "| kernel | sizes | tcjit | tcjit predicted | predicted/measured | eager |" in md
+    cell = prediction.prediction_cell(ok["contenders"]["tcjit"]["prediction"])
+    assert cell.endswith(f"({ok['contenders']['tcjit']['prediction']['bound']})")
+    assert f"| {cell} | {ratio:.2f} |" in md and "| error | — |" in md
+    assert f"predicted over tcjit's measured time: {ratio:.3g} (1 kernels)" in md
+    assert "- softmax / prediction: TCCallError: no GPU 'v100'" in md
+    assert f"tcjit predicted {cell}, predicted/measured {ratio:.2f}" in report.progress_line(ok)
+    cpu_doc = {
+        **doc,
+        "kernels": [
+            cpu_suite.bench_kernel(
+                sk, sizes, torch_compile=False, max_rounds=2, budget_s=0.0, min_sample_s=1e-4
+            )
+        ],
+    }
+    assert "predicted" not in report.render_markdown(cpu_doc)  # no prediction, no columns
