@@ -165,6 +165,11 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
             if doc.get("peaks")
             else []
         ),
+        *(
+            ["- **incomplete**: the run stopped before its last kernel; these are the ones it finished"]
+            if doc.get("complete") is False
+            else []
+        ),
         "",
         markdown_table(header, rows),
         "",

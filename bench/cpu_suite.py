@@ -51,7 +51,8 @@ ratio predicted/measured beside tcjit's time, with their geometric mean under it
 
 writes ``<out>.json`` (every sample, medians, min/max, machine facts) and ``<out>.md`` (a table); by
 default ``bench/results/cpu_suite``, or ``bench/results/gpu_suite_<GPU name>`` on a GPU (e.g.
-``gpu_suite_nvidia_h100_80gb_hbm3``).
+``gpu_suite_nvidia_h100_80gb_hbm3``). Both are rewritten after each kernel, marked incomplete
+(``"complete": false``) until the last, so that a run cut short keeps what it measured.
 """
 
 from __future__ import annotations
@@ -310,9 +311,13 @@ def run_suite(
     budget_s: float = DEFAULT_BUDGET_S,
     min_sample_s: float = DEFAULT_MIN_SAMPLE_S,
     progress: bool = True,
+    checkpoint: Callable[[dict[str, Any]], object] | None = None,
 ) -> dict[str, Any]:
     """Benchmark the named suite kernels (comma-separated; all for ``None``) on ``device`` at every
-    size of ``sizes_kind``; the JSON document.
+    size of ``sizes_kind``; the JSON document (``"complete": True``).
+
+    :arg checkpoint: called with the document so far (``"complete": False``) after each kernel and
+        size, so that a run cut short keeps what it measured (:func:`main` writes the result files).
 
     Call it after ``TCJIT_CACHE_DIR`` points at a fresh directory (:func:`main` does), and for
     ``device="cuda"`` where CUDA is usable (:func:`_harness.cuda_unusable`). On CUDA it turns TF32 off
@@ -321,8 +326,24 @@ def run_suite(
     device_settings: dict[str, Any] = {}
     if device == "cuda":
         device_settings = {"device": device, "allow_tf32": disable_tf32()}
-    peaks = practical_peaks(sizes_kind, device)
-    results = []
+    results: list[dict[str, Any]] = []
+    doc: dict[str, Any] = {
+        "benchmark": benchmark_name(device),
+        "machine": machine_info(device),
+        "settings": {
+            "sizes": sizes_kind,
+            "dtype": "float32",
+            "torch_compile": torch_compile,
+            "max_rounds": max_rounds,
+            "budget_s": budget_s,
+            "min_sample_s": min_sample_s,
+            "fresh_cache_dir": True,
+            "grad_mode": "no_grad",
+            **device_settings,
+        },
+        "peaks": practical_peaks(sizes_kind, device),
+        "kernels": results,
+    }
     for sk in select_kernels(kernels):
         for sizes in sizes_list(sk, sizes_kind):
             r = bench_kernel(
@@ -337,24 +358,20 @@ def run_suite(
             results.append(r)
             if progress:
                 print(progress_line(r), file=sys.stderr, flush=True)
+            if checkpoint is not None:
+                checkpoint(_summarised(doc, complete=False))
+    return _summarised(doc, complete=True)
+
+
+def _summarised(doc: Mapping[str, Any], *, complete: bool) -> dict[str, Any]:
+    """``doc`` with its geometric means over the kernels it holds, and whether it holds them all."""
+    kernels = list(doc["kernels"])
     return {
-        "benchmark": benchmark_name(device),
-        "machine": machine_info(device),
-        "settings": {
-            "sizes": sizes_kind,
-            "dtype": "float32",
-            "torch_compile": torch_compile,
-            "max_rounds": max_rounds,
-            "budget_s": budget_s,
-            "min_sample_s": min_sample_s,
-            "fresh_cache_dir": True,
-            "grad_mode": "no_grad",
-            **device_settings,
-        },
-        "peaks": peaks,
-        "kernels": results,
-        "geomean_speedup": geomean_speedups(results),
-        "geomean_predicted_over_measured": geomean_predicted(results),
+        **doc,
+        "kernels": kernels,
+        "geomean_speedup": geomean_speedups(kernels),
+        "geomean_predicted_over_measured": geomean_predicted(kernels),
+        "complete": complete,
     }
 
 
@@ -482,13 +499,8 @@ def merge_results(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             seen.add(key)
             kernels.append(k)
     kernels.sort(key=lambda k: order.get(k["kernel"], len(order)))  # stable: sizes keep their order
-    return {
-        **first,
-        "kernels": kernels,
-        "geomean_speedup": geomean_speedups(kernels),
-        "geomean_predicted_over_measured": geomean_predicted(kernels),
-        "merged_from": len(docs),
-    }
+    merged = _summarised({**first, "kernels": kernels}, complete=all(d.get("complete", True) for d in docs))
+    return {**merged, "merged_from": len(docs)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -507,6 +519,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if why is not None:
             print(f"cpu_suite.py: --device cuda: {why}", file=sys.stderr)
             return 2
+
+    def write(doc: Mapping[str, Any]) -> tuple[Path, Path]:
+        out = args.out or default_out(args.device, doc["machine"].get("gpu_name"))
+        return write_results(out, doc, render_markdown(doc))
+
     with bench_environment(args.threads):
         doc = run_suite(
             args.kernels,
@@ -516,9 +533,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_rounds=args.repeat,
             budget_s=args.budget,
             min_sample_s=args.min_sample_ms / 1e3,
+            checkpoint=write,  # a run cut short keeps the kernels it finished
         )
-    out = args.out or default_out(args.device, doc["machine"].get("gpu_name"))
-    json_path, md_path = write_results(out, doc, render_markdown(doc))
+    json_path, md_path = write(doc)
     print(f"wrote {json_path} and {md_path}", file=sys.stderr)
     failed = [
         k["kernel"]

@@ -124,3 +124,36 @@ def test_the_gpu_suite_table_puts_the_prediction_beside_the_measurement(bench) -
         ],
     }
     assert "predicted" not in report.render_markdown(cpu_doc)  # no prediction, no columns
+
+
+# ============================================================================ written as it goes
+def test_the_suite_writes_its_results_after_each_kernel(bench, tmp_path: Path) -> None:
+    """A run cut short (a lent GPU's time running out) keeps the kernels it finished: the result
+    files are rewritten after each kernel, marked incomplete until the last."""
+    cpu_suite = bench("cpu_suite")
+    out = tmp_path / "suite"
+    seen = []
+
+    def checkpoint(doc: dict) -> None:
+        seen.append(([k["kernel"] for k in doc["kernels"]], doc["complete"]))
+        cpu_suite.write_results(out, doc, cpu_suite.render_markdown(doc))
+
+    doc = cpu_suite.run_suite(
+        "abs_sum,matmul",
+        "small",
+        torch_compile=False,
+        max_rounds=2,
+        budget_s=0.0,
+        min_sample_s=1e-4,
+        progress=False,
+        checkpoint=checkpoint,
+    )
+    assert seen == [(["abs_sum"], False), (["abs_sum", "matmul"], False)]
+    assert doc["complete"] is True and [k["kernel"] for k in doc["kernels"]] == ["abs_sum", "matmul"]
+    written = json.loads(out.with_suffix(".json").read_text())
+    assert written["complete"] is False and written["geomean_speedup"]["eager_kernels"] == 2
+    assert "**incomplete**" in out.with_suffix(".md").read_text()
+    assert "**incomplete**" not in cpu_suite.render_markdown(doc)
+    first, second = {**written, "kernels": written["kernels"][:1]}, {**doc, "kernels": doc["kernels"][1:]}
+    assert cpu_suite.merge_results([first, second])["complete"] is False  # a part was cut short
+    assert cpu_suite.merge_results([{**first, "complete": True}, second])["complete"] is True
