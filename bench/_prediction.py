@@ -18,6 +18,7 @@ import json
 import math
 import statistics
 from collections.abc import Iterable, Mapping
+from concurrent.futures import Future
 from typing import Any
 
 from _harness import REPO, describe_error, format_seconds, recorded_kernel
@@ -41,11 +42,12 @@ def predict_call(kernel: str, sizes: Mapping[str, int], options: str | Mapping[s
     name), for contiguous inputs as the suite makes them.
 
     :returns: ``gpu``, ``model_digest`` and either ``error`` (``Type: message``) or
-        ``predicted_s`` (a call in a loop of calls: :attr:`~tcjit.mapping.gpu_profile.GpuProfile.seconds`),
-        ``device_s`` and ``host_s`` (its two sides; a call between two synchronisations takes about
-        their sum), ``bound`` (``host`` or the slowest launch's), ``launches`` (each launch's
-        ``name``, ``predicted_s`` and ``bound``) and ``resources_from`` (the compiler that gave the
-        registers).
+        ``predicted_s`` (a call in a loop of calls,
+        :attr:`~tcjit.mapping.gpu_profile.GpuProfile.seconds`), ``device_s`` and ``host_s`` (its
+        two sides), ``synced_s`` (their sum: about what a call between two synchronisations takes,
+        the host's time and then the device's), ``bound`` (``host`` or the slowest launch's),
+        ``launches`` (each launch's ``name``, ``predicted_s`` and ``bound``) and
+        ``resources_from`` (the compiler that gave the registers).
     """
     record: dict[str, Any] = {"gpu": gpu, "model_digest": model_digest()}
     try:
@@ -61,6 +63,7 @@ def predict_call(kernel: str, sizes: Mapping[str, int], options: str | Mapping[s
         "predicted_s": profile.seconds,
         "device_s": profile.device_seconds,
         "host_s": profile.host_seconds,
+        "synced_s": profile.host_seconds + profile.device_seconds,
         "bound": profile.bound,
         "launches": [
             {"name": p.name, "predicted_s": p.prediction.seconds, "bound": p.prediction.bound}
@@ -70,12 +73,15 @@ def predict_call(kernel: str, sizes: Mapping[str, int], options: str | Mapping[s
     }
 
 
-def predicted_over_measured(prediction: Mapping[str, Any] | None, measured_s: float | None) -> float | None:
-    """``predicted_s / measured_s`` (> 1: the model is pessimistic); ``None`` where either is missing
-    (no prediction, a failed one, no timing)."""
-    if not prediction or not prediction.get("predicted_s") or not measured_s:
+def predicted_over_measured(
+    prediction: Mapping[str, Any] | None, measured_s: float | None, key: str = "predicted_s"
+) -> float | None:
+    """The prediction's ``key`` (``predicted_s`` for calls in a loop, ``synced_s`` for one call
+    between two synchronisations) over ``measured_s`` (> 1: the model is pessimistic); ``None``
+    where either is missing (no prediction, a failed one, no timing)."""
+    if not prediction or not prediction.get(key) or not measured_s:
         return None
-    return prediction["predicted_s"] / measured_s
+    return prediction[key] / measured_s
 
 
 def per_kernel_geomean(pairs: Iterable[tuple[object, float]]) -> tuple[float | None, int]:
@@ -90,16 +96,65 @@ def per_kernel_geomean(pairs: Iterable[tuple[object, float]]) -> tuple[float | N
     return math.exp(statistics.fmean(statistics.fmean(v) for v in logs.values())), len(logs)
 
 
-def prediction_cell(prediction: Mapping[str, Any] | None) -> str:
-    """A prediction in a table: ``1.23 ms (dram)``, ``error`` where it failed, ``—`` where none was
-    made."""
+def prediction_cell(prediction: Mapping[str, Any] | None, key: str = "predicted_s") -> str:
+    """A prediction's ``key`` (as for :func:`predicted_over_measured`) in a table, with its bound:
+    ``1.23 ms (dram)``; ``error`` where it failed, ``—`` where none was made."""
     if not prediction:
         return "—"
     if prediction.get("error"):
         return "error"
-    return f"{format_seconds(prediction['predicted_s'])} ({prediction['bound']})"
+    return f"{format_seconds(prediction[key])} ({prediction['bound']})"
 
 
 def ratio_cell(ratio: float | None) -> str:
     """A predicted/measured ratio in a table: ``0.83``; ``—`` for none."""
     return "—" if ratio is None else f"{ratio:.2f}"
+
+
+class Predictions:
+    """Predictions (:func:`predict_call`) made in ``workers`` worker processes while the GPU
+    measures in this one, or here, one at a time, with ``workers=0``. A context manager: leaving it
+    cancels what has not started.
+
+    >>> with Predictions(workers=0) as p:
+    ...     record = p.result(p.submit("softmax", {"N": 64, "D": 96}, "{}", "v100"))
+    >>> "error" in record
+    True
+    """
+
+    def __init__(self, workers: int):
+        self._pool = None
+        if workers > 0:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            # spawned, not forked: the parent has a CUDA context, which a forked child must not touch
+            self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+
+    def __enter__(self) -> Predictions:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def submit(self, kernel: str, sizes: Mapping[str, int], options: str, gpu: str) -> Future:
+        """Start :func:`predict_call` with these arguments; its future."""
+        if self._pool is not None:
+            try:
+                return self._pool.submit(predict_call, kernel, dict(sizes), options, gpu)
+            except RuntimeError:  # a broken pool (a worker died): the rest are made here
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = None
+        done: Future = Future()
+        done.set_result(predict_call(kernel, sizes, options, gpu))
+        return done
+
+    @staticmethod
+    def result(future: Future) -> dict[str, Any]:
+        """The record of a submitted prediction, waiting for it; an ``error`` record where the
+        worker itself failed (a prediction's own failures are records already)."""
+        try:
+            return future.result()
+        except Exception as e:  # a broken worker process: recorded like any failed prediction
+            return {"error": describe_error(e)}

@@ -9,6 +9,8 @@ which ``scripts/gpu_check.sh`` runs first on a lent GPU.
 from __future__ import annotations
 
 import json
+import math
+from concurrent.futures import Future
 from pathlib import Path
 
 import bench_helpers as BH
@@ -124,6 +126,53 @@ def test_the_gpu_suite_table_puts_the_prediction_beside_the_measurement(bench) -
         ],
     }
     assert "predicted" not in report.render_markdown(cpu_doc)  # no prediction, no columns
+
+
+def test_the_option_sweep_records_each_candidates_prediction(bench) -> None:
+    """Predictions made in a worker process (as while the GPU measures) are the ones made here;
+    each candidate's row gets its prediction and the ratio of one synchronised call's predicted time
+    to its measured one; the report names the fastest candidate measured and predicted."""
+    prediction, sweep = bench("_prediction"), bench("gpu_option_sweep")
+    sizes = {"N": 32768, "D": 1024}
+    sets = {"rows 8 lanes 32": _softmax_options(8, 32), "rows 1 lanes 1024": _softmax_options(1, 1024)}
+    here = {name: prediction.predict_call("softmax", sizes, o.to_json(), "h100") for name, o in sets.items()}
+    if any("error" in r for r in here.values()):
+        pytest.skip("no CUDA compiler: the prediction needs a cubin")
+    with prediction.Predictions(workers=1) as workers:
+        pending = {name: workers.submit("softmax", sizes, o.to_json(), "h100") for name, o in sets.items()}
+        rows = [{"candidate": name, "correct": True, "median_s": 1e-3} for name in sets]
+        for row in rows:
+            sweep.record_prediction(row, pending[row["candidate"]])
+    for row in rows:
+        made = row["prediction"]
+        assert made == here[row["candidate"]]
+        assert made["synced_s"] == made["host_s"] + made["device_s"] >= made["predicted_s"]
+        assert row["predicted_over_measured"] == pytest.approx(made["synced_s"] / 1e-3)
+    doc = {
+        "machine": BH.machine(),
+        "kernels": [{"kernel": "softmax", "sizes": sizes, "eager_s": 1e-3, "candidates": rows}],
+    }
+    g = sweep.geomean_predicted(doc["kernels"])
+    assert g["kernels"] == 1 and g["value"] == pytest.approx(
+        math.sqrt(rows[0]["predicted_over_measured"] * rows[1]["predicted_over_measured"])
+    )
+    rows[1]["median_s"] = 2e-3  # measured: the warp-per-row candidate is the faster
+    md = sweep.render(doc)
+    assert "| candidate | time | predicted | predicted/measured | speedup over eager |" in md
+    fastest = min(rows, key=lambda r: r["prediction"]["synced_s"])["candidate"]
+    assert f"Fastest measured: rows 8 lanes 32; fastest predicted: {fastest}." in md
+    cell = prediction.prediction_cell(rows[0]["prediction"], "synced_s")
+    assert f"| rows 8 lanes 32 **best** | 1 ms | {cell} |" in md
+
+
+def test_predictions_go_on_without_a_worker_process(bench) -> None:
+    prediction = bench("_prediction")
+    with prediction.Predictions(workers=0) as here:
+        record = here.result(here.submit("softmax", {"N": 64, "D": 96}, "{}", "h100"))
+    assert record["error"].startswith("TCOptionsError") and len(record["model_digest"]) == 64
+    broken: Future = Future()
+    broken.set_exception(RuntimeError("a worker died"))
+    assert prediction.Predictions.result(broken) == {"error": "RuntimeError: a worker died"}
 
 
 # ============================================================================ written as it goes
