@@ -126,6 +126,22 @@ extern "C" __global__ void chase(const long long *__restrict__ next, long long *
 }
 """
 
+KERNELS = (
+    "copy16",
+    "fma_chains",
+    "empty",
+    "strided_loads",
+    "shared_loads",
+    "atomics_f32",
+    "atomics_f64",
+    "barriers",
+    "chase",
+)
+"""The ``__global__`` functions of :data:`SOURCE` that the measurements launch."""
+
+OPTIONS = ("--std=c++17",)
+"""NVRTC's options for :data:`SOURCE`, as tcjit compiles its own kernels (``tcjit.nvrtc``)."""
+
 
 def event_time(cupy, launch: Callable[[], object], repeat: int = 7) -> float:
     """Median seconds of ``launch()`` by CUDA events, after one warm-up."""
@@ -160,21 +176,8 @@ def measure(fns: dict[str, Callable[[], Any]]) -> dict[str, Any]:
 
 
 def run(cupy, torch) -> dict[str, Any]:
-    mod = cupy.RawModule(code=SOURCE, options=("--std=c++17",))
-    k = {
-        name: mod.get_function(name)
-        for name in (
-            "copy16",
-            "fma_chains",
-            "empty",
-            "strided_loads",
-            "shared_loads",
-            "atomics_f32",
-            "atomics_f64",
-            "barriers",
-            "chase",
-        )
-    }
+    mod = cupy.RawModule(code=SOURCE, options=OPTIONS)
+    k = {name: mod.get_function(name) for name in KERNELS}
     sms = cupy.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"]
     sink = cupy.zeros(1, dtype=cupy.float32)
     i32, f32, i64 = cupy.int32, cupy.float32, cupy.int64

@@ -206,3 +206,20 @@ def test_the_suite_writes_its_results_after_each_kernel(bench, tmp_path: Path) -
     first, second = {**written, "kernels": written["kernels"][:1]}, {**doc, "kernels": doc["kernels"][1:]}
     assert cpu_suite.merge_results([first, second])["complete"] is False  # a part was cut short
     assert cpu_suite.merge_results([{**first, "complete": True}, second])["complete"] is True
+
+
+# ================================================================================ microbenchmarks
+def _micro_cubin(micro):
+    if not nvrtc.available():
+        pytest.skip("no CUDA compiler")
+    extra = [o for o in micro.OPTIONS if o not in nvrtc.BASE_OPTIONS]
+    return nvrtc.compile_cubin(micro.SOURCE, name="gpu_micro.cu", arch="sm_90", options=extra)
+
+
+def test_every_microbenchmark_kernel_compiles_for_sm_90(bench) -> None:
+    """What bench/gpu_micro.py launches on a lent GPU compiles here, with the options it uses there,
+    and without spilling registers (which would time local memory instead of what is measured)."""
+    micro = bench("gpu_micro")
+    cubin = _micro_cubin(micro)
+    assert sorted(cubin.names) == sorted(micro.KERNELS)
+    assert not [k.name for k in cubin.kernels if k.spills or k.stack_frame_bytes]
