@@ -22,7 +22,9 @@ that keeps every SM busy), so per-SM costs are given both in nanoseconds and in 
 
     python bench/gpu_micro.py [--out bench/results/gpu_micro_<GPU name>]
 
-writes ``<out>.json`` and ``<out>.md``. Without a usable GPU it exits with status 2.
+writes ``<out>.json`` and ``<out>.md``, again after each measurement (marked ``"complete": false``
+until the last), so that a run cut short keeps what it measured. Without a usable GPU it exits
+with status 2.
 """
 
 from __future__ import annotations
@@ -163,8 +165,11 @@ def launcher(fn, grid: tuple, block: tuple, args: tuple) -> Callable[[], object]
     return lambda: fn(grid, block, args)
 
 
-def measure(fns: dict[str, Callable[[], Any]]) -> dict[str, Any]:
-    """Run each measurement; one that raises is recorded with its error and the others go on."""
+def measure(
+    fns: dict[str, Callable[[], Any]], checkpoint: Callable[[dict[str, Any]], object] | None = None
+) -> dict[str, Any]:
+    """Run each measurement; one that raises is recorded with its error and the others go on.
+    ``checkpoint`` is called with the results so far after each."""
     out: dict[str, Any] = {}
     for name, fn in fns.items():
         try:
@@ -172,10 +177,14 @@ def measure(fns: dict[str, Callable[[], Any]]) -> dict[str, Any]:
         except Exception as e:  # a microbenchmark that fails must not lose the others
             out[name] = {"error": describe_error(e)}
         print(f"{name}: {out[name]}", file=sys.stderr, flush=True)
+        if checkpoint is not None:
+            checkpoint(out)
     return out
 
 
-def run(cupy, torch) -> dict[str, Any]:
+def run(cupy, torch, checkpoint: Callable[[dict[str, Any]], object] | None = None) -> dict[str, Any]:
+    """Every measurement of the module docstring on the current CUDA device; ``checkpoint`` is
+    called with the results so far after each (a run cut short keeps them)."""
     mod = cupy.RawModule(code=SOURCE, options=OPTIONS)
     k = {name: mod.get_function(name) for name in KERNELS}
     sms = cupy.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"]
@@ -323,17 +332,24 @@ def run(cupy, torch) -> dict[str, Any]:
             "atomics": atomics,
             "barrier": barrier,
             "latency": latency,
-        }
+        },
+        checkpoint=None if checkpoint is None else lambda out: checkpoint({**out, "facts": facts}),
     )
     results["facts"] = facts
     return results
 
 
 def render(doc: dict[str, Any]) -> str:
+    """The measurements as a markdown table (a run cut short says so)."""
     lines = [
         "# GPU microbenchmarks",
         "",
         machine_markdown(doc["machine"]),
+        *(
+            ["- **incomplete**: the run stopped before its last measurement"]
+            if doc.get("complete") is False
+            else []
+        ),
         "",
         "| measure | value |",
         "| --- | --- |",
@@ -362,10 +378,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch
 
     machine = machine_info("cuda")
-    doc = {"benchmark": "gpu_micro", "machine": machine, "results": run(cupy, torch)}
     out = args.out or RESULTS / f"gpu_micro_{slug(machine['gpu_name'])}"
-    json_path, md_path = write_results(out, doc, render(doc))
-    print(render(doc))
+
+    def write(results: dict[str, Any], complete: bool = False) -> tuple[Path, Path]:
+        doc = {"benchmark": "gpu_micro", "machine": machine, "results": results, "complete": complete}
+        return write_results(out, doc, render(doc))
+
+    results = run(cupy, torch, checkpoint=write)  # a run cut short keeps the measurements it made
+    json_path, md_path = write(results, complete=True)
+    print(md_path.read_text(), end="")
     print(f"wrote {json_path} and {md_path}", file=sys.stderr)
     return 0
 

@@ -223,3 +223,22 @@ def test_every_microbenchmark_kernel_compiles_for_sm_90(bench) -> None:
     cubin = _micro_cubin(micro)
     assert sorted(cubin.names) == sorted(micro.KERNELS)
     assert not [k.name for k in cubin.kernels if k.spills or k.stack_frame_bytes]
+
+
+def test_the_microbenchmarks_are_written_after_each_measurement(bench) -> None:
+    micro = bench("gpu_micro")
+    seen = []
+
+    def broken() -> dict:
+        raise RuntimeError("no such counter")
+
+    out = micro.measure(
+        {"first": lambda: {"x": 1.0}, "second": broken}, checkpoint=lambda r: seen.append(dict(r))
+    )
+    assert seen == [{"first": {"x": 1.0}}, out] and out["second"] == {
+        "error": "RuntimeError: no such counter"
+    }
+    doc = {"machine": BH.machine(), "results": out, "complete": False}
+    md = micro.render(doc)
+    assert "**incomplete**" in md and "| first: x | 1 |" in md
+    assert "**incomplete**" not in micro.render({**doc, "complete": True})
