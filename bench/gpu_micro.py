@@ -18,13 +18,25 @@ that keeps every SM busy), so per-SM costs are given both in nanoseconds and in 
 - ``atomics``: float atomicAdd throughput to one address, to one address per warp and to one per
   thread, and double atomicAdd to one address;
 - ``barrier``: SM cycles per ``__syncthreads()`` in blocks of 256 threads, 8 blocks per SM;
-- ``latency``: dependent-load latency (a pointer chase by one thread) in L1, L2 and DRAM.
+- ``latency``: dependent-load latency (a pointer chase by one thread) in L1, L2 and DRAM;
+- ``block_dispatch``: the cost of starting a block, the model's ``Device.block_dispatch``: the device
+  time of one launch of an empty kernel with 64, 256, 1024 and 4096 blocks per SM, of 32 and of 256
+  threads, and the least-squares slope of that time against the blocks per SM (seconds an SM takes
+  per block it starts) with its intercept (the launch's fixed cost);
+- ``loads_in_flight``: the memory latency under load, the model's ``Device.memory_latency``, by
+  Little's law: ``stream_loads_<K>`` kernels read 512 MiB of a 1 GiB array with K = 1, 2, 4, 8
+  independent 128-byte warp requests in flight per warp (the next requests' addresses depend on
+  the last ones' values), at 8, 16, 32 and 64 resident warps per SM; the achieved bandwidth B
+  gives the latency ``SMs x warps x K x 128 B / B``. Where B is well below the DRAM bandwidth the
+  latency is the loaded one; as B nears it the latency grows with queueing, which is what the
+  model's ``loads_in_flight`` and ``memory_latency`` together stand for.
 
     python bench/gpu_micro.py [--out bench/results/gpu_micro_<GPU name>]
 
 writes ``<out>.json`` and ``<out>.md``, again after each measurement (marked ``"complete": false``
 until the last), so that a run cut short keeps what it measured. Without a usable GPU it exits
-with status 2.
+with status 2. The kernels (:data:`SOURCE`, :data:`KERNELS`) compile without a GPU; a test compiles
+them for sm_90.
 """
 
 from __future__ import annotations
@@ -126,7 +138,42 @@ extern "C" __global__ void chase(const long long *__restrict__ next, long long *
     for (int i = 0; i < steps; i++) p = next[p];
     out[0] = p;
 }
+
+/* K independent loads in flight per thread, each a warp request of 32 consecutive floats (one
+   128-byte line), streaming through `a` (mask + 1 floats, far beyond L2). The next iteration's
+   addresses depend on this one's values (t * 0.0f is not folded: it is NaN for an infinite t), so
+   a warp never has more than K requests in flight. __launch_bounds__(256, 8): at most 32 registers,
+   so that 8 blocks of 256 threads (64 warps) fit an SM. */
+template <int K>
+__device__ __forceinline__ void stream_loads(const float *__restrict__ a, float *out, unsigned mask,
+                                             int iters) {
+    unsigned stride = gridDim.x * blockDim.x;
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    float s = 0.0f;
+#pragma unroll 1
+    for (int it = 0; it < iters; it++) {
+        float t = 0.0f;
+#pragma unroll
+        for (int j = 0; j < K; j++) t += a[(i + j * stride) & mask];
+        s += t;
+        i = (i + K * stride + (unsigned)(int)(t * 0.0f)) & mask;
+    }
+    if (s == 1234.5f) out[0] = s;
+}
+
+#define STREAM_LOADS(K)                                                                             \
+    extern "C" __global__ void __launch_bounds__(256, 8)                                            \
+        stream_loads_##K(const float *__restrict__ a, float *out, unsigned mask, int iters) {       \
+        stream_loads<K>(a, out, mask, iters);                                                       \
+    }
+STREAM_LOADS(1)
+STREAM_LOADS(2)
+STREAM_LOADS(4)
+STREAM_LOADS(8)
 """
+
+IN_FLIGHT = (1, 2, 4, 8)
+"""The loads a thread keeps in flight in the ``stream_loads_<K>`` kernels."""
 
 KERNELS = (
     "copy16",
@@ -138,6 +185,7 @@ KERNELS = (
     "atomics_f64",
     "barriers",
     "chase",
+    *(f"stream_loads_{k}" for k in IN_FLIGHT),
 )
 """The ``__global__`` functions of :data:`SOURCE` that the measurements launch."""
 
@@ -321,6 +369,41 @@ def run(cupy, torch, checkpoint: Callable[[dict[str, Any]], object] | None = Non
             out[f"{where}_ns"] = t / steps * 1e9
         return out
 
+    def dispatch() -> dict[str, float]:
+        out: dict[str, float] = {}
+        a = cupy.zeros(4, dtype=f32)
+        args = (a, a, a, i32(1))
+        per_sm = (64, 256, 1024, 4096)
+        for threads in (32, 256):
+            times = [event_time(cupy, launcher(k["empty"], (sms * n,), (threads,), args)) for n in per_sm]
+            for n, t in zip(per_sm, times):
+                out[f"{threads} threads, {n} blocks/SM: us"] = t * 1e6
+            slope, intercept = statistics.linear_regression(per_sm, times)
+            out[f"{threads} threads: ns per block per SM"] = slope * 1e9
+            out[f"{threads} threads: intercept us"] = intercept * 1e6
+        return out
+
+    def in_flight() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        n = 1 << 28  # floats: 1 GiB, 20 times the L2
+        a = cupy.random.standard_normal(n, dtype=f32)
+        threads, target = 256, 1 << 29  # about 512 MiB read by each launch
+        for blocks_per_sm in (1, 2, 4, 8):
+            warps = blocks_per_sm * threads // 32
+            blocks = sms * blocks_per_sm
+            for loads in IN_FLIGHT:
+                per_iteration = blocks * threads * loads * 4
+                iters = max(1, target // per_iteration)
+                args = (a, sink, cupy.uint32(n - 1), i32(iters))
+                t = event_time(cupy, launcher(k[f"stream_loads_{loads}"], (blocks,), (threads,), args))
+                bandwidth = per_iteration * iters / t
+                in_flight_bytes = sms * warps * loads * 128  # a 128-byte line per warp request
+                out[f"{loads} loads, {warps} warps/SM"] = {
+                    "GBps": bandwidth / 1e9,
+                    "latency_ns": in_flight_bytes / bandwidth * 1e9,  # Little's law
+                }
+        return out
+
     results = measure(
         {
             "clock": clock,
@@ -332,6 +415,8 @@ def run(cupy, torch, checkpoint: Callable[[dict[str, Any]], object] | None = Non
             "atomics": atomics,
             "barrier": barrier,
             "latency": latency,
+            "block_dispatch": dispatch,
+            "loads_in_flight": in_flight,
         },
         checkpoint=None if checkpoint is None else lambda out: checkpoint({**out, "facts": facts}),
     )

@@ -225,6 +225,22 @@ def test_every_microbenchmark_kernel_compiles_for_sm_90(bench) -> None:
     assert not [k.name for k in cubin.kernels if k.spills or k.stack_frame_bytes]
 
 
+def test_the_loads_in_flight_kernels_keep_k_requests_per_warp(bench) -> None:
+    """Little's law reads the latency off the bandwidth only if each warp has exactly K requests in
+    flight and 64 warps fit an SM: K global loads per iteration in the PTX, the next iteration's
+    addresses waiting for their values, at most 32 registers a thread."""
+    import re
+
+    micro = bench("gpu_micro")
+    cubin = _micro_cubin(micro)
+    ptx = nvrtc.compile_ptx(micro.SOURCE, name="gpu_micro.cu", arch="compute_90")
+    for k in micro.IN_FLIGHT:
+        assert cubin.resources(f"stream_loads_{k}").registers <= 65536 // (64 * 32)
+        body = ptx.split(f".entry stream_loads_{k}(")[1].split("\n}\n")[0]
+        assert len(re.findall(r"\bld\.global\.", body)) == k
+        assert re.search(r"mul\.f32\s+%f\d+, %f\d+, 0f00000000;\s+cvt\.rzi\.s32\.f32", body)
+
+
 def test_the_microbenchmarks_are_written_after_each_measurement(bench) -> None:
     micro = bench("gpu_micro")
     seen = []
