@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import platform
+import subprocess
+import sys
 from concurrent.futures import Future
 from pathlib import Path
 
 import bench_helpers as BH
 import pytest
+import torch
 
 import tcjit
 from tcjit import nvrtc, suite
@@ -258,3 +263,72 @@ def test_the_microbenchmarks_are_written_after_each_measurement(bench) -> None:
     md = micro.render(doc)
     assert "**incomplete**" in md and "| first: x | 1 |" in md
     assert "**incomplete**" not in micro.render({**doc, "complete": True})
+
+
+# ================================================================================ the GPU routine
+ROUTINE = BH.BENCH.parent / "scripts" / "gpu_check.sh"
+
+
+def _routine(*args: str, **env: str) -> subprocess.CompletedProcess:
+    """``scripts/gpu_check.sh ARGS`` with this interpreter as its Python."""
+    env = {**os.environ, "PYTHON": sys.executable, **env}
+    return subprocess.run(["bash", str(ROUTINE), *args], capture_output=True, text=True, timeout=120, env=env)
+
+
+def _plan(*args: str, **env: str) -> dict[str, int]:
+    """The steps and time limits that ``--plan`` prints, in order."""
+    proc = _routine("--plan", *args, **env)
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines()[1:]]
+    assert all(len(r) == 3 and r[2] == "s" for r in rows), proc.stdout
+    return {name: int(seconds) for name, seconds, _ in rows}
+
+
+def test_the_routine_script_parses_and_documents_its_modes() -> None:
+    assert subprocess.run(["bash", "-n", str(ROUTINE)]).returncode == 0
+    shown = _routine("--help")
+    assert shown.returncode == 0
+    for words in ("--quick", "under 3 minutes", "under 6 minutes", "--compile", "--plan", "ncu-sweep"):
+        assert words in shown.stdout
+
+
+@pytest.mark.parametrize("args", [["bogus"], ["--frobnicate"], ["--budget", "soon"]])
+def test_the_routine_refuses_a_bad_command_line_before_doing_anything(tmp_path: Path, args) -> None:
+    proc = _routine(*args, OUT=str(tmp_path / "out"))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("gpu_check.sh: ") and len(proc.stderr.splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_routine_shares_its_budget_between_its_steps() -> None:
+    quick = _plan("--quick")
+    assert list(quick) == ["tests", "suite", "micro"] and all(s > 10 for s in quick.values())
+    assert sum(quick.values()) <= 170  # under 3 minutes, the set-up included
+    full = _plan()
+    assert list(full)[:3] == ["tests", "suite", "micro"] and list(full)[-1] == "sweep"
+    assert set(full) <= {"tests", "suite", "micro", "ncu", "sweep"}
+    assert sum(full.values()) <= 350  # under 6 minutes
+    assert _plan("--quick", "--compile")["suite"] > quick["suite"]  # torch.compile takes longer
+    assert list(_plan("micro", "suite")) == ["micro", "suite"]  # steps named: those, in that order
+    assert _plan("--budget", "100", "suite", "micro") == {"suite": 63, "micro": 32}  # 95 s by 4:2
+    assert _plan("--quick", SUITE_S="42")["suite"] == 42
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="tests the refusal without a GPU")
+def test_the_routine_reports_the_software_and_stops_without_a_gpu(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = _routine("--quick", OUT=str(out))
+    assert proc.returncode == 2
+    assert proc.stdout.rstrip().endswith("gpu_check.sh: no usable CUDA device: nothing to measure")
+    for line in (
+        "nvidia-smi: ",
+        f"python: {platform.python_version()} ",
+        f"torch: {torch.__version__}",
+        "CuPy: ",
+        "static profile's compiler: ",
+        "ncu: ",
+        "tcjit: ",
+    ):
+        assert f"\n{line}" in proc.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["gpu_check.log"]
+    assert (out / "gpu_check.log").read_text() == proc.stdout
