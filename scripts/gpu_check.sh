@@ -61,6 +61,14 @@ usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 
 declare -A weight=([tests]=3 [suite]=4 [micro]=2 [sweep]=6 [ncu]=4 [ncu-sweep]=6)
 reserve=5 # seconds kept for packing and the summary
+# The counters that check the model per launch (time, DRAM bytes, global load requests and their
+# sectors), and for the suite's kernels also stores, shared-memory bank conflicts and FFMAs;
+# LaunchStats adds registers, grid and block, Occupancy the achieved occupancy.
+ncu_sweep_metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
+ncu_sweep_metrics+=,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum
+ncu_metrics=$ncu_sweep_metrics,l1tex__t_requests_pipe_lsu_mem_global_op_st.sum
+ncu_metrics+=,l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum
+ncu_metrics+=,smsp__sass_thread_inst_executed_op_ffma_pred_on.sum
 budget= quick=0 compile=0 plan=0 steps=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -131,7 +139,7 @@ pack() {
 }
 
 run() {
-    local start=$SECONDS summary=() failed=0 i name limit t rc gpu ncu files pytest_out
+    local start=$SECONDS summary=() failed=0 i name limit t rc gpu ncu files pytest_out sections metrics which
     pytest_out=$(mktemp)
     if compgen -G ".whl/*.whl" >/dev/null; then
         "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -182,35 +190,25 @@ run() {
                 rc=$?
                 [ -e "$out/${files[1]}" ] && while read -r line; do summary+=("sweep: ${line%%. \`*}."); done \
                     < <(grep '^Geometric mean' "$out/${files[1]}") ;;
-            ncu)
-                files=("gpu_ncu_$gpu.csv" "gpu_ncu_launches_$gpu.json")
+            ncu | ncu-sweep)
+                if [ "$name" = ncu ]; then
+                    files=("gpu_ncu_$gpu.csv" "gpu_ncu_launches_$gpu.json")
+                    sections=(--section LaunchStats --section Occupancy)
+                    metrics=$ncu_metrics
+                    which=()
+                else  # 85 variants: fewer counters, fewer replays of each
+                    files=("gpu_ncu_sweep_$gpu.csv" "gpu_ncu_sweep_launches_$gpu.json")
+                    sections=(--section LaunchStats)
+                    metrics=$ncu_sweep_metrics
+                    which=(--sweep --kernels "${SWEEP_KERNELS:-matmul,tmm,gconv,conv2d,softmax,bn_reduce,maxpool2x2}")
+                fi
                 if [ -z "$ncu" ]; then
                     echo "no ncu (Nsight Compute) on this machine"
                     rc=127
                 else
-                    metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
-                    metrics+=,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum
-                    metrics+=,l1tex__t_requests_pipe_lsu_mem_global_op_st.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum
-                    metrics+=,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum
-                    metrics+=,smsp__sass_thread_inst_executed_op_ffma_pred_on.sum
-                    timeout -k 10 "$limit" "$ncu" --kernel-name regex:^tc_ --csv --page raw \
-                        --section LaunchStats --section Occupancy --metrics "$metrics" \
-                        --log-file "$out/${files[0]}" "$python" bench/gpu_ncu.py --out "$out/${files[1]}"
-                    rc=$?
-                fi ;;
-            ncu-sweep)
-                files=("gpu_ncu_sweep_$gpu.csv" "gpu_ncu_sweep_launches_$gpu.json")
-                if [ -z "$ncu" ]; then
-                    echo "no ncu (Nsight Compute) on this machine"
-                    rc=127
-                else
-                    metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
-                    metrics+=,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum
-                    timeout -k 10 "$limit" "$ncu" --kernel-name regex:^tc_ --csv --page raw \
-                        --section LaunchStats --metrics "$metrics" --log-file "$out/${files[0]}" \
-                        "$python" bench/gpu_ncu.py --sweep \
-                        --kernels "${SWEEP_KERNELS:-matmul,tmm,gconv,conv2d,softmax,bn_reduce,maxpool2x2}" \
-                        --out "$out/${files[1]}"
+                    timeout -k 10 "$limit" "$ncu" --kernel-name regex:^tc_ --csv --page raw "${sections[@]}" \
+                        --metrics "$metrics" --log-file "$out/${files[0]}" \
+                        "$python" bench/gpu_ncu.py "${which[@]}" --out "$out/${files[1]}"
                     rc=$?
                 fi ;;
         esac
