@@ -41,7 +41,7 @@ from _harness import (
     sizes_list,
     write_results,
 )
-from gpu_calibration import model_digest
+from _prediction import model_digest
 
 
 def _measured(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
