@@ -50,9 +50,9 @@
 # rewrites as it goes (after each kernel or measurement): a run cut short keeps what it measured.
 # `tar -xf gpu_check.tar -C bench/results` puts the results where they are committed.
 #
-# Set-up: wheels in .whl/ (islpy, deap, platformdirs for the machine's Python) are installed into
-# /tmp/site (a lent machine has torch and CuPy but cannot reach PyPI), and tcjit itself as an
-# editable install. PYTHON names the interpreter (default python3). Exit status: 0 when every
+# Set-up: wheels in .whl/ (or the folder WHEELS names: islpy, deap, platformdirs for the machine's
+# Python) are installed into /tmp/site (a lent machine has torch and CuPy but cannot reach PyPI),
+# and tcjit itself as an editable install. PYTHON names the interpreter (default python3). Exit status: 0 when every
 # step exits 0, 1 when one does not, 2 for a usage error or no usable GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -91,6 +91,7 @@ while [ $# -gt 0 ]; do
     shift
 done
 python=${PYTHON:-python3}
+wheels=${WHEELS:-.whl}
 [ "$compile" = 1 ] && weight[suite]=8
 if [ -z "$budget" ]; then
     if [ "$quick" = 1 ]; then budget=170; else budget=350; fi
@@ -141,9 +142,9 @@ pack() {
 run() {
     local start=$SECONDS summary=() failed=0 i name limit t rc gpu ncu files pytest_out sections metrics which
     pytest_out=$(mktemp)
-    if compgen -G ".whl/*.whl" >/dev/null; then
+    if compgen -G "$wheels/*.whl" >/dev/null; then
         "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-            --target /tmp/site .whl/*.whl || return 1
+            --target /tmp/site "$wheels"/*.whl || return 1
         export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
     fi
     export PYTHONUNBUFFERED=1
