@@ -11,7 +11,14 @@ keeps in flight) are fitted on all reproducible points by a grid search that min
 squared log error, and again with each suite kernel left out in turn, to show the error on
 kernels the fit did not see.
 
-    python bench/gpu_calibration.py [--gpu nvidia_h100_80gb_hbm3] [--device h100] [--out ...]
+    python bench/gpu_calibration.py [--gpu nvidia_h100_80gb_hbm3] [--device h100] [--out ...] [--freeze]
+
+**The frozen model.** ``--freeze`` also writes ``<out>_frozen.json``: the model's
+digest and every point's prediction when the model was frozen (issue 32's close). A later model
+may only be a change made with new GPU measurements, and its calibration must show the old
+predictions beside the new: whenever the frozen file's digest is not the model's, every point
+that the frozen file predicted gets its frozen prediction beside the new one, and the summary
+the frozen model's errors on the same points.
 
 writes ``gpu_calibration_<gpu>.json`` and ``.md`` (every point with its error; the fit; the digest
 of the model's sources).
@@ -131,11 +138,71 @@ def fit(points, device):
     return with_(best)
 
 
+def _point_key(r: dict[str, Any]) -> str:
+    return json.dumps([r["set"], r["kernel"], r["candidate"], r["launch"], r["digest"]])
+
+
+def frozen_record(data: dict[str, Any]) -> dict[str, Any]:
+    """What the frozen model's file keeps of a calibration: its digest, fit, summary figures, and
+    each point's prediction."""
+    s = data["summary"]
+    return {
+        "model_digest": s["model_digest"],
+        "fitted": s["fitted"],
+        "within_1.5x": s["within_1.5x"],
+        "within_2x": s["within_2x"],
+        "points": {_point_key(r): r["predicted_s"] for r in data["points"]},
+    }
+
+
+def beside_frozen(records: list[dict[str, Any]], frozen: dict[str, Any], digest: str) -> dict[str, Any]:
+    """The frozen model's predictions beside this model's, where the model has changed since it was
+    frozen: each record that the frozen model predicted gets ``frozen_predicted_s``, and the
+    summary counts both models' errors on those points."""
+    if frozen["model_digest"] == digest:
+        return {"model_digest": digest, "changed": False}
+    both = []
+    for r in records:
+        old = frozen["points"].get(_point_key(r))
+        if old is not None:
+            r["frozen_predicted_s"] = old
+            both.append((old / r["measured_s"], r["ratio"]))
+
+    def within(f: float, rs) -> int:
+        return sum(1 for x in rs if 1 / f <= x <= f)
+
+    return {
+        "model_digest": frozen["model_digest"],
+        "changed": True,
+        "points": len(both),
+        "frozen_within_1.5x": within(1.5, [o for o, _ in both]),
+        "frozen_within_2x": within(2.0, [o for o, _ in both]),
+        "new_within_1.5x": within(1.5, [n for _, n in both]),
+        "new_within_2x": within(2.0, [n for _, n in both]),
+    }
+
+
+def frozen_lines(frozen: dict[str, Any] | None) -> list[str]:
+    """The summary's line on the frozen model (none where there is no frozen file)."""
+    if not frozen:
+        return []
+    if not frozen["changed"]:
+        return [f"- the model is the frozen one (digest `{frozen['model_digest'][:16]}`)"]
+    n = frozen["points"]
+    return [
+        f"- **the model has changed since it was frozen** (digest `{frozen['model_digest'][:16]}`): on the"
+        f" {n} points both predict, the frozen model within 1.5x {frozen['frozen_within_1.5x']}/{n},"
+        f" within 2x {frozen['frozen_within_2x']}/{n}; this one within 1.5x {frozen['new_within_1.5x']}/{n},"
+        f" within 2x {frozen['new_within_2x']}/{n} (each point's frozen prediction: `frozen_predicted_s`)"
+    ]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Predicted against measured time of every GPU launch measured.")
     p.add_argument("--gpu", default="nvidia_h100_80gb_hbm3", help="the results files' GPU suffix")
     p.add_argument("--device", default="h100", help="the model's device (mapping/gpu_model.py DEVICES)")
     p.add_argument("--out", type=Path, default=None, help="writes <out>.json and .md")
+    p.add_argument("--freeze", action="store_true", help="also writes the frozen model's file")
     args = p.parse_args(argv)
     from tcjit.mapping.gpu_model import DEVICES
 
@@ -224,6 +291,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "model_digest": model_digest(),
         "device": dataclasses.asdict(device),
     }
+    out = args.out or RESULTS / f"gpu_calibration_{args.gpu}"
+    frozen_path = out.with_name(out.name + "_frozen.json")
+    if frozen_path.exists() and not args.freeze:
+        summary["frozen"] = beside_frozen(
+            records, json.loads(frozen_path.read_text()), summary["model_digest"]
+        )
     lines = [
         f"# GPU model calibration: {DEVICES[args.device].name}",
         "",
@@ -242,6 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "- each suite kernel left out of the fit in turn:"
         f" within 1.5x {summary['left_out_within_1.5x']}/{len(loo)},"
         f" within 2x {summary['left_out_within_2x']}/{len(loo)}",
+        *frozen_lines(summary.get("frozen")),
         "",
         markdown_table(
             [
@@ -262,10 +336,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "Left out of the fit, per kernel (predicted/measured of its launches): "
         + "; ".join(f"{k} {', '.join(f'{r:.2f}' for r in left_out[k])}" for k in kernels),
     ]
-    out = args.out or RESULTS / f"gpu_calibration_{args.gpu}"
-    write_results(
-        out, {"benchmark": "gpu_calibration", "summary": summary, "points": records}, "\n".join(lines)
-    )
+    data = {"benchmark": "gpu_calibration", "summary": summary, "points": records}
+    write_results(out, data, "\n".join(lines))
+    if args.freeze:
+        frozen_path.write_text(json.dumps(frozen_record(data), indent=1) + "\n")
     print("\n".join(lines[:6]))
     return 0
 

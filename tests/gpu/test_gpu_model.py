@@ -167,3 +167,41 @@ def test_the_suite_prediction_script_writes_its_results(tmp_path: Path) -> None:
     speedups = [r["eager_s"] / r["predicted_s"] for r in data["kernels"]]
     assert summary["predicted_speedup_over_eager"] == pytest.approx((speedups[0] * speedups[1]) ** 0.5)
     assert "Predicted geometric-mean speedup over torch eager" in (tmp_path / "p.md").read_text()
+
+
+def test_the_model_is_frozen_or_its_calibration_shows_the_frozen_predictions() -> None:
+    """Issue 32 froze the model: a later model comes with a calibration that shows the frozen
+    model's predictions beside its own (``bench/gpu_calibration.py``, the frozen file)."""
+    for path in sorted((BENCH / "results").glob("gpu_calibration_*_frozen.json")):
+        frozen = json.loads(path.read_text())
+        calibration = json.loads(path.with_name(path.name.replace("_frozen", "")).read_text())
+        summary = calibration["summary"]
+        if summary["model_digest"] == frozen["model_digest"]:
+            continue
+        assert summary["frozen"]["changed"] and summary["frozen"]["model_digest"] == frozen["model_digest"]
+        assert (
+            summary["frozen"]["points"] == sum("frozen_predicted_s" in p for p in calibration["points"]) > 0
+        )
+    assert list((BENCH / "results").glob("gpu_calibration_*_frozen.json"))
+
+
+def test_a_changed_model_is_reported_beside_the_frozen_one() -> None:
+    calibration = _bench_module("gpu_calibration")
+    point = {"set": "gpu_ncu", "kernel": "k", "candidate": "default", "launch": "k0", "digest": "d"}
+    old = [{**point, "predicted_s": 3e-6, "measured_s": 1e-6, "ratio": 3.0}]
+    data = {"summary": {"model_digest": "a", "fitted": {}, "within_1.5x": 0, "within_2x": 0}, "points": old}
+    frozen = calibration.frozen_record(data)
+    new = [{**point, "predicted_s": 1.2e-6, "measured_s": 1e-6, "ratio": 1.2}, {**point, "launch": "k1"}]
+    assert calibration.beside_frozen(new, frozen, "a") == {"model_digest": "a", "changed": False}
+    said = calibration.beside_frozen(new, frozen, "b")
+    assert new[0]["frozen_predicted_s"] == 3e-6 and "frozen_predicted_s" not in new[1]
+    assert said == {
+        "model_digest": "a",
+        "changed": True,
+        "points": 1,
+        "frozen_within_1.5x": 0,
+        "frozen_within_2x": 0,
+        "new_within_1.5x": 1,
+        "new_within_2x": 1,
+    }
+    assert "the model has changed since it was frozen" in calibration.frozen_lines(said)[0]
