@@ -19,10 +19,15 @@ Occupancy comes from the block's threads, the registers per thread (from the com
 the static shared memory: the resident blocks per SM and the resource that limits them.
 
 Every constant is a measurement on the device (``bench/gpu_micro.py``,
-``bench/results/gpu_micro_<device>.md``) or its datasheet, never a per-kernel term; the two that no
-microbenchmark isolates yet (the memory latency under load, the loads in flight per warp, the cost of
-starting a block) are fitted once
-on the calibration points (``bench/gpu_calibration.py``) and recorded with their fit.
+``bench/results/gpu_micro_<device>.md``) or its datasheet, never a per-kernel term. Three (the
+memory latency under load, the loads in flight per warp, the cost of starting a block) are fitted
+on the calibration points (``bench/gpu_calibration.py``) and recorded with their fit;
+``gpu_micro.py`` measures them directly (``block_dispatch``, ``loads_in_flight``) from its next
+GPU run on, which checks the fit.
+
+The model was frozen when issue 32 closed (``bench/results/gpu_calibration_<gpu>_frozen.json``): a
+change to it comes with new GPU measurements, and its calibration shows the frozen predictions
+beside the new ones.
 """
 
 from __future__ import annotations
