@@ -97,19 +97,25 @@ def test_a_block_reduction_with_atomics_is_a_serial_chain_per_thread() -> None:
     assert la.barriers > la.atomics  # a tree's steps between barriers, for every row
 
 
-def test_a_shared_buffer_read_down_a_column_conflicts_32_ways() -> None:
+def column_reads(grid: tuple[int, int, int] = (1, 1, 1)):
+    """A launch of ``grid`` blocks of 32 threads where thread x reads a column of an unpadded 32 x 32
+    shared buffer (``sh[l][j]`` for lane ``l``: every word in one bank) and writes a row of O."""
     cdef = tcjit.define(TRANSPOSE).definition
-    buf = ir.Buffer("sh", "I", "shared", (32, 32))  # unpadded: column reads hit one bank
+    buf = ir.Buffer("sh", "I", "shared", (32, 32))
     ref = V.BufferRef("sh", "I", (V.SubVar("i"), V.SubVar("j")), (ir.Int(0), ir.Int(0)), (1, 1))
     target = V.Ref("O", (V.SubVar("j"), V.SubVar("i")), (False, False), (0, 0, 1, 1), True, 0)
     value = V.Load(ref, F32)
     body = V.Body("S0", "assign", "=", "O", target, value, F32, value, ("i", "j"), ("i", "j"), 1)
-    # thread x runs along i: lane l reads sh[l][j], 32 words apart
     run = ir.Run("S0", (ir.Var("t0"), ir.Var("c0")))
     loop = ir.For("c0", ir.Int(0), ir.Op("<", (ir.Var("c0"), ir.Int(32))), 1, run)
-    plan = SimpleNamespace(grid=(1, 1, 1), block=(32, 1, 1), buffers=(buf,))
+    plan = SimpleNamespace(grid=grid, block=(32, 1, 1), buffers=(buf,))
     sizes = {"N": 32, "M": 32}
     (k,) = access_profile(cdef, [(plan, loop)], {"S0": body}, sizes, {"I": (32, 1), "O": (32, 1)}, {})
+    return k
+
+
+def test_a_shared_buffer_read_down_a_column_conflicts_32_ways() -> None:
+    k = column_reads()
     (read,) = [a for a in k.accesses if a.space == "shared"]
     assert (read.conflict, read.stride, read.requests) == (32, 32, 32)
     write = _access(k, "O", "write")

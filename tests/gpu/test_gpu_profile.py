@@ -7,24 +7,20 @@ the runtime's steps, and reads registers from the cubin."""
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import pytest
+import test_gpu_access as TGA
 import torch
 
 import tcjit
 from tcjit import nvrtc, suite
 from tcjit.cli import main
-from tcjit.mapping import ir
-from tcjit.mapping import ir_values as V
-from tcjit.mapping.gpu_access import access_profile
 from tcjit.mapping.gpu_model import H100, predict_launch
 from tcjit.mapping.gpu_profile import LaunchResources, diagnose, profile_lowering
 from tcjit.mapping.layout import contiguous_strides
 from tcjit.mapping.lower_gpu import lower_gpu
 from tcjit.mapping.options import MappingOptions
 from tcjit.pipeline import default_options
-from tcjit.polyhedral.lang.types import SCALAR_TYPES
 
 COPY = "def c(float(N,M) I) -> (O) { O(i, j) = I(i, j) }"
 TRANSPOSE = "def t(float(N,M) I) -> (O) { O(j, i) = I(i, j) }"
@@ -94,19 +90,7 @@ def test_a_sum_held_in_global_memory_is_named() -> None:
 
 
 def test_a_conflicted_shared_buffer_and_its_share_of_the_issue_slots() -> None:
-    cdef = tcjit.define("def t(float(N,M) I) -> (O) { O(j, i) = I(i, j) }").definition
-    f32 = SCALAR_TYPES["float32"]
-    buf = ir.Buffer("sh", "I", "shared", (32, 32))  # unpadded: column reads hit one bank
-    ref = V.BufferRef("sh", "I", (V.SubVar("i"), V.SubVar("j")), (ir.Int(0), ir.Int(0)), (1, 1))
-    target = V.Ref("O", (V.SubVar("j"), V.SubVar("i")), (False, False), (0, 0, 1, 1), True, 0)
-    value = V.Load(ref, f32)
-    body = V.Body("S0", "assign", "=", "O", target, value, f32, value, ("i", "j"), ("i", "j"), 1)
-    run = ir.Run("S0", (ir.Var("t0"), ir.Var("c0")))
-    loop = ir.For("c0", ir.Int(0), ir.Op("<", (ir.Var("c0"), ir.Int(32))), 1, run)
-    plan = SimpleNamespace(grid=(132 * 64, 1, 1), block=(32, 1, 1), buffers=(buf,))
-    (la,) = access_profile(
-        cdef, [(plan, loop)], {"S0": body}, {"N": 32, "M": 32}, {"I": (32, 1), "O": (32, 1)}, {}
-    )
+    la = TGA.column_reads(grid=(132 * 64, 1, 1))
     kw = {"registers": 32, "shared_bytes": 4096, "fmas": {}, "compulsory_bytes": 4096}
     prediction = predict_launch(la, H100, **kw)
     said = diagnose(la, prediction, LaunchResources(32, spill_bytes=8), {}, H100)
