@@ -60,8 +60,9 @@ def _measured(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
 
 def fit_host(path: Path, gpu: str) -> dict[str, Any]:
     """The host's cost model fitted on the one-element run ``path``: ``call + launch x launches``
-    seconds by least squares over its kernels (each lowered with the options it recorded), with
-    each kernel's predicted over measured time."""
+    seconds by least squares over its kernels (the launches each call made, as the run recorded
+    them, and the runtime's steps of its options at HEAD), with each kernel's predicted over
+    measured time."""
     from tcjit.static_profile import profile_at
 
     data = json.loads(path.read_text())
@@ -72,7 +73,8 @@ def fit_host(path: Path, gpu: str) -> dict[str, Any]:
             continue
         _, cdef, options = recorded_kernel({"kernel": k["kernel"], "options": t["calibration"]["options"]})
         profile = profile_at(cdef, k["sizes"], None, options, gpu)
-        steps = len(profile.launches) + len(profile.runtime)
+        # the launches that run made (its record), whatever HEAD makes of the same options now
+        steps = len(t["calibration"]["launches"]) + len(profile.runtime)
         points.append((k["kernel"], steps, t["timing"]["median_s"]))
     n = len(points)
     mx = statistics.mean(p[1] for p in points)
