@@ -9,7 +9,7 @@ only if the legality check agrees (every instance kept, every dependence respect
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import islpy as isl
 
@@ -48,6 +48,31 @@ def hoist_initialisations(
     output once instead of twice). Contractions' long reductions stay as they were, in the band
     that register tiles need.
     """
+
+    def choices(node: isl.ScheduleNode, inits: Sequence[str], filt: isl.UnionSet) -> list[isl.Schedule]:
+        candidates = []
+        pooling = all(n[: -len("_init")] in windows for n in inits)
+        if window and pooling and _reduction_points(node.get_domain(), inits) <= window:
+            lead = leading_coincident(node)
+            if lead == node.band_n_member():
+                return []  # a band over the outputs alone: each element is initialised below it
+            if lead > 0:
+                candidates.append(node.band_split(lead).child(0).order_before(filt).get_schedule())
+        candidates.append(node.order_before(filt).get_schedule())
+        return candidates
+
+    return _reorder(sched, deps, sizes, choices)
+
+
+def _reorder(
+    sched: isl.Schedule,
+    deps: Dependences,
+    sizes: Mapping[str, int] | None,
+    choices: Callable[[isl.ScheduleNode, Sequence[str], isl.UnionSet], list[isl.Schedule]],
+) -> isl.Schedule:
+    """For each outermost band that holds ``!`` initialisations and other statements, the first
+    of ``choices(band, initialisations, their instances)`` that the legality check accepts (the
+    schedule unchanged where none is)."""
     done = 0
     while True:
         todo = bands(sched, outermost=True)
@@ -63,16 +88,7 @@ def hoist_initialisations(
         filt = isl.UnionSet.empty(domain.get_space())
         for n in inits:
             filt = filt.union(domain.extract_set(_space_named(domain, n)))
-        candidates = []
-        pooling = all(n[: -len("_init")] in windows for n in inits)
-        if window and pooling and _reduction_points(domain, inits) <= window:
-            lead = leading_coincident(node)
-            if lead == node.band_n_member():
-                continue  # a band over the outputs alone: each element is initialised below it
-            if lead > 0:
-                candidates.append(node.band_split(lead).child(0).order_before(filt).get_schedule())
-        candidates.append(node.order_before(filt).get_schedule())
-        for candidate in candidates:
+        for candidate in choices(node, inits, filt):
             try:
                 check_legality(candidate, deps, sizes=sizes)
             except TCInternalError:
