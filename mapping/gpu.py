@@ -5,7 +5,9 @@ TC's ``mapToBlocksAndScaleBand`` and ``mapInnermostBandsToThreads`` (and PPCG's
 
 * **Kernels.** Each child of the root's sequence (or set) is a kernel of its own, launched after the
   previous one on the same stream: statements the scheduler did not fuse may depend on each other
-  across blocks, which only a new launch orders. A root band is one kernel.
+  across blocks, which only a new launch orders. A root band is one kernel. A ``!``
+  initialisation runs in the kernel of its update, in the thread that then updates its element
+  (:func:`folds_initialisations`), except where block reductions may be mapped.
 * **Blocks.** The leading coincident members of a kernel's outermost band (at most 3, at most as
   many as ``map_to_blocks`` gives) go to ``blockIdx.x, .y, .z``, outermost to x, as a filter
   ``member mod grid_i = b_i`` with parameters ``b0, b1, b2``: with more tiles than blocks, isl's AST
@@ -66,6 +68,7 @@ __all__ = [
     "GpuKernelPlan",
     "GpuPlan",
     "barriers",
+    "folds_initialisations",
     "launch_bodies",
     "map_gpu",
 ]
@@ -110,6 +113,24 @@ class GpuPlan:
 
 def _is(node: isl.ScheduleNode, kind) -> bool:
     return node.get_type() == kind
+
+
+def folds_initialisations(options) -> bool:
+    """Whether the GPU's schedule runs the ``!`` initialisations in their update's loop nest
+    (:func:`~tcjit.mapping.initialisations.fold_initialisations`, through
+    :func:`~tcjit.mapping.prepare.prepare`'s ``fold``) rather than before it, so that each is part
+    of its update's kernel, not a launch of its own.
+
+    Folded, an initialisation shares its update's leading coincident members, which alone go to
+    blocks and threads: each element is initialised by the thread that updates it, before. Not
+    with ``match_library_calls``: a block reduction takes over a band that holds its update alone
+    (:meth:`~.gpu_reductions.ReductionMapping.reduction_update`), and may spread the reduction
+    over blocks whose atomic additions must all follow the initialisation; there the
+    initialisation keeps its launch.
+
+    :arg options: the call's :class:`~tcjit.mapping.option_values.OptionValues`.
+    """
+    return not options.match_library_calls
 
 
 def _kernel_roots(sched: isl.Schedule) -> list[isl.ScheduleNode]:

@@ -4,12 +4,14 @@
 that band (or, for short reduction windows, before the band's reduction members), each move kept
 only if the legality check agrees (every instance kept, every dependence respected);
 :func:`initialised_in_place` names the updates whose initialisations stay in their loop nest.
+:func:`fold_initialisations` is the GPU's form, after tiling: each initialisation below the
+leading coincident members of its update's band, so that it runs in the update's kernel.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import islpy as isl
 
@@ -20,7 +22,7 @@ from ..polyhedral.scop import Dependences, Scop
 from .defaults import outer_product_shaped
 from .tree_queries import leading_coincident, member_spread, statements_of
 
-__all__ = ["beside_leaves", "hoist_initialisations", "initialised_in_place"]
+__all__ = ["beside_leaves", "fold_initialisations", "hoist_initialisations", "initialised_in_place"]
 
 
 def hoist_initialisations(
@@ -48,6 +50,61 @@ def hoist_initialisations(
     output once instead of twice). Contractions' long reductions stay as they were, in the band
     that register tiles need.
     """
+
+    def choices(node: isl.ScheduleNode, inits: Sequence[str], filt: isl.UnionSet) -> list[isl.Schedule]:
+        candidates = []
+        pooling = all(n[: -len("_init")] in windows for n in inits)
+        if window and pooling and _reduction_points(node.get_domain(), inits) <= window:
+            lead = leading_coincident(node)
+            if lead == node.band_n_member():
+                return []  # a band over the outputs alone: each element is initialised below it
+            if lead > 0:
+                candidates.append(node.band_split(lead).child(0).order_before(filt).get_schedule())
+        candidates.append(node.order_before(filt).get_schedule())
+        return candidates
+
+    return _reorder(sched, deps, sizes, choices)
+
+
+def fold_initialisations(
+    sched: isl.Schedule, deps: Dependences, sizes: Mapping[str, int] | None
+) -> isl.Schedule:
+    """Run the ``!`` initialisations in the loop nest of their update, each element's before its
+    first update: below the leading coincident members of the (tiled) outermost band they share
+    with it, before the band's other members. The GPU's form (:mod:`.lower_gpu`): a tensor is
+    initialised in the kernel that updates it, not by a launch of its own.
+
+    Coincident members have distance 0 along every dependence, the initialisation's of an element
+    to its updates among them, so an initialisation and the updates of its element take the same
+    values on those members, and a mapping of them to blocks and threads puts them in the same
+    thread. Where the legality check refuses the split, the initialisations go before the band
+    (:func:`hoist_initialisations`' form); a band over the outputs alone already initialises each
+    element below it, and a band without a leading coincident member (a reduction to a scalar)
+    has no element to split on: its initialisations go before it.
+
+    ``sched`` is the tiled schedule: the reduction members keep their tiles (the tile band is
+    split, the point band stays below both children).
+    """
+
+    def choices(node: isl.ScheduleNode, inits: Sequence[str], filt: isl.UnionSet) -> list[isl.Schedule]:
+        lead = leading_coincident(node)
+        if lead == node.band_n_member():
+            return []
+        split = [node.band_split(lead).child(0).order_before(filt).get_schedule()] if lead else []
+        return [*split, node.order_before(filt).get_schedule()]
+
+    return _reorder(sched, deps, sizes, choices)
+
+
+def _reorder(
+    sched: isl.Schedule,
+    deps: Dependences,
+    sizes: Mapping[str, int] | None,
+    choices: Callable[[isl.ScheduleNode, Sequence[str], isl.UnionSet], list[isl.Schedule]],
+) -> isl.Schedule:
+    """For each outermost band that holds ``!`` initialisations and other statements, the first
+    of ``choices(band, initialisations, their instances)`` that the legality check accepts (the
+    schedule unchanged where none is)."""
     done = 0
     while True:
         todo = bands(sched, outermost=True)
@@ -63,16 +120,7 @@ def hoist_initialisations(
         filt = isl.UnionSet.empty(domain.get_space())
         for n in inits:
             filt = filt.union(domain.extract_set(_space_named(domain, n)))
-        candidates = []
-        pooling = all(n[: -len("_init")] in windows for n in inits)
-        if window and pooling and _reduction_points(domain, inits) <= window:
-            lead = leading_coincident(node)
-            if lead == node.band_n_member():
-                continue  # a band over the outputs alone: each element is initialised below it
-            if lead > 0:
-                candidates.append(node.band_split(lead).child(0).order_before(filt).get_schedule())
-        candidates.append(node.order_before(filt).get_schedule())
-        for candidate in candidates:
+        for candidate in choices(node, inits, filt):
             try:
                 check_legality(candidate, deps, sizes=sizes)
             except TCInternalError:

@@ -24,7 +24,7 @@ from .c_kernel import print_kernel
 from .cuda_printer import CudaKernelSource, CudaLaunch, CudaPrinter, print_cuda
 from .emulation import EmulatedPrinter
 from .fission import fission
-from .gpu import GpuKernelPlan, GpuPlan, launch_bodies, map_gpu
+from .gpu import GpuKernelPlan, GpuPlan, folds_initialisations, launch_bodies, map_gpu
 from .gpu_nodes import explicit
 from .lower_cpu import CpuKernelSource
 from .prepare import Prepared, kernel_header, kernel_params, kernel_stages, prepare
@@ -49,7 +49,7 @@ class GpuLowering:
 def lower_gpu(cdef: CheckedDef, sizes: Mapping[str, int], options) -> GpuLowering:
     """:func:`prepare`, :func:`~tcjit.mapping.gpu.map_gpu`, then one kernel IR per launch: what the
     CUDA printer and the emulated target print."""
-    prepared = prepare(cdef, sizes, options)
+    prepared = prepare(cdef, sizes, options, fold=folds_initialisations(options))
     wide = wide_accumulators(cdef, sizes)
     tensors = {
         t.name: TensorInfo(

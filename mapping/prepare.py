@@ -32,6 +32,7 @@ from ..polyhedral.scop import Dependences, Scop, build_scop, compute_dependences
 from . import ir
 from .c_exprs import CParam, c_storage_type
 from .cpu import hoist_initialisations, initialised_in_place
+from .initialisations import fold_initialisations
 from .ir_text import render
 
 __all__ = [
@@ -207,12 +208,15 @@ def tiled_schedule(
     *,
     window: int = 0,
     packed: frozenset[str] = frozenset(),
+    fold: bool = False,
 ) -> tuple[Scop, Dependences, isl.Set, isl.Schedule]:
     """Steps 1 and 2 of the pipeline, common to every target: the Scop, its dependences, the
     parameters' values (a params set) and the schedule, specialised to ``sizes``, with the
     initialisations hoisted (``window``: see :func:`~tcjit.mapping.cpu.hoist_initialisations`;
     ``packed``: the inputs the CPU kernel reads from transposed panels, :mod:`.packing`) and the
-    outermost bands tiled, checked for legality."""
+    outermost bands tiled, checked for legality. With ``fold``, the initialisations are not
+    hoisted but folded into their update's loop nest after tiling
+    (:func:`~tcjit.mapping.initialisations.fold_initialisations`: the GPU's form)."""
     # The parametric Scop assumes every size >= 1 (its context): at a size of 0 it would be empty,
     # and a '!' reduction over an empty range would lose its initialisation to the identity.
     fix = options.fix_parameters_before_scheduling or any(sizes[s] == 0 for s in cdef.sizes)
@@ -223,8 +227,11 @@ def tiled_schedule(
     sched = sched.intersect_domain(sched.get_domain().intersect_params(fixed))
     legal_sizes = {p: sizes[p] for p in scop.params} or None
     windows = initialised_in_place(scop, packed) if window else frozenset()
-    sched = hoist_initialisations(sched, deps, legal_sizes, window=window, windows=windows)
+    if not fold:
+        sched = hoist_initialisations(sched, deps, legal_sizes, window=window, windows=windows)
     sched = tile(sched, options.tile)
+    if fold:
+        sched = fold_initialisations(sched, deps, legal_sizes)
     check_legality(sched, deps, sizes=legal_sizes)
     return scop, deps, fixed, sched
 
@@ -278,11 +285,13 @@ def prepare(
     *,
     window: int = 0,
     packed: frozenset[str] = frozenset(),
+    fold: bool = False,
 ) -> Prepared:
     """:func:`tiled_schedule`, then the proofs on it: the affine accesses stay inside their
-    tensors (:class:`TCBoundsError` otherwise), and which outputs must start zeroed."""
+    tensors (:class:`TCBoundsError` otherwise), and which outputs must start zeroed (``window``,
+    ``packed``, ``fold``: as :func:`tiled_schedule`'s)."""
     shapes = {t.name: tuple(s.evaluate(sizes) for s in t.shape) for t in cdef.tensor_infos}
-    scop, deps, fixed, sched = tiled_schedule(cdef, sizes, options, window=window, packed=packed)
+    scop, deps, fixed, sched = tiled_schedule(cdef, sizes, options, window=window, packed=packed, fold=fold)
     checked = _prove_bounds(scop, fixed, shapes, sizes)
     return Prepared(scop, deps, fixed, sched, checked, _zero_init(scop, fixed, shapes))
 

@@ -274,10 +274,10 @@ def test_launches_are_the_mapping() -> None:
         MappingOptions("naive").tile(32, 32, 32).map_to_blocks(4, 4).map_to_threads(16, 8).values,
         symbol="mm",
     )
-    assert "kernel over ['S0']: grid (4, 3, 1), block (16, 8, 1)" in ks.stages["decisions"]
-    assert [k.name for k in ks.kernels] == ["mm_k0", "mm_k1"]
-    assert ks.kernels[1].grid == (4, 3, 1) and ks.kernels[1].block == (16, 8, 1)
-    assert "__launch_bounds__(128)\nmm_k1(" in ks.source
+    assert "kernel over ['S0', 'S0_init']: grid (4, 3, 1), block (16, 8, 1)" in ks.stages["decisions"]
+    assert [k.name for k in ks.kernels] == ["mm_k0"]  # the initialisation in the update's kernel
+    assert ks.kernels[0].grid == (4, 3, 1) and ks.kernels[0].block == (16, 8, 1)
+    assert "__launch_bounds__(128)\nmm_k0(" in ks.source
     assert ks.zero_init == ()
     _compile(ks, "mm.cu")
 

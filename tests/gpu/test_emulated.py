@@ -84,7 +84,7 @@ def test_the_emulation_is_the_mapping() -> None:
     a, b = torch.randn(100, 50), torch.randn(50, 70)
     spec = tcjit.compile(tcjit.define(k.source, k.entry), a, b, options=opts, target="cuda-emulated")
     decisions = spec.stages["decisions"]
-    assert "kernel over ['S0']: grid (4, 3, 1), block (16, 8, 1)" in decisions, decisions
+    assert "kernel over ['S0', 'S0_init']: grid (4, 3, 1), block (16, 8, 1)" in decisions, decisions
     assert "blocks of one launch: 4 x 3 x 1" in spec.source
     torch.testing.assert_close(spec(a, b), a @ b, rtol=1e-4, atol=1e-4)
     del sizes
@@ -282,3 +282,39 @@ def test_blocks_whose_instances_all_run_on_threads_above_0_are_launched(src, opt
     for order in ("forward", "reversed", "shuffled"):
         with emulation_order(order):
             H.check_against_oracle(src, None, (x,), options=options, target="cuda-emulated", what=order)
+
+
+# ============================================== initialisations in the kernel of their update
+MLP2 = """def mlp2(float(B,M) I, float(N,M) W1, float(P,N) W2) -> (O1, O2) {
+    O1(b, n) +=! I(b, r_m) * W1(n, r_m)
+    O2(b, p) +=! O1(b, r_n) * W2(p, r_n)
+}"""
+
+
+@pytest.mark.parametrize(
+    "src, inputs, launches",
+    [
+        (suite.get("matmul").source, (torch.randn(37, 19), torch.randn(19, 45)), 1),
+        (suite.get("maxpool2x2").source, (torch.randn(2, 3, 10, 14),), 1),
+        (MLP2, (torch.randn(9, 7), torch.randn(6, 7), torch.randn(5, 6)), 2),
+    ],
+    ids=["matmul", "maxpool2x2", "mlp2"],
+)
+def test_initialisations_run_in_their_updates_launch_over_garbage(src, inputs, launches) -> None:
+    """Default options (no block reduction): each ``!`` initialisation runs in the launch of its
+    update, and outputs that start as NaN come out right in every order, with no race: an
+    initialisation after an update, in another block, or in another thread without a barrier
+    would leave a NaN, differ between orders or trip the race check."""
+    k = tcjit.define(src)
+    want = H.as_tuple(H.ORACLE(src, None, *inputs))
+    results = []
+    for order in ("forward", "reversed", "shuffled"):
+        outs = tuple(torch.full_like(w, float("nan")) for w in want)
+        with emulation_order(order):
+            got = H.as_tuple(k(*inputs, outputs=outs, target="cuda-emulated"))
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+        results.append(got)
+    assert all(torch.equal(a, b) for r in results[1:] for a, b in zip(r, results[0]))
+    spec = tcjit.compile(k, *inputs, target="cuda-emulated")
+    assert spec.source.count("blocks of one launch") == launches, spec.stages["decisions"]

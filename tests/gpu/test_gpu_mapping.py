@@ -15,7 +15,8 @@ import islpy as isl
 import pytest
 
 from tcjit.mapping import ir
-from tcjit.mapping.gpu import barriers, map_gpu
+from tcjit.mapping.gpu import barriers, folds_initialisations, map_gpu
+from tcjit.mapping.gpu_ids import set_names
 from tcjit.mapping.gpu_ir import BLOCK_IDS, THREAD0_MARK, THREAD_IDS
 from tcjit.mapping.options import MappingOptions
 from tcjit.mapping.prepare import tiled_schedule
@@ -39,7 +40,8 @@ SKEW = """def skew(float(N,D) I) -> (T, U) {
 
 def _plan(src: str, sizes: dict, options: MappingOptions):
     cdef = check_source(src).entry()
-    scop, deps, fixed, sched = tiled_schedule(cdef, sizes, options.values)
+    fold = folds_initialisations(options.values)  # the schedule the GPU's lowering maps
+    scop, deps, fixed, sched = tiled_schedule(cdef, sizes, options.values, fold=fold)
     return scop, map_gpu(deps, sched, options.values, fixed)
 
 
@@ -167,6 +169,72 @@ def test_every_instance_runs_exactly_once(src: str, sizes: dict, options: Mappin
     assert set(runs) == _domain(scop, sizes), "\n".join(plan.decisions)
 
 
+def _initialised_first_by_the_updating_thread(src: str, sizes: dict, options: MappingOptions):
+    """Check, by running each launch's AST thread by thread, that every ``!`` initialisation
+    runs in the kernel and block of every update of its element, before them, and in the same
+    thread, unless a barrier follows it (a window reduced by the threads of a block, the
+    initialisation on thread 0); return the plan."""
+    scop, plan = _plan(src, sizes, options)
+    first: dict = {}  # (update, element) -> (where, position) of its initialisation
+    updates: list = []
+    position = 0
+    for k, b, t, (name, args) in instances_run(plan, sizes):
+        position += 1
+        if name.endswith("_init"):
+            first[(name.removesuffix("_init"), args)] = ((k, b, t), position)
+        elif scop.statement(name).kind == "update":
+            updates.append((name, args, (k, b, t), position))
+    assert first, "no initialisation ran"
+    for name, args, where, pos in updates:
+        n = len(scop.statement(name).source.lhs_vars)
+        init = first.get((name, args[:n]))
+        assert init is not None, f"{name}{args} has no initialisation before it"
+        assert init[0][:2] == where[:2], f"{name}{args} runs in {where}, its initialisation in {init[0]}"
+        if init[0] != where:
+            assert any(d.startswith("sync: after child 0") for d in plan.decisions), (
+                f"{name}{args} runs in thread {where[2]}, its initialisation in {init[0][2]}, no barrier"
+            )
+        else:
+            assert init[1] < pos, f"{name}{args} runs before its initialisation"
+    return plan
+
+
+MLP2 = """def mlp2(float(B,M) I, float(N,M) W1, float(P,N) W2) -> (O1, O2) {
+    O1(b, n) +=! I(b, r_m) * W1(n, r_m)
+    O2(b, p) +=! O1(b, r_n) * W2(p, r_n)
+}"""
+POOL = """def pool(float(N,H,W) I) -> (O) {
+    O(n, h, w) max=! I(n, 2 * h + r_kh, 2 * w + r_kw) where r_kh in 0:2, r_kw in 0:2
+}"""
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=["32x32", "small-grid", "untiled", "max-fusion", "unrolled"])
+@pytest.mark.parametrize(
+    "src, sizes",
+    [PROGRAMS[0], PROGRAMS[3], (MLP2, {"B": 5, "M": 4, "N": 6, "P": 3}), (POOL, {"N": 2, "H": 6, "W": 5})],
+    ids=["matmul", "conv", "mlp2", "pool"],
+)
+def test_an_initialisation_runs_in_the_thread_of_its_updates_before_them(
+    src: str, sizes: dict, options: MappingOptions
+) -> None:
+    """Without block reductions, a ``!`` initialisation is no launch of its own: it runs in the
+    kernel, block and thread that then update its element, before the first update. Its
+    absence from a kernel, or a kernel of initialisations alone, would fail here."""
+    plan = _initialised_first_by_the_updating_thread(src, sizes, options)
+    for k in plan.kernels:
+        names = set_names(k.domain)
+        assert not all(n.endswith("_init") for n in names), f"a launch of initialisations: {names}"
+
+
+def test_a_block_reduction_keeps_its_initialisation_launch() -> None:
+    """With ``match_library_calls`` the initialisation of a block reduction (here spread over
+    blocks, its sums added atomically) is a launch before the reduction's: every block's
+    atomic addition must follow it."""
+    opts = MappingOptions("naive").match_library_calls(True).map_to_threads(32)
+    _, plan = _plan(ABS_SUM, {"M": 5, "N": 64}, opts)
+    assert [set_names(k.domain) for k in plan.kernels][:1] == [["S0_init"]], plan.decisions
+
+
 def test_matmul_maps_tiles_to_blocks_and_points_to_threads_innermost_to_x() -> None:
     opts = MappingOptions("naive").tile(32, 32, 32).map_to_blocks(4, 4).map_to_threads(16, 8)
     _, plan = _plan(MATMUL, {"M": 100, "K": 50, "N": 70}, opts)
@@ -216,13 +284,14 @@ def _lowered(name: str):
 
 def test_threads_go_above_a_sequential_window_loop() -> None:
     """maxpool2x2's window is a sequential loop below its outputs' band: the threads take the
-    outputs (8 x 32 per block) and each reduces its window alone, with no barrier; mapped to the
-    window instead, a block had 2 threads and a barrier after every step."""
+    outputs (8 x 32 per block) and each initialises its element and reduces its window alone, in
+    one launch, with no barrier; mapped to the window instead, a block had 2 threads and a
+    barrier after every step."""
     plan = _lowered("maxpool2x2")
-    mapped = "threads: members [2, 3] of the band over ['S0'] -> x (32), y (8) (innermost to x)"
+    mapped = "threads: members [2, 3] of the band over ['S0', 'S0_init'] -> x (32), y (8) (innermost to x)"
     assert mapped in plan.decisions
     assert not any(d.startswith("sync") for d in plan.decisions)
-    assert [(k.grid, k.block) for k in plan.kernels] == [((64, 128, 7), (32, 8, 1))] * 2
+    assert [(k.grid, k.block) for k in plan.kernels] == [((64, 128, 7), (32, 8, 1))]
 
 
 def test_a_sequence_without_a_band_above_is_one_launch_per_statement_group() -> None:
@@ -239,4 +308,4 @@ def test_default_gpu_grids_cover_the_outputs() -> None:
     """Every tile its own block: gconv at its first GPU size has one block per (n, g, f), its
     58 x 58 outputs on 32 x 8 threads (the grid cap of 256 x 256 with 32-wide tiles gave 1 block)."""
     plan = _lowered("gconv")
-    assert [(k.grid, k.block) for k in plan.kernels] == [((32, 32, 4), (32, 8, 1))] * 2
+    assert [(k.grid, k.block) for k in plan.kernels] == [((32, 32, 4), (32, 8, 1))]

@@ -82,7 +82,7 @@ def test_one_block_of_two_threads_is_flagged_twice() -> None:
 
 def test_a_sum_held_in_global_memory_is_named() -> None:
     # 32 x 32 tiles of C, 32 x 8 threads: 4 outputs a thread, each a sum of 256 products
-    (_, update) = _profile(MATMUL, {"M": 256, "K": 256, "N": 256}, _naive(32, 8, blocks=(8, 32))).launches
+    (update,) = _profile(MATMUL, {"M": 256, "K": 256, "N": 256}, _naive(32, 8, blocks=(8, 32))).launches
     assert (
         "S0 reads and writes C in global memory on each of its 1024 runs per thread: "
         "its accumulator is not held in a register"

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 import tcjit
 from tcjit import nvrtc, suite
 from tcjit.mapping import emulation, promotion_private, promotion_shared
+from tcjit.mapping import lower_gpu as lowering
 from tcjit.mapping.layout import contiguous_strides
 from tcjit.mapping.lower_gpu import lower_cuda, lower_gpu
 from tcjit.mapping.options import MappingOptions
@@ -274,7 +275,7 @@ def test_a_reversed_output_is_written_back_after_a_barrier() -> None:
     kernel = tcjit.define(REVERSED)
     spec = tcjit.compile(kernel, a, options=REV_OPTIONS, target="cuda-emulated")
     assert (
-        "O[8] at depth 1 over ['S0'] as tc_shared_O_1, 32 bytes (copy in, write back;"
+        "O[8] at depth 1 over ['S0', 'S0_init'] as tc_shared_O, 32 bytes (write back;"
         in spec.stages["decisions"]
     )
     for order in ORDERS:
@@ -395,7 +396,9 @@ def test_the_barrier_after_the_scope_is_needed(monkeypatch) -> None:
     """Promoted inside the reduction loop, with C left in global memory (the budget), the next
     iteration's copies overwrite tiles of A and B that other threads may still read (a write
     after read): only the race check sees it, since barrier fission runs every thread loop to
-    its end."""
+    its end. The initialisation stays a launch of its own here: folded into the kernel, it runs
+    before the copies in, which then start each iteration with a barrier of their own."""
+    monkeypatch.setattr(lowering, "folds_initialisations", lambda options: False)
     opts = PROMOTED["shared-deep"].max_shared_memory(130)
     a, b = torch.randn(13, 11), torch.randn(11, 9)
     kernel = tcjit.define(MATMUL.source.replace("def matmul(", "def matmul_tight_budget("))

@@ -104,24 +104,6 @@ void tc_entry_conv2d_emulated(int nthreads, int64_t *restrict tc_errors, int64_t
           /* S0_init (initialisation), line 2: O(n, f, h, w) +=! I(n, r_c, h + r_kh, w + r_kw) * W1(f, r_c, r_kh, r_kw) */
           { const int64_t i_n = b0; const int64_t i_f = b1; const int64_t i_h = t1; const int64_t i_w = t0;
             if (tc_race(tc_sh_O, 990, 1, tc_gb, tc_tl, tc_first, tc_phase, -2, (i_n) * INT64_C(495) + (i_f) * INT64_C(99) + (i_h) * INT64_C(9) + i_w, tc_errors)) { t_O[(i_n) * INT64_C(495) + (i_f) * INT64_C(99) + (i_h) * INT64_C(9) + i_w] = 0x0.0p+0f; } }
-        }
-      }
-    }
-  }
-  { /* blocks of one launch: 2 x 5 x 1 */
-    const int64_t tc_first = 10;
-    const int64_t tc_bs = tc_stride(10);
-    for (int64_t tc_bi = 0; tc_bi < 10; tc_bi++) {
-      const int64_t tc_bl = tc_perm(tc_bi, 10, tc_bs, s_tc_order);
-      const int64_t b0 = tc_bl % 2, b1 = tc_bl / 2 % 5, b2 = tc_bl / 10;
-      (void)b0; (void)b1; (void)b2;
-      const int64_t tc_gb = tc_first + tc_bl; (void)tc_gb;
-      { /* threads of the block up to the next barrier: 9 x 11 x 1 */
-        const int64_t tc_ts = tc_stride(99);
-        for (int64_t tc_ti = 0; tc_ti < 99; tc_ti++) {
-          const int64_t tc_tl = tc_perm(tc_ti, 99, tc_ts, s_tc_order);
-          const int64_t t0 = tc_tl % 9, t1 = tc_tl / 9 % 11, t2 = tc_tl / 99;
-          (void)t0; (void)t1; (void)t2;
           for (int64_t c9 = 0; c9 <= 6; c9 += 1) {
             for (int64_t c10 = 0; c10 <= 2; c10 += 1) {
               for (int64_t c11 = 0; c11 <= 2; c11 += 1) {
