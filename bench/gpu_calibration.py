@@ -52,7 +52,7 @@ def load_points(gpu: str, which: str = "gpu_ncu") -> tuple[list[dict[str, Any]],
     ``which`` (:data:`SETS`), and a line for each run that is not."""
     from tcjit.mapping.gpu_model import DEVICES
     from tcjit.mapping.gpu_profile import LaunchResources, profile_lowering
-    from tcjit.mapping.layout import contiguous_strides
+    from tcjit.mapping.layout import contiguous_layout
     from tcjit.mapping.lower_gpu import lower_cuda, lower_gpu
 
     rows = ncu_rows(RESULTS / f"{which}_{gpu}.csv")
@@ -62,10 +62,7 @@ def load_points(gpu: str, which: str = "gpu_ncu") -> tuple[list[dict[str, Any]],
         sizes = run["sizes"]
         _, cdef, options = recorded_kernel(run)
         options = options.validate("cuda").values
-        strides = {
-            t.name: contiguous_strides(tuple(int(s.evaluate(sizes)) for s in t.shape))
-            for t in cdef.tensor_infos
-        }
+        strides = contiguous_layout(cdef, sizes)
         measured = rows[row : row + len(run["launches"])]
         row += len(run["launches"])
         low = lower_gpu(cdef, sizes, options)

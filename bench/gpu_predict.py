@@ -88,7 +88,7 @@ def fit_host(path: Path, gpu: str) -> dict[str, Any]:
 
 def predict_suite(kernels, gpu: str, measured: dict[str, Any]) -> list[dict[str, Any]]:
     """One record per kernel and GPU size: HEAD's prediction beside the measured times."""
-    from tcjit.mapping.layout import contiguous_strides
+    from tcjit.mapping.layout import contiguous_layout
     from tcjit.mapping.lower_gpu import lower_cuda
     from tcjit.pipeline import default_options
     from tcjit.static_profile import profile_at
@@ -111,10 +111,7 @@ def predict_suite(kernels, gpu: str, measured: dict[str, Any]) -> list[dict[str,
                 record["error"] = f"{type(e).__name__}: {e}"
                 records.append(record)
                 continue
-            strides = {
-                t.name: contiguous_strides(tuple(int(s.evaluate(sizes)) for s in t.shape))
-                for t in cdef.tensor_infos
-            }
+            strides = contiguous_layout(cdef, sizes)
             source = lower_cuda(cdef, sizes, strides, options.validate("cuda").values).source
             digest = hashlib.sha256(source.encode()).hexdigest()
             slowest = max(profile.launches, key=lambda p: p.prediction.seconds)

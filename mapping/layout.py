@@ -4,10 +4,10 @@ the layouts of a packed input's transposed panel (:class:`Pack`) and of its part
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Pack", "Part", "contiguous_strides", "spanned_elements"]
+__all__ = ["Pack", "Part", "contiguous_layout", "contiguous_strides", "spanned_elements"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,14 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
         out.append(step)
         step *= max(n, 1)
     return tuple(reversed(out))
+
+
+def contiguous_layout(cdef, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
+    """Each tensor of ``cdef`` (a checked definition) at ``sizes``, contiguous: its element strides
+    by name, as tcjit allocates outputs and as the pipeline lowers without a call."""
+    return {
+        t.name: contiguous_strides(tuple(int(s.evaluate(sizes)) for s in t.shape)) for t in cdef.tensor_infos
+    }
 
 
 def spanned_elements(shape: Sequence[int], strides: Sequence[int]) -> int:

@@ -28,7 +28,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 from .binding import Binding
 from .kernel_cache import BUILD_LOCK, cache_key, kernel_store, load_stored, save_stored
-from .mapping.layout import contiguous_strides
+from .mapping.layout import contiguous_layout, contiguous_strides
 from .mapping.options import MappingOptions
 from .polyhedral.lang.checked import CheckedDef
 from .runtime import Compiled, call_layout, out_layouts
@@ -95,9 +95,7 @@ def lowered(cdef: CheckedDef, sizes: Mapping[str, int], options=None, target: st
     if options is None:
         options = default_options(cdef, sizes, target)
     values = options.validate(target).values
-    strides = {
-        t.name: contiguous_strides(tuple(int(s.evaluate(sizes)) for s in t.shape)) for t in cdef.tensor_infos
-    }
+    strides = contiguous_layout(cdef, sizes)
     return TARGETS[target].lower(cdef, sizes, strides, values)
 
 

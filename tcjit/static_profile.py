@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from .mapping.gpu_model import DEVICES, Device
 from .mapping.gpu_profile import GpuProfile, LaunchResources, profile_lowering
-from .mapping.layout import contiguous_strides
+from .mapping.layout import contiguous_layout
 from .polyhedral.errors import TCCallError
 from .polyhedral.lang.checked import CheckedDef
 
@@ -60,10 +60,7 @@ def profile_at(
     values = options.validate("cuda").values if hasattr(options, "validate") else options
     sizes = {k: int(v) for k, v in sizes.items()}
     if strides is None:
-        strides = {
-            t.name: contiguous_strides(tuple(int(s.evaluate(sizes)) for s in t.shape))
-            for t in cdef.tensor_infos
-        }
+        strides = contiguous_layout(cdef, sizes)
     low = lower_gpu(cdef, sizes, values)
     source = lower_cuda(cdef, sizes, strides, values, low=low)
     cubin = nvrtc.compile_cubin(source.source, name=f"tc_{cdef.name}.cu", arch=arch, using=using)

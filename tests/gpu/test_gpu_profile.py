@@ -17,7 +17,7 @@ from tcjit import nvrtc, suite
 from tcjit.cli import main
 from tcjit.mapping.gpu_model import H100, predict_launch
 from tcjit.mapping.gpu_profile import LaunchResources, diagnose, profile_lowering
-from tcjit.mapping.layout import contiguous_strides
+from tcjit.mapping.layout import contiguous_layout
 from tcjit.mapping.lower_gpu import lower_gpu
 from tcjit.mapping.options import MappingOptions
 from tcjit.pipeline import default_options
@@ -35,9 +35,7 @@ def _profile(src: str, sizes: dict, options: MappingOptions | None = None, entry
     cdef = tcjit.define(src, name=entry).definition
     options = options or default_options(cdef, sizes, "cuda")
     low = lower_gpu(cdef, sizes, options.validate("cuda").values)
-    strides = {
-        t.name: contiguous_strides(tuple(int(s.evaluate(sizes)) for s in t.shape)) for t in cdef.tensor_infos
-    }
+    strides = contiguous_layout(cdef, sizes)
     names = [f"tc_entry_{cdef.name}_k{i}" for i in range(len(low.launches))]
     return profile_lowering(cdef, sizes, strides, low, dict.fromkeys(names, LaunchResources(32)), H100)
 
