@@ -6,10 +6,14 @@ A calibration point is one launch of one suite kernel at one GPU size, as a GPU 
 options, the grid and block, the launch's duration (``gpu__time_duration.sum``) and the registers
 per thread the hardware reports. Each point is reproduced at HEAD: the suite kernel is lowered again
 with the recorded options, and a point whose source digest differs is listed as not reproducible
-and left out. The model's two fitted constants (the memory latency under load, the loads a warp
-keeps in flight) are fitted on all reproducible points by a grid search that minimises the mean
-squared log error, and again with each suite kernel left out in turn, to show the error on
-kernels the fit did not see.
+and left out. Each reproducible point is predicted by the model as it stands (the constants of
+``DEVICES``). The model's three fitted constants (the memory latency under load, the loads a warp
+keeps in flight, the time to start a block) were fitted on every point when the model was frozen,
+by a grid search that minimises the mean squared log error; the fit is run again on the points
+that still reproduce, and again with each suite kernel left out in turn, to show the error on
+kernels the fit did not see. A refit that differs from the model's constants is reported, never
+used: as the generated code changes, fewer measured points reproduce, and a fit on the survivors
+alone would move the model without a new measurement.
 
     python bench/gpu_calibration.py [--gpu nvidia_h100_80gb_hbm3] [--device h100] [--out ...] [--freeze]
 
@@ -179,6 +183,48 @@ def beside_frozen(records: list[dict[str, Any]], frozen: dict[str, Any], digest:
     }
 
 
+def _constants(device) -> dict[str, float]:
+    return {
+        "memory_latency_s": device.memory_latency,
+        "loads_in_flight": device.loads_in_flight,
+        "block_dispatch_s": device.block_dispatch,
+    }
+
+
+def refit_lines(device, refit, n: int) -> list[str]:
+    """The summary's line on a refit that differs from the model's constants (none where it agrees)."""
+    if _constants(refit) == _constants(device):
+        return [f"- a fit on the {n} points gives the same constants"]
+    return [
+        f"- a fit on these {n} points alone would give {refit.memory_latency * 1e9:.0f} ns,"
+        f" {refit.loads_in_flight:g} loads in flight, {refit.block_dispatch * 1e9:.0f} ns a block;"
+        " not used: the model changes only with new GPU measurements (`--freeze`)"
+    ]
+
+
+def lost_points(records: list[dict[str, Any]], frozen: dict[str, Any]) -> dict[str, int]:
+    """Per suite kernel, the points the frozen model predicted that no longer reproduce at HEAD (the
+    generated code changed since they were measured)."""
+    here = {_point_key(r) for r in records}
+    lost: dict[str, int] = {}
+    for key in frozen["points"]:
+        if key not in here:
+            kernel = json.loads(key)[1]
+            lost[kernel] = lost.get(kernel, 0) + 1
+    return dict(sorted(lost.items()))
+
+
+def lost_lines(lost: dict[str, int] | None) -> list[str]:
+    """The summary's line on the points lost since the model was frozen."""
+    if not lost:
+        return []
+    return [
+        f"- **{sum(lost.values())} points measured when the model was frozen no longer reproduce**"
+        " (HEAD's CUDA differs; they return when a GPU run measures HEAD): "
+        + ", ".join(f"{k} {n}" for k, n in lost.items())
+    ]
+
+
 def frozen_lines(frozen: dict[str, Any] | None) -> list[str]:
     """The summary's line on the frozen model (none where there is no frozen file)."""
     if not frozen:
@@ -209,10 +255,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         sweep, more = load_points(args.gpu, "gpu_ncu_sweep")
         missing += more
     # out of sample: the sweep's variants, predicted by the fit on the suite's defaults alone
-    by_defaults = fit(points, DEVICES[args.device])
+    if not points + sweep:
+        raise SystemExit(
+            "gpu_calibration.py: no measured point reproduces at HEAD; measure again on a GPU"
+            " (scripts/gpu_check.sh)"
+        )
+    by_defaults = fit(points, DEVICES[args.device]) if points else DEVICES[args.device]
     unseen = [predict(p, by_defaults).seconds / p["measured_s"] for p in sweep]
     points = points + sweep
-    device = fit(points, DEVICES[args.device])
+    device = DEVICES[args.device]
+    refit = fit(points, device)
     kernels = sorted({p["kernel"] for p in points})
     left_out = {}
     for k in kernels:
@@ -280,20 +332,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             "within_1.5x": within(1.5, unseen),
             "within_2x": within(2.0, unseen),
         },
-        "fitted": {
-            "memory_latency_s": device.memory_latency,
-            "loads_in_flight": device.loads_in_flight,
-            "block_dispatch_s": device.block_dispatch,
-        },
+        "fitted": _constants(device),
+        "refit": _constants(refit),
         "model_digest": model_digest(),
         "device": dataclasses.asdict(device),
     }
     out = args.out or RESULTS / f"gpu_calibration_{args.gpu}"
+    # the committed frozen file is compared with wherever the results go; --freeze writes beside them
     frozen_path = out.with_name(out.name + "_frozen.json")
-    if frozen_path.exists() and not args.freeze:
-        summary["frozen"] = beside_frozen(
-            records, json.loads(frozen_path.read_text()), summary["model_digest"]
-        )
+    committed_frozen = RESULTS / f"gpu_calibration_{args.gpu}_frozen.json"
+    if committed_frozen.exists() and not args.freeze:
+        frozen = json.loads(committed_frozen.read_text())
+        summary["frozen"] = beside_frozen(records, frozen, summary["model_digest"])
+        summary["lost"] = lost_points(records, frozen)
     lines = [
         f"# GPU model calibration: {DEVICES[args.device].name}",
         "",
@@ -303,9 +354,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         f" digest; runs not reproducible: {'; '.join(missing) or 'none'}",
         f"- out of sample: the sweep's {len(unseen)} launches predicted by the fit on the defaults alone:"
         f" within 1.5x {within(1.5, unseen)}, within 2x {within(2.0, unseen)}",
-        f"- fitted: memory latency {device.memory_latency * 1e9:.0f} ns, loads in flight per warp"
-        f" {device.loads_in_flight:g}, {device.block_dispatch * 1e9:.0f} ns to start a block;"
-        f" model digest `{summary['model_digest'][:16]}`",
+        f"- the model's fitted constants: memory latency {device.memory_latency * 1e9:.0f} ns, loads in"
+        f" flight per warp {device.loads_in_flight:g}, {device.block_dispatch * 1e9:.0f} ns to start a"
+        f" block; model digest `{summary['model_digest'][:16]}`",
+        *refit_lines(device, refit, len(points)),
+        *lost_lines(summary.get("lost")),
         f"- within 1.5x: {summary['within_1.5x']}/{len(points)};"
         f" within 2x: {summary['within_2x']}/{len(points)};"
         f" geometric mean of predicted/measured {summary['geomean_ratio']:.2f}",
