@@ -167,6 +167,7 @@ class _Mapper(BlockMapping, ThreadMapping, SyncPlacement):
         self.mapped: list[isl.UnionSet] = []  # instances under thread filters (this kernel)
         self.pending: list[PendingReduction] = []  # block reductions mapped in this kernel
         self.n_reductions = 0
+        self.private_loops: set[tuple[int, ...]] = set()
         self.spread = False  # this kernel's block band holds a reduction member (map_blocks)
         self.syncs = 0
 
@@ -302,7 +303,7 @@ def map_gpu(
         grafts += list(priv.grafts)
         m.decisions += priv.decisions
     kernels = [replace(k, buffers=k.buffers + extra) for k, extra in zip(kernels, kept)]
-    grafts += m.reduction_grafts(sched, reductions)
+    grafts += m.reduction_grafts(sched, reductions, [g.path for g in grafts])
     # barriers last: isl cannot give the schedule's map (above), nor a node's domain below a
     # graft, once the tree has extension nodes; so every graft is decided first, then applied
     for _, start, _, _, _, threads, _ in reversed(per_kernel):

@@ -71,6 +71,7 @@ class ReductionMapping:
     mapped: list[isl.UnionSet]  # instances under thread filters (this kernel)
     pending: list[PendingReduction]  # block reductions mapped in this kernel
     n_reductions: int
+    private_loops: set[tuple[int, ...]]  # bands a private accumulator spans (accumulation_top)
     spread: bool  # this kernel's block band holds a reduction member (map_blocks)
 
     def reduction_update(self, node: isl.ScheduleNode) -> Reduction | None:
@@ -171,11 +172,43 @@ class ReductionMapping:
         )
         return node.get_schedule(), 1 + n_c
 
+    def accumulation_top(
+        self, mark: isl.ScheduleNode, r: PendingReduction, others: Sequence[tuple[int, ...]] = ()
+    ) -> isl.ScheduleNode:
+        """The node the reduction at ``mark`` keeps its private accumulator across: the highest
+        band above the mark, along single-child bands over the update's instances alone, whose
+        prefix schedule still gives each thread row one output element (the band loops of a
+        long reduction that a thread runs one after the other: bn_reduce's ``r_h`` over each
+        ``r_w`` share, abs_sum's rows of a tile). The tree and the combine then run once per
+        point of that prefix instead of once per iteration of those loops. The mark itself
+        where no such band exists, or where ``others`` (other grafts' paths) lie in between."""
+        out = self.scop.untagged_writes.intersect_params(self.fixed)
+        domain = mark.get_domain()
+        mark_path = tuple(node_path(mark))
+        top, node = mark, mark.parent()
+        while _is(node, isl.schedule_node_type.band) and node.n_children() == 1:
+            if not node.get_domain().is_equal(domain):
+                break
+            path = tuple(node_path(node))
+            if any(g[: len(path)] == path and g[: len(mark_path)] != mark_path for g in others):
+                break
+            prefix = node.get_prefix_schedule_union_map().intersect_domain(domain)
+            if not single_owner(prefix, r.rows, out.intersect_domain(domain)):
+                break
+            top, node = node, node.parent()
+        return top
+
     def reduction_grafts(
-        self, sched: isl.Schedule, reductions: Sequence[tuple[PendingReduction, BlockReduction]]
+        self,
+        sched: isl.Schedule,
+        reductions: Sequence[tuple[PendingReduction, BlockReduction]],
+        others: Sequence[tuple[int, ...]] = (),
     ) -> list[Graft]:
         """The statements of the block ``reductions`` around their marks in ``sched`` (before any
-        graft: isl gives no node's domain below an extension node)."""
+        graft: isl gives no node's domain below an extension node), or around the band their
+        private accumulators span (:meth:`accumulation_top`; its bands' paths go to
+        ``self.private_loops``: no barrier after their iterations). ``others``: the paths of
+        the kernel's other grafts (promotion's copies), which a hoisted reduction never spans."""
         marks = {}
 
         def visit(n: isl.ScheduleNode) -> None:
@@ -187,7 +220,15 @@ class ReductionMapping:
         visit(sched.get_root())
         grafts = []
         for r, red in reductions:
-            node = marks[r.mark]
+            node = self.accumulation_top(marks[r.mark], r, others)
+            path = node_path(marks[r.mark])
+            for k in range(len(node_path(node)), len(path)):
+                self.private_loops.add(tuple(path[:k]))
+            if node_path(node) != path:
+                self.decisions.append(
+                    f"reduction {r.number}: private accumulators across the loops from path"
+                    f" {node_path(node)} to its threads: one tree per point of that prefix"
+                )
             ctx = node.get_ctx()
             prefix = node.get_prefix_schedule_union_map()
             outer = prefix.range()

@@ -37,6 +37,7 @@ class SyncPlacement:
     deps: isl.UnionMap  # at the parameters' values
     threads: list[isl.UnionMap]  # statement instance -> its thread ids (x, y, z)
     syncs: int
+    private_loops: set[tuple[int, ...]]
     decisions: list[str]
 
     def place_syncs(self, sched: isl.Schedule, start: list[int]) -> list[Graft]:
@@ -65,7 +66,13 @@ class SyncPlacement:
                     if self._crosses(src, dst, ids):
                         why = f"after child {i} of a sequence over {_names(node)}"
                         marks.append(([*node_path(node), i, 0], why))
-            elif _is(node, isl.schedule_node_type.band) and node.n_children() == 1:
+            elif (
+                _is(node, isl.schedule_node_type.band)
+                and node.n_children() == 1
+                and tuple(node_path(node)) not in self.private_loops
+            ):
+                # a band a block reduction's private accumulators span carries only the update's
+                # dependences, through each thread's own register
                 carried = not all(node.band_member_get_coincident(j) for j in range(node.band_n_member()))
                 dom = node.get_domain()
                 if carried and self._crosses(dom, dom, ids):

@@ -28,9 +28,15 @@ warp shuffles (``__shfl_down_sync``) instead, where the type has them.
 Summation order changes (a tree instead of one loop), as in any parallel reduction: results
 agree with the oracle to its reduction tolerance, and are the same in every thread order.
 
-The reduction loop's tiles (the tile loop around the band) are combined one after the other into
-``O`` by the same thread; a reduction with few outputs and a long range wants a long tile along
-it (the default options' business). A reduction too large for one block (a sum whose outputs
+Where bands above the thread-mapped one hold only the update and loop over reduction variables
+alone (their prefix still gives each thread row one output: bn_reduce's ``r_n`` and ``r_h``
+around the ``r_w`` on threads), the init goes above them and the store, tree and combine after
+them: each thread keeps one private accumulator across its whole share, and a block runs one
+tree per output it owns (:meth:`~.gpu_reductions.ReductionMapping.accumulation_top`); no barrier
+is needed between those loops' iterations, as the update touches the thread's register only.
+Otherwise the reduction loop's tiles (the tile loop around the band) are combined one after the
+other into ``O`` by the same thread; a reduction with few outputs and a long range wants a long
+tile along it (the default options' business). A reduction too large for one block (a sum whose outputs
 give fewer blocks than the device has multiprocessors) has its tile loop mapped to blocks as
 well, and each block adds its result atomically (``atomicAdd``; the emulation adds plainly, its
 blocks run one after the other, and a float sum then depends on the blocks' order, as on a GPU).

@@ -189,6 +189,32 @@ def test_a_reduction_with_too_few_outputs_spreads_over_blocks_and_adds_atomicall
         assert "atom.global.add" in ptx or "red.global.add" in ptx  # red: the result unused
 
 
+@pytest.mark.parametrize("tile", [(1, 1), (4, 2)])
+def test_a_thread_keeps_its_accumulator_across_the_loops_of_its_share(tile) -> None:
+    """bn_reduce's reduction loops ``r_n`` and ``r_h`` run one after the other in each thread
+    around its share of ``r_w``: the private accumulator spans them, and the tree and the combine
+    run once per output a block owns (not once per ``r_h``). With four channels to a block
+    (tile 4), the channel's loop stays outside: the accumulator is reset per channel. Every order
+    matches the oracle, and no barrier is left in the loops the accumulator spans."""
+    x = torch.randn(3, 8, 5, 37)
+    opts = (
+        MappingOptions("naive").tile(*tile).map_to_blocks(64, 64).map_to_threads(16).match_library_calls(True)
+    )
+    kernel = H.suite_kernel("bn_reduce")
+    spec = tcjit.compile(kernel, x, options=opts, target="cuda-emulated")
+    assert "private accumulators across the loops" in spec.stages["decisions"], spec.stages["decisions"]
+    for order in ORDERS:
+        torch.testing.assert_close(
+            _run(kernel, (x,), opts, order)[0], x.mean((0, 2, 3)), rtol=1e-5, atol=1e-6
+        )
+    cdef = check_source(suite.get("bn_reduce").source).entry()
+    sizes = {"N": 3, "C": 8, "H": 5, "W": 37}
+    source = lower_cuda(cdef, sizes, _strides(cdef, sizes), opts.validate("cuda").values).source
+    share = source[source.index("block reduction 0: identity") : source.index("block reduction 0: partial")]
+    loops = share[: share.rindex("}")]  # a barrier may follow the loops, before the store
+    assert loops.count("for (") >= 2 and "__syncthreads" not in loops, share
+
+
 def _without_barriers(which):
     """``gpu.expand_trees`` with the barriers ``which(position, steps)`` selects removed: in each
     block of the tree, ``steps`` are the positions of its steps."""

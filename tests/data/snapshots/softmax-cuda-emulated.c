@@ -211,7 +211,6 @@ void tc_entry_softmax_emulated(int nthreads, int64_t *restrict tc_errors, int64_
           }
         }
       }
-      tc_phase += 1; /* barrier */
     }
   }
   { /* blocks of one launch: 2 x 1 x 1 */
@@ -329,7 +328,6 @@ void tc_entry_softmax_emulated(int nthreads, int64_t *restrict tc_errors, int64_
           }
         }
       }
-      tc_phase += 1; /* barrier */
     }
   }
   { /* blocks of one launch: 2 x 1 x 1 */

@@ -51,7 +51,6 @@ tc_entry_softmax_k1(int64_t *__restrict__ tc_errors, const float *__restrict__ t
   if (((t0 == 0) && (((8 * b0) + t1) <= 12))) {
     { /* block reduction 1: into mx */ t_mx[(((8 * b0) + t1))] = tc_fmax_f32(t_mx[(((8 * b0) + t1))], (tc_shared_red1[t2][t1][0])); }
   }
-  __syncthreads();
 }
 
 /* launch 2 of 5: grid 2 x 1 x 1 blocks of 8 x 1 x 1 threads */
@@ -99,7 +98,6 @@ tc_entry_softmax_k3(int64_t *__restrict__ tc_errors, const float *__restrict__ t
   if (((t0 == 0) && (((8 * b0) + t1) <= 12))) {
     { /* block reduction 0: into sm */ atomicAdd(&t_sm[(((8 * b0) + t1))], tc_shared_red0[t2][t1][0]); }
   }
-  __syncthreads();
 }
 
 /* launch 4 of 5: grid 2 x 1 x 1 blocks of 32 x 8 x 1 threads */
