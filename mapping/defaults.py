@@ -46,7 +46,11 @@ results"):
   ``abs_sum``). Block reductions (``match_library_calls``): the reduction loop on a warp of
   ``threadIdx.x`` (32: the tree's last steps are shuffles), 8 outputs on ``y``; tiles of 8 outputs
   by 1024 reduction steps, so that one tree combines 1024 terms (TC combines every tile), a block
-  per tile (:func:`row_reduction_options`).
+  per tile (:func:`row_reduction_options`). A reduction with too few outputs to fill the GPU
+  (fewer than twice its multiprocessors) and at least 8192 terms each is **split over the grid**
+  (:func:`reduction_tiles`): a block per output and part of its reduction, about eight blocks a
+  multiprocessor in all, each thread one private accumulator over its share, each block's tree
+  added atomically (bn_reduce: 2048 blocks where 32 did the whole reduction).
 * **Everything else** (:func:`gpu_options`): from the statement with the most instances, its
   innermost output variable on ``threadIdx.x`` (up to 32), the next on ``y`` (up to 256 threads a
   block), outer variables in tiles of 1, a block per tile, each thread reducing sequentially.
@@ -75,6 +79,7 @@ __all__ = [
     "is_gemm_shaped",
     "main_statement",
     "outer_product_shaped",
+    "reduction_tiles",
     "row_reduction_options",
 ]
 
@@ -96,7 +101,7 @@ def default_options(
     bytes, 32 with AVX-512's 64)."""
     if target != "cpu":
         if has_row_reduction(cdef):
-            return row_reduction_options()
+            return row_reduction_options(tiles=reduction_tiles(cdef, sizes))
         return gpu_options(cdef, sizes)
     base = MappingOptions("naive").vectorize(True)
     packed = frozenset(packed_operands(cdef, sizes))
@@ -219,17 +224,65 @@ def has_row_reduction(cdef: CheckedDef) -> bool:
     return False
 
 
-def row_reduction_options(rows: int = 8, lanes: int = 32, steps: int = 1024) -> MappingOptions:
+def row_reduction_options(
+    rows: int = 8, lanes: int = 32, steps: int = 1024, *, tiles: Sequence[int] | None = None
+) -> MappingOptions:
     """GPU options for row reductions (:func:`has_row_reduction`): block reductions over ``lanes``
     threads along x, ``rows`` outputs per block along y, tiles of ``rows`` outputs by ``steps``
-    reduction steps, a block per tile."""
+    reduction steps (or the outermost band's ``tiles``: :func:`reduction_tiles`), a block per
+    tile."""
     return (
         MappingOptions("naive")
-        .tile(rows, steps, steps)
+        .tile(*(tiles or (rows, steps, steps)))
         .map_to_blocks(*UNLIMITED_GRID)
         .map_to_threads(lanes, rows)
         .match_library_calls(True)
     )
+
+
+#: Multiprocessors the GPU defaults fill: an H100's 132 (an H200 has as many).
+MULTIPROCESSORS = 132
+
+#: A reduction with fewer outputs than this and at least :data:`SPLIT_LENGTH` terms each is split
+#: over the grid (TorchInductor's rule: fewer outputs than twice the SMs, longer than 8192).
+SPLIT_OUTPUTS = 2 * MULTIPROCESSORS
+SPLIT_LENGTH = 8192
+
+#: Blocks a split reduction aims at: eight to a multiprocessor, so that its warps keep enough
+#: loads in flight to reach the DRAM's bandwidth.
+SPLIT_BLOCKS = 8 * MULTIPROCESSORS
+
+
+def reduction_tiles(cdef: CheckedDef, sizes: Mapping[str, int], steps: int = 1024) -> tuple[int, ...] | None:
+    """The outermost band's tiles that split the main reduction of ``cdef`` at ``sizes`` over the
+    grid, or None where it has enough outputs to fill the GPU (or too few terms to split): a
+    tile of 1 on each output variable (a block per output), the first reduction variable in
+    tiles that give about :data:`SPLIT_BLOCKS` blocks in all (a power of two), ``steps`` on the
+    others. The blocks of one output add their results atomically
+    (:meth:`~tcjit.mapping.gpu_reductions.ReductionMapping.spread_reduction`), and each thread
+    keeps one private accumulator over its share (bn_reduce: 256 channels x 8 blocks of 8 images,
+    56 x 56 pixels each).
+
+    The one place that chooses a reduction's sizes from the problem's: a kernel for symbolic
+    sizes can call it with representative ones."""
+    reductions = [st for st in cdef.statements if st.reduction_vars and st.op in ("+=", "*=", "max=", "min=")]
+    if not reductions:
+        return None
+    st = max(reductions, key=lambda st: _instances(st, sizes))
+    extents = [max(1, r.hi.evaluate(sizes) - r.lo.evaluate(sizes)) for r in st.ranges]
+    outputs = math.prod(extents[: len(st.lhs_vars)])
+    reduced = extents[len(st.lhs_vars) :]
+    if outputs >= SPLIT_OUTPUTS or math.prod(reduced) < SPLIT_LENGTH or st.op != "+=":
+        return None
+    parts = -(-SPLIT_BLOCKS // outputs)  # blocks each output's reduction is split into
+    tile = 1
+    while tile * 2 * parts <= reduced[0]:
+        tile *= 2
+    return (1,) * len(st.lhs_vars) + (tile,) + (steps,) * (len(reduced) - 1)
+
+
+def _instances(st: CheckedStatement, sizes: Mapping[str, int]) -> int:
+    return math.prod(max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes)) for r in st.ranges)
 
 
 def main_statement(cdef: CheckedDef, sizes: Mapping[str, int]) -> tuple[CheckedStatement, tuple[int, ...]]:

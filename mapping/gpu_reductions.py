@@ -35,8 +35,9 @@ from .tree_queries import statements_of as _names
 __all__ = ["ATOMIC_SUMS", "REDUCTION_BLOCKS", "PendingReduction", "ReductionMapping"]
 
 #: A block reduction whose outputs give fewer blocks than this spreads its reduction loop over
-#: blocks too (:meth:`ReductionMapping.spread_reduction`): an H100 has 132 multiprocessors.
-REDUCTION_BLOCKS = 128
+#: blocks too (:meth:`ReductionMapping.spread_reduction`): two blocks for each of an H100's 132
+#: multiprocessors (TorchInductor splits a reduction with fewer outputs than twice the SMs).
+REDUCTION_BLOCKS = 2 * 132
 
 #: The tensor types whose sums CUDA adds atomically (half types sum in float32).
 ATOMIC_SUMS = frozenset({"float16", "bfloat16", "float32", "float64", "int32", "int64", "uint32", "uint64"})
@@ -98,7 +99,8 @@ class ReductionMapping:
         """Whether the block band ``band`` (``n`` coincident members on blocks) maps its next
         member, a reduction loop, to blocks too: a block reduction (:meth:`map_reduction`) of a
         sum whose type CUDA adds atomically, with fewer than :data:`REDUCTION_BLOCKS` blocks over
-        its outputs (too few to fill the device; TC's 'reductions too large for one block')."""
+        its outputs (too few to fill the device; TC's 'reductions too large for one block'), and
+        more than one tile of the reduction loop to spread."""
         if not self.reduce or n >= min(len(grid_opt), 3) or n >= band.band_n_member():
             return False
         red = self.reduction_update(band)
@@ -110,7 +112,7 @@ class ReductionMapping:
         blocks = 1
         for i in range(n):
             blocks *= min(grid_opt[i], member_spread(band, i) or grid_opt[i])
-        return blocks < REDUCTION_BLOCKS
+        return blocks < REDUCTION_BLOCKS and (member_spread(band, n) or 2) > 1
 
     def map_reduction(self, node: isl.ScheduleNode, block_opt) -> tuple[isl.Schedule, int] | None:
         """Map band ``node`` as a block reduction (module :mod:`.reduction`): its innermost

@@ -14,11 +14,11 @@ from tcjit import suite
 from tcjit.mapping import ir
 from tcjit.mapping import ir_values as V
 from tcjit.mapping.accumulation import wide_accumulators
+from tcjit.mapping.defaults import row_reduction_options
 from tcjit.mapping.gpu_access import access_profile, evaluate, trip_count
 from tcjit.mapping.layout import contiguous_strides
 from tcjit.mapping.lower_gpu import gpu_bodies, lower_gpu
 from tcjit.mapping.options import MappingOptions
-from tcjit.pipeline import default_options
 from tcjit.polyhedral.lang.types import SCALAR_TYPES
 
 F32 = SCALAR_TYPES["float32"]
@@ -87,11 +87,12 @@ def test_one_block_of_two_threads_is_seen_as_such() -> None:
 
 def test_a_block_reduction_with_atomics_is_a_serial_chain_per_thread() -> None:
     k = suite.get("bn_reduce")
-    cdef = tcjit.define(k.source, name=k.entry).definition
     sizes = {"N": 4, "C": 8, "H": 8, "W": 8}
-    launches = _profile(k.source, sizes, default_options(cdef, sizes, "cuda"), k.entry)
+    # eight channels to a block, the images spread over blocks: the tree and the atomic addition
+    # of each channel follow one another in each thread
+    opts = row_reduction_options(tiles=(8, 1))
+    launches = _profile(k.source, sizes, opts, k.entry)
     (la,) = [la for la in launches if la.atomics]
-    # each output's rows are reduced by a tree and added atomically, one row after the other
     combines = la.executions[next(w for w in la.executions if w.endswith("combine"))]
     assert la.atomics == combines > 1
     assert la.barriers > la.atomics  # a tree's steps between barriers, for every row

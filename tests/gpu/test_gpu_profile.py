@@ -15,6 +15,7 @@ import torch
 import tcjit
 from tcjit import nvrtc, suite
 from tcjit.cli import main
+from tcjit.mapping.defaults import row_reduction_options
 from tcjit.mapping.gpu_model import H100, predict_launch
 from tcjit.mapping.gpu_profile import LaunchResources, diagnose, profile_lowering
 from tcjit.mapping.layout import contiguous_layout
@@ -104,7 +105,8 @@ def test_a_conflicted_shared_buffer_and_its_share_of_the_issue_slots() -> None:
 def test_a_serial_chain_of_atomics() -> None:
     k = suite.get("bn_reduce")
     sizes = {"N": 4, "C": 8, "H": 8, "W": 8}
-    profile = _profile(k.source, sizes, entry=k.entry)
+    # eight channels to a block, the images spread over blocks: a tree and an atomic per channel
+    profile = _profile(k.source, sizes, row_reduction_options(tiles=(8, 1)), entry=k.entry)
     (chained,) = [la for la in profile.launches if la.accesses.atomics > 1]
     atomics = chained.accesses.atomics
     assert f"{atomics} atomic additions per thread, one after another: a serial chain" in chained.diagnosis

@@ -215,6 +215,20 @@ def test_a_thread_keeps_its_accumulator_across_the_loops_of_its_share(tile) -> N
     assert loops.count("for (") >= 2 and "__syncthreads" not in loops, share
 
 
+def test_the_default_split_reduction_matches_the_oracle_in_every_order() -> None:
+    """bn_reduce at 16 channels of 8 x 56 x 56 terms: the defaults split it over the grid (a block
+    per channel and image, added atomically), and every order of the emulation agrees with the
+    oracle."""
+    x = torch.randn(8, 16, 56, 56)
+    kernel = H.suite_kernel("bn_reduce")
+    spec = tcjit.compile(kernel, x, target="cuda-emulated")
+    decisions = spec.stages["decisions"]
+    assert "its blocks' results added atomically" in decisions and "private accumulators" in decisions
+    for order in ORDERS:
+        got = H.as_tuple(_run(kernel, (x,), None, order))[0]
+        torch.testing.assert_close(got, x.mean((0, 2, 3)), rtol=1e-5, atol=1e-6)
+
+
 def _without_barriers(which):
     """``gpu.expand_trees`` with the barriers ``which(position, steps)`` selects removed: in each
     block of the tree, ``steps`` are the positions of its steps."""

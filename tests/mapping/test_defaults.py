@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -9,12 +11,14 @@ import tcjit
 from tcjit import suite
 from tcjit.cpu_runtime import vector_bytes
 from tcjit.mapping.defaults import (
+    SPLIT_BLOCKS,
     UNLIMITED_GRID,
     default_options,
     has_row_reduction,
     is_contraction_chain,
     is_gemm_shaped,
     main_statement,
+    reduction_tiles,
 )
 from tcjit.polyhedral.lang.check import check_source
 
@@ -67,8 +71,9 @@ def test_suite_kernels_get_the_rule_of_their_shape() -> None:
         g = default_options(_cdef_of(name), k.cpu_sizes, "cuda").validate("cuda").values
         rows = name in {"softmax", "layernorm", "bn_reduce", "cosine", "abs_sum"}
         assert has_row_reduction(_cdef_of(name)) is rows, name
-        if rows:
-            assert g.tile == (8, 1024, 1024) and g.map_to_threads == (32, 8), name
+        if rows:  # at the CPU sizes, bn_reduce and abs_sum are split over the grid
+            split = {"bn_reduce": (1, 1, 1024, 1024), "abs_sum": (4, 1024)}
+            assert g.tile == split.get(name, (8, 1024, 1024)) and g.map_to_threads == (32, 8), name
         else:  # the innermost output variable on x (up to 32), the next on y, outer ones in tiles of 1
             st, extents = main_statement(_cdef_of(name), k.cpu_sizes)
             lhs = extents[: len(st.lhs_vars)]
@@ -133,3 +138,29 @@ def test_derived_backwards_of_linear_layers_are_contraction_chains() -> None:
     assert not any(is_contraction_chain(_cdef_of(n)) for n in suite.names())
     o = default_options(backward("mlp3"), suite.get("mlp3").cpu_sizes, "cpu").values
     assert (o.tile, o.register_tile) == ((64, 512, 128), (8, 16))
+
+
+@pytest.mark.parametrize(
+    "name, sizes, tiles",
+    [
+        # 256 channels of 200,704 terms: 8 blocks a channel, 8 images each (2048 blocks)
+        ("bn_reduce", {"N": 64, "C": 256, "H": 56, "W": 56}, (1, 8, 1024, 1024)),
+        # one output of 2^28 terms: 2048 blocks of 8 rows
+        ("abs_sum", {"M": 16384, "N": 16384}, (8, 1024)),
+        # too few terms to split (5 x 7 x 11), or enough outputs to fill the GPU
+        ("bn_reduce", {"N": 3, "C": 5, "H": 7, "W": 11}, None),
+        ("softmax", {"N": 32768, "D": 1024}, None),
+        ("cosine", {"M": 256, "N": 256}, None),
+    ],
+)
+def test_a_reduction_with_few_outputs_is_split_over_the_grid(name, sizes, tiles) -> None:
+    """:func:`reduction_tiles`: fewer outputs than twice the multiprocessors and at least 8192 terms
+    each: a block per output and about eight blocks a multiprocessor in all."""
+    cdef = _cdef_of(name)
+    assert reduction_tiles(cdef, sizes) == tiles
+    if tiles:
+        st, extents = main_statement(cdef, sizes)
+        outputs = math.prod(extents[: len(st.lhs_vars)])
+        blocks = outputs * -(-extents[len(st.lhs_vars)] // tiles[len(st.lhs_vars)])
+        assert SPLIT_BLOCKS <= blocks < 2 * SPLIT_BLOCKS
+        assert default_options(cdef, sizes, "cuda").validate("cuda").values.tile == tiles

@@ -324,7 +324,7 @@ void tc_entry_softmax_emulated(int nthreads, int64_t *restrict tc_errors, int64_
           const int64_t t0 = tc_tl % 32, t1 = tc_tl / 32 % 8, t2 = tc_tl / 256;
           (void)t0; (void)t1; (void)t2;
           if (((t0 == 0) && (((8 * b0) + t1) <= 12))) {
-            { /* block reduction 0: into sm */ t_sm[(((8 * b0) + t1))] = t_sm[(((8 * b0) + t1))] + ((tc_brace(&tc_bsh_shared_red0[(t2) * 256 + (t1) * 32 + 0], 0, tc_tl, tc_phase, -6, (t2) * 256 + (t1) * 32 + 0, tc_errors), tc_shared_red0[t2][t1][0])); }
+            { /* block reduction 0: into sm */ if (tc_race(tc_sh_sm, 13, 1, tc_gb, tc_tl, tc_first, tc_phase, -4, (((8 * b0) + t1)), tc_errors)) { t_sm[(((8 * b0) + t1))] = (tc_race(tc_sh_sm, 13, 0, tc_gb, tc_tl, tc_first, tc_phase, -4, (((8 * b0) + t1)), tc_errors) ? t_sm[(((8 * b0) + t1))] : 0) + ((tc_brace(&tc_bsh_shared_red0[(t2) * 256 + (t1) * 32 + 0], 0, tc_tl, tc_phase, -6, (t2) * 256 + (t1) * 32 + 0, tc_errors), tc_shared_red0[t2][t1][0])); } }
           }
         }
       }

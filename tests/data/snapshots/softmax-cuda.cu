@@ -96,7 +96,7 @@ tc_entry_softmax_k3(int64_t *__restrict__ tc_errors, const float *__restrict__ t
     if (t0 == 0) { tc_shared_red0[t2][t1][0] = tc_v; }
   }
   if (((t0 == 0) && (((8 * b0) + t1) <= 12))) {
-    { /* block reduction 0: into sm */ atomicAdd(&t_sm[(((8 * b0) + t1))], tc_shared_red0[t2][t1][0]); }
+    { /* block reduction 0: into sm */ t_sm[(((8 * b0) + t1))] = t_sm[(((8 * b0) + t1))] + (tc_shared_red0[t2][t1][0]); }
   }
 }
 
