@@ -241,5 +241,7 @@ class ReductionMapping:
                 extension(outer, red.tree, ctx),
                 combine_extension(prefix, r.rows, out, red.combine, ctx),
             )
-            grafts.append(Graft(tuple(node_path(node)), before, after))
+            # nearest its subtree (rank 2): a barrier after the subtree (rank 1) comes after the
+            # combine, whose writes a later statement of the block may read
+            grafts.append(Graft(tuple(node_path(node)), before, after, rank=2))
         return grafts
