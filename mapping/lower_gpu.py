@@ -49,7 +49,9 @@ class GpuLowering:
 def lower_gpu(cdef: CheckedDef, sizes: Mapping[str, int], options) -> GpuLowering:
     """:func:`prepare`, :func:`~tcjit.mapping.gpu.map_gpu`, then one kernel IR per launch: what the
     CUDA printer and the emulated target print."""
-    prepared = prepare(cdef, sizes, options, fold=folds_initialisations(options))
+    prepared = prepare(
+        cdef, sizes, options, fold=folds_initialisations(options), distribute=options.match_library_calls
+    )
     wide = wide_accumulators(cdef, sizes)
     tensors = {
         t.name: TensorInfo(

@@ -32,6 +32,7 @@ from ..polyhedral.scop import Dependences, Scop, build_scop, compute_dependences
 from . import ir
 from .c_exprs import CParam, c_storage_type
 from .cpu import hoist_initialisations, initialised_in_place
+from .distribution import distribute_bands
 from .initialisations import fold_initialisations
 from .ir_text import render
 
@@ -209,6 +210,7 @@ def tiled_schedule(
     window: int = 0,
     packed: frozenset[str] = frozenset(),
     fold: bool = False,
+    distribute: bool = False,
 ) -> tuple[Scop, Dependences, isl.Set, isl.Schedule]:
     """Steps 1 and 2 of the pipeline, common to every target: the Scop, its dependences, the
     parameters' values (a params set) and the schedule, specialised to ``sizes``, with the
@@ -216,7 +218,10 @@ def tiled_schedule(
     ``packed``: the inputs the CPU kernel reads from transposed panels, :mod:`.packing`) and the
     outermost bands tiled, checked for legality. With ``fold``, the initialisations are not
     hoisted but folded into their update's loop nest after tiling
-    (:func:`~tcjit.mapping.initialisations.fold_initialisations`: the GPU's form)."""
+    (:func:`~tcjit.mapping.initialisations.fold_initialisations`: the GPU's form). With
+    ``distribute``, bands whose statements follow one another along their inner members become
+    a band over the rows above one band per statement, before tiling
+    (:func:`~tcjit.mapping.distribution.distribute_bands`: the GPU's form with block reductions)."""
     # The parametric Scop assumes every size >= 1 (its context): at a size of 0 it would be empty,
     # and a '!' reduction over an empty range would lose its initialisation to the identity.
     fix = options.fix_parameters_before_scheduling or any(sizes[s] == 0 for s in cdef.sizes)
@@ -229,6 +234,8 @@ def tiled_schedule(
     windows = initialised_in_place(scop, packed) if window else frozenset()
     if not fold:
         sched = hoist_initialisations(sched, deps, legal_sizes, window=window, windows=windows)
+    if distribute:
+        sched = distribute_bands(sched, deps, legal_sizes, fixed)
     sched = tile(sched, options.tile)
     if fold:
         sched = fold_initialisations(sched, deps, legal_sizes)
@@ -286,12 +293,15 @@ def prepare(
     window: int = 0,
     packed: frozenset[str] = frozenset(),
     fold: bool = False,
+    distribute: bool = False,
 ) -> Prepared:
     """:func:`tiled_schedule`, then the proofs on it: the affine accesses stay inside their
     tensors (:class:`TCBoundsError` otherwise), and which outputs must start zeroed (``window``,
-    ``packed``, ``fold``: as :func:`tiled_schedule`'s)."""
+    ``packed``, ``fold``, ``distribute``: as :func:`tiled_schedule`'s)."""
     shapes = {t.name: tuple(s.evaluate(sizes) for s in t.shape) for t in cdef.tensor_infos}
-    scop, deps, fixed, sched = tiled_schedule(cdef, sizes, options, window=window, packed=packed, fold=fold)
+    scop, deps, fixed, sched = tiled_schedule(
+        cdef, sizes, options, window=window, packed=packed, fold=fold, distribute=distribute
+    )
     checked = _prove_bounds(scop, fixed, shapes, sizes)
     return Prepared(scop, deps, fixed, sched, checked, _zero_init(scop, fixed, shapes))
 

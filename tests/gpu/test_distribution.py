@@ -1,0 +1,122 @@
+"""Band distribution (mapping/distribution.py): statements that follow one another along a band's
+inner members get a band each, below a band over the rows, so that a reduction's update is alone
+in its band (a block reduction) and the statements that use its result run in the same kernel."""
+
+from __future__ import annotations
+
+import compiled_helpers as H
+import islpy as isl
+import pytest
+import torch
+from test_gpu_reduction import ORDERS, _run
+
+import tcjit
+from tcjit import suite
+from tcjit.mapping.defaults import UNLIMITED_GRID
+from tcjit.mapping.distribution import statement_order
+from tcjit.mapping.options import MappingOptions
+from tcjit.polyhedral.lang.check import check_source
+from tcjit.polyhedral.schedule import bands
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _private_kernel_cache(tmp_path_factory):
+    with H.private_cache(tmp_path_factory.mktemp("tcjit-cache")):
+        yield
+
+
+def _band(offset: int, inner: str = "j") -> isl.ScheduleNode:
+    text = (
+        '{ domain: "{ X[i, j] : 0 <= i < 4 and 0 <= j < 10; Y[i, j] : 0 <= i < 4 and 0 <= j < 10 }",'
+        ' child: { schedule: "[{ X[i, j] -> [(i)]; Y[i, j] -> [(i)] },'
+        f' {{ X[i, j] -> [(j)]; Y[i, j] -> [({inner} + {offset})] }}]", coincident: [1, 0] }} }}'
+    )
+    return isl.Schedule.read_from_str(isl.Context(), text).get_root().child(0)
+
+
+def test_statements_that_follow_one_another_along_the_inner_member_are_ordered() -> None:
+    assert statement_order(_band(10), 1) == ["X", "Y"]
+    assert statement_order(_band(-10), 1) == ["Y", "X"]
+
+
+@pytest.mark.parametrize("offset, inner", [(5, "j"), (9, "j"), (0, "9 - j")])
+def test_statements_that_interleave_or_meet_are_not(offset: int, inner: str) -> None:
+    """Y from 5 (X runs to 9), Y at 9 where X's last point is, or both over the same points:
+    some instance of one comes between two of the other, or shares a point with one."""
+    assert statement_order(_band(offset, inner), 1) is None
+
+
+def _options(fusion: str = "Max") -> MappingOptions:
+    return (
+        MappingOptions("naive")
+        .outer_schedule_fusion_strategy(fusion)
+        .tile(4, 1024, 1024)
+        .map_to_blocks(*UNLIMITED_GRID)
+        .map_to_threads(16, 4)
+        .match_library_calls(True)
+    )
+
+
+@pytest.mark.parametrize("name", ["layernorm", "softmax"])
+def test_a_fused_row_kernel_reduces_and_normalises_each_row_in_one_launch(name: str) -> None:
+    """With fusion Max the scheduler puts a row's two reductions and its normalisation in one band,
+    one after the other: distributed, each reduction is a block reduction, the normalisation is on
+    the threads, and they share one kernel (the initialisations keep theirs), with a barrier
+    between; every order matches the oracle."""
+    which = 1
+    inputs = H.suite_inputs(name, which)
+    kernel = H.suite_kernel(name)
+    opts = _options()
+    spec = tcjit.compile(kernel, *inputs, options=opts, target="cuda-emulated")
+    decisions = spec.stages["decisions"]
+    assert decisions.count("combined by a block tree reduction") == 2, decisions
+    assert (
+        "kernel over ['S0', 'S1', 'S2']" in decisions
+        and "threads: members [0] of the band over ['S2']" in decisions
+    )
+    k = suite.get(name)
+    sizes = k.small_sizes[which]
+    for order in ORDERS:
+        got = _run(kernel, inputs, opts, order)
+        H.assert_all_same(
+            got, H.suite_oracle(name, which), k.reduction_length(sizes), k.checked.outputs, what=name
+        )
+
+
+def test_each_distributed_band_knows_its_own_parallel_members() -> None:
+    """layernorm's O over d was in the reductions' band, whose inner member carries their sums: in
+    its own band the member is coincident again (threads may take it), the reductions' are not."""
+    from tcjit.mapping.prepare import tiled_schedule
+
+    cdef = check_source(suite.get("layernorm").source).entry()
+    sizes = {"N": 6, "D": 40}
+    _, _, _, sched = tiled_schedule(cdef, sizes, _options().validate("cuda").values, distribute=True)
+    coincident = {}
+    for band in bands(sched):
+        names = {n for n in ("S0", "S1", "S2") if f"{n}[" in band.get_domain().to_str()}
+        if len(names) == 1 and band.band_n_member() == 1:
+            coincident[names.pop()] = band.band_member_get_coincident(0)
+    assert coincident == {"S0": False, "S1": False, "S2": True}
+
+
+def test_cosine_computes_dot_and_the_quotient_in_one_kernel() -> None:
+    """With the default fusion, cosine's dot and O share a band (O after the last r_n): distributed,
+    dot is block-reduced and O follows it in the same launch, after the combine's barrier."""
+    name, which = "cosine", 1
+    inputs = H.suite_inputs(name, which)
+    kernel = H.suite_kernel(name)
+    opts = _options("Preserve3Coincident")
+    spec = tcjit.compile(kernel, *inputs, options=opts, target="cuda-emulated")
+    decisions = spec.stages["decisions"]
+    assert "combined by a block tree reduction into dot" in decisions, decisions
+    k = suite.get(name)
+    for order in ORDERS:
+        got = _run(kernel, inputs, opts, order)
+        H.assert_all_same(
+            got,
+            H.suite_oracle(name, which),
+            k.reduction_length(k.small_sizes[which]),
+            k.checked.outputs,
+            what=name,
+        )
+    torch.testing.assert_close(got[0], torch.nn.functional.cosine_similarity(*inputs, dim=1, eps=1e-8))
