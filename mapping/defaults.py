@@ -50,7 +50,10 @@ results"):
   (fewer than twice its multiprocessors) and at least 8192 terms each is **split over the grid**
   (:func:`reduction_tiles`): a block per output and part of its reduction, about eight blocks a
   multiprocessor in all, each thread one private accumulator over its share, each block's tree
-  added atomically (bn_reduce: 2048 blocks where 32 did the whole reduction).
+  added atomically (bn_reduce: 2048 blocks where 32 did the whole reduction). Unsplit, the
+  outer schedule fusion is ``Max``: the statements that use a row's reductions share their band,
+  which the mapping distributes (:mod:`.distribution`), so that a row's reductions and its
+  normalisation are one kernel reading the row from DRAM once (softmax, layernorm).
 * **Everything else** (:func:`gpu_options`): from the statement with the most instances, its
   innermost output variable on ``threadIdx.x`` (up to 32), the next on ``y`` (up to 256 threads a
   block), outer variables in tiles of 1, a block per tile, each thread reducing sequentially.
@@ -101,7 +104,9 @@ def default_options(
     bytes, 32 with AVX-512's 64)."""
     if target != "cpu":
         if has_row_reduction(cdef):
-            return row_reduction_options(tiles=reduction_tiles(cdef, sizes))
+            split = reduction_tiles(cdef, sizes)
+            # unsplit, the statements that use a row's reductions join them in one kernel
+            return row_reduction_options(tiles=split, fusion="Preserve3Coincident" if split else "Max")
         return gpu_options(cdef, sizes)
     base = MappingOptions("naive").vectorize(True)
     packed = frozenset(packed_operands(cdef, sizes))
@@ -225,14 +230,22 @@ def has_row_reduction(cdef: CheckedDef) -> bool:
 
 
 def row_reduction_options(
-    rows: int = 8, lanes: int = 32, steps: int = 1024, *, tiles: Sequence[int] | None = None
+    rows: int = 8,
+    lanes: int = 32,
+    steps: int = 1024,
+    *,
+    tiles: Sequence[int] | None = None,
+    fusion: str = "Preserve3Coincident",
 ) -> MappingOptions:
     """GPU options for row reductions (:func:`has_row_reduction`): block reductions over ``lanes``
     threads along x, ``rows`` outputs per block along y, tiles of ``rows`` outputs by ``steps``
     reduction steps (or the outermost band's ``tiles``: :func:`reduction_tiles`), a block per
-    tile."""
+    tile; ``fusion``: the outer schedule fusion strategy (``Max`` puts the statements that use a
+    row's reductions in their band, which the GPU mapping distributes into one kernel:
+    :mod:`.distribution`)."""
     return (
         MappingOptions("naive")
+        .outer_schedule_fusion_strategy(fusion)
         .tile(*(tiles or (rows, steps, steps)))
         .map_to_blocks(*UNLIMITED_GRID)
         .map_to_threads(lanes, rows)
