@@ -50,7 +50,7 @@ from . import ir
 from .gpu_blocks import BlockMapping, launch_context, tighten
 from .gpu_ids import set_names
 from .gpu_ir import BLOCK_IDS, THREAD0_MARK, THREAD_IDS, BlockReduction, Copy, Promoted
-from .gpu_reductions import PendingReduction
+from .gpu_reductions import PendingReduction, instances_of
 from .gpu_syncs import SYNC_PREFIX, SyncPlacement, barriers
 from .gpu_threads import ThreadMapping
 from .grafts import Graft, apply_grafts
@@ -168,6 +168,7 @@ class _Mapper(BlockMapping, ThreadMapping, SyncPlacement):
         self.pending: list[PendingReduction] = []  # block reductions mapped in this kernel
         self.n_reductions = 0
         self.private_loops: set[tuple[int, ...]] = set()
+        self.absorbed: dict[int, str] = {}
         self.spread = False  # this kernel's block band holds a reduction member (map_blocks)
         self.syncs = 0
 
@@ -304,6 +305,21 @@ def map_gpu(
         m.decisions += priv.decisions
     kernels = [replace(k, buffers=k.buffers + extra) for k, extra in zip(kernels, kept)]
     grafts += m.reduction_grafts(sched, reductions, [g.path for g in grafts])
+    if m.absorbed:
+        # the initialisations the combines take over no longer run; a kernel of them alone goes
+        reductions = [(r, replace(red, initialises=red.number in m.absorbed)) for r, red in reductions]
+        gone = isl.UnionSet.empty(sched.get_domain().get_space())
+        for name in m.absorbed.values():
+            gone = gone.union(instances_of(sched.get_domain(), name))
+        # (the tree keeps them: each launch's code is built from its kernel's domain alone)
+        keep = [i for i, k in enumerate(kernels) if not k.domain.is_subset(gone)]
+        for k in kernels:
+            if k.domain.is_subset(gone):
+                m.decisions.append(
+                    f"kernel over {set_names(k.domain)}: not launched (its combines initialise)"
+                )
+        kernels = [replace(kernels[i], domain=kernels[i].domain.subtract(gone)) for i in keep]
+        per_kernel = [per_kernel[i] for i in keep]
     # barriers last: isl cannot give the schedule's map (above), nor a node's domain below a
     # graft, once the tree has extension nodes; so every graft is decided first, then applied
     for _, start, _, _, _, threads, _ in reversed(per_kernel):

@@ -77,6 +77,9 @@ class BlockReduction:
     :ivar part: the shared buffer ``[bz][by][bx]`` the tree combines.
     :ivar atomic: blocks share the reduction's outputs (its loop is on blocks too): the combine
         adds atomically (CUDA's ``atomicAdd``).
+    :ivar initialises: the combine is the only one each output element receives, and it takes
+        over the element's ``!`` initialisation (which no longer runs): it stores ``identity op
+        result`` instead of reading the element (no initialisation launch).
     """
 
     number: int
@@ -86,6 +89,7 @@ class BlockReduction:
     acc: ir.Buffer
     part: ir.Buffer
     atomic: bool = False
+    initialises: bool = False
 
     @property
     def init(self) -> str:

@@ -168,7 +168,7 @@ class GpuPrinter(CPrinter):
             return self._store(
                 red.tensor, addr, combine_update(red.op, self._load(red.tensor, addr, et), f"({value})", et)
             )
-        old = self.load(red.tensor, addr, et)
+        old = reduction_identity(red.op, et) if red.initialises else self.load(red.tensor, addr, et)
         return self.store(red.tensor, addr, combine_update(red.op, old, f"({value})", et))
 
     # ------------------------------------------------------------------------ the mapping's nodes

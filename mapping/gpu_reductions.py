@@ -32,7 +32,7 @@ from .reduction import REDUCE_MARK, combine_extension, extension, single_owner
 from .tree_queries import leading_coincident, member_spread
 from .tree_queries import statements_of as _names
 
-__all__ = ["ATOMIC_SUMS", "REDUCTION_BLOCKS", "PendingReduction", "ReductionMapping"]
+__all__ = ["ATOMIC_SUMS", "REDUCTION_BLOCKS", "PendingReduction", "ReductionMapping", "instances_of"]
 
 #: A block reduction whose outputs give fewer blocks than this spreads its reduction loop over
 #: blocks too (:meth:`ReductionMapping.spread_reduction`): two blocks for each of an H100's 132
@@ -72,6 +72,8 @@ class ReductionMapping:
     mapped: list[isl.UnionSet]  # instances under thread filters (this kernel)
     pending: list[PendingReduction]  # block reductions mapped in this kernel
     n_reductions: int
+    deps: isl.UnionMap  # at the parameters' values
+    absorbed: dict[int, str]  # reduction number -> the initialisation its combine takes over
     private_loops: set[tuple[int, ...]]  # bands a private accumulator spans (accumulation_top)
     spread: bool  # this kernel's block band holds a reduction member (map_blocks)
 
@@ -200,6 +202,35 @@ class ReductionMapping:
             top, node = node, node.parent()
         return top
 
+    def absorbed_initialisation(self, top: isl.ScheduleNode, r: PendingReduction) -> str | None:
+        """The ``!`` initialisation of reduction ``r`` that its combine can take over, where the
+        accumulators span ``top`` (:meth:`accumulation_top`): its blocks do not share outputs,
+        each output element is combined at one point of ``top``'s prefix only, the
+        initialisation writes no element the update leaves alone (an empty reduction keeps its
+        identity from the initialisation), and every instance that depends on it also depends
+        on the update (it reads the element after the combine). None where one of these fails."""
+        if r.atomic:
+            return None
+        init = f"{r.update}_init"
+        stmt_names = {s.name for s in self.scop.statements}
+        if init not in stmt_names:
+            return None
+        writes = self.scop.untagged_writes.intersect_params(self.fixed)
+        domain = top.get_domain()
+        out = writes.intersect_domain(domain)
+        combined = top.get_prefix_schedule_union_map().intersect_domain(domain).reverse().apply_range(out)
+        if not combined.reverse().is_single_valued():
+            return None
+        init_writes = _of(writes, init)
+        if not init_writes.range().is_subset(_of(writes, r.update).range()):
+            return None
+        # whatever depends on the initialisation depends on the update too: it runs after the
+        # combine, and reads what the combine stores
+        after_init = _of(self.deps, init).range()
+        after_update = _of(self.deps, r.update).range()
+        rest = after_init.subtract(instances_of(after_init, r.update))
+        return init if rest.is_subset(after_update) else None
+
     def reduction_grafts(
         self,
         sched: isl.Schedule,
@@ -223,6 +254,13 @@ class ReductionMapping:
         grafts = []
         for r, red in reductions:
             node = self.accumulation_top(marks[r.mark], r, others)
+            init = self.absorbed_initialisation(node, r)
+            if init is not None:
+                self.absorbed[r.number] = init
+                self.decisions.append(
+                    f"reduction {r.number}: its combine is the only one each element of {r.tensor}"
+                    f" receives: it initialises the element ({init} does not run)"
+                )
             path = node_path(marks[r.mark])
             for k in range(len(node_path(node)), len(path)):
                 self.private_loops.add(tuple(path[:k]))
@@ -245,3 +283,18 @@ class ReductionMapping:
             # combine, whose writes a later statement of the block may read
             grafts.append(Graft(tuple(node_path(node)), before, after, rank=2))
         return grafts
+
+
+def instances_of(domain: isl.UnionSet, name: str) -> isl.UnionSet:
+    """The instances of statement ``name`` in ``domain`` (empty where it has none)."""
+    lst = domain.get_set_list()
+    out = isl.UnionSet.empty(domain.get_space())
+    for i in range(lst.n_set()):
+        if lst.get_at(i).get_tuple_name() == name:
+            out = out.union(isl.UnionSet.from_set(lst.get_at(i)))
+    return out
+
+
+def _of(m: isl.UnionMap, name: str) -> isl.UnionMap:
+    """``m`` on the instances of statement ``name``."""
+    return m.intersect_domain(instances_of(m.domain(), name))

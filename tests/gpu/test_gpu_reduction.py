@@ -229,6 +229,41 @@ def test_the_default_split_reduction_matches_the_oracle_in_every_order() -> None
         torch.testing.assert_close(got, x.mean((0, 2, 3)), rtol=1e-5, atol=1e-6)
 
 
+def test_a_combine_that_alone_writes_each_element_initialises_it() -> None:
+    """Row sums and maxima, a block per 4 rows, a row in one tile: each element gets one combine,
+    which stores ``identity op result``; the initialisations' launch is gone. Every order
+    matches the oracle. In tiles of 64 columns, each element gets two combines, one after the
+    other, and keeps its initialisation."""
+    x = torch.randn(9, 100)
+    kernel = tcjit.define(ROWS)
+    two = tcjit.compile(kernel, x, options=REDUCED["warp"], target="cuda-emulated")
+    assert "does not run" not in two.stages["decisions"]
+    opts = REDUCED["warp"].tile(4, 128)
+    spec = tcjit.compile(kernel, x, options=opts, target="cuda-emulated")
+    decisions = spec.stages["decisions"]
+    assert "(S0_init does not run)" in decisions and "(S1_init does not run)" in decisions, decisions
+    cdef = check_source(ROWS).entry()
+    sizes = {"N": 9, "D": 100}
+    ks = lower_cuda(cdef, sizes, _strides(cdef, sizes), opts.validate("cuda").values)
+    assert len(ks.kernels) == 2 and "(initialisation)" not in ks.source  # S's kernel and M's
+    assert (
+        "= 0x0.0p+0f + (tc_shared_red" in ks.source
+        and "tc_fmax_f32((-HUGE_VALF), (tc_shared_red" in ks.source
+    )
+    for order in ORDERS:
+        s, m = _run(kernel, (x,), opts, order)
+        torch.testing.assert_close(s, x.sum(1), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(m, (x * x).amax(1))
+
+
+def test_blocks_that_share_an_element_keep_its_initialisation() -> None:
+    """A reduction spread over blocks adds each block's result atomically: the element must hold
+    the identity first, so its initialisation keeps its launch."""
+    x = torch.randn(8, 16, 56, 56)
+    spec = tcjit.compile(H.suite_kernel("bn_reduce"), x, target="cuda-emulated")
+    assert "added atomically" in spec.stages["decisions"] and "does not run" not in spec.stages["decisions"]
+
+
 def _without_barriers(which):
     """``gpu.expand_trees`` with the barriers ``which(position, steps)`` selects removed: in each
     block of the tree, ``steps`` are the positions of its steps."""

@@ -104,32 +104,6 @@ void tc_entry_softmax_emulated(int nthreads, int64_t *restrict tc_errors, int64_
       const int64_t b0 = tc_bl % 2, b1 = tc_bl / 2 % 1, b2 = tc_bl / 2;
       (void)b0; (void)b1; (void)b2;
       const int64_t tc_gb = tc_first + tc_bl; (void)tc_gb;
-      { /* threads of the block up to the next barrier: 8 x 1 x 1 */
-        const int64_t tc_ts = tc_stride(8);
-        for (int64_t tc_ti = 0; tc_ti < 8; tc_ti++) {
-          const int64_t tc_tl = tc_perm(tc_ti, 8, tc_ts, s_tc_order);
-          const int64_t t0 = tc_tl % 8, t1 = tc_tl / 8 % 1, t2 = tc_tl / 8;
-          (void)t0; (void)t1; (void)t2;
-          if ((((8 * b0) + t0) <= 12)) {
-            /* S1_init (initialisation), line 3: sm(n) +=!   exp(I(n, r_d) - mx(n)) */
-            { const int64_t i_n = ((8 * b0) + t0);
-              if (tc_race(tc_sh_sm, 13, 1, tc_gb, tc_tl, tc_first, tc_phase, -4, i_n, tc_errors)) { t_sm[i_n] = 0x0.0p+0f; } }
-            /* S0_init (initialisation), line 2: mx(n) max=! I(n, r_d) */
-            { const int64_t i_n = ((8 * b0) + t0);
-              if (tc_race(tc_sh_mx, 13, 1, tc_gb, tc_tl, tc_first, tc_phase, -3, i_n, tc_errors)) { t_mx[i_n] = (-HUGE_VALF); } }
-          }
-        }
-      }
-    }
-  }
-  { /* blocks of one launch: 2 x 1 x 1 */
-    const int64_t tc_first = 2;
-    const int64_t tc_bs = tc_stride(2);
-    for (int64_t tc_bi = 0; tc_bi < 2; tc_bi++) {
-      const int64_t tc_bl = tc_perm(tc_bi, 2, tc_bs, s_tc_order);
-      const int64_t b0 = tc_bl % 2, b1 = tc_bl / 2 % 1, b2 = tc_bl / 2;
-      (void)b0; (void)b1; (void)b2;
-      const int64_t tc_gb = tc_first + tc_bl; (void)tc_gb;
       float tc_private_red0[1][1][32][1] TC_STACK_ALIGNED;
       { float *tc_f = (float *)tc_private_red0; for (int64_t tc_k = 0; tc_k < 32; tc_k++) tc_f[tc_k] = (0.0f / 0.0f); }
       float tc_shared_red0[1][1][32] TC_STACK_ALIGNED;
@@ -214,7 +188,7 @@ void tc_entry_softmax_emulated(int nthreads, int64_t *restrict tc_errors, int64_
             const int64_t t0 = tc_tl % 32, t1 = tc_tl / 32 % 1, t2 = tc_tl / 32;
             (void)t0; (void)t1; (void)t2;
             if ((t0 == 0)) {
-              { /* block reduction 1: into mx */ if (tc_race(tc_sh_mx, 13, 1, tc_gb, tc_tl, tc_first, tc_phase, -3, (((8 * b0) + c1)), tc_errors)) { t_mx[(((8 * b0) + c1))] = tc_fmax_f32((tc_race(tc_sh_mx, 13, 0, tc_gb, tc_tl, tc_first, tc_phase, -3, (((8 * b0) + c1)), tc_errors) ? t_mx[(((8 * b0) + c1))] : 0), ((tc_brace(&tc_bsh_shared_red1[(t2) * 32 + (t1) * 32 + 0], 0, tc_tl, tc_phase, -6, (t2) * 32 + (t1) * 32 + 0, tc_errors), tc_shared_red1[t2][t1][0]))); } }
+              { /* block reduction 1: into mx */ if (tc_race(tc_sh_mx, 13, 1, tc_gb, tc_tl, tc_first, tc_phase, -3, (((8 * b0) + c1)), tc_errors)) { t_mx[(((8 * b0) + c1))] = tc_fmax_f32((-HUGE_VALF), ((tc_brace(&tc_bsh_shared_red1[(t2) * 32 + (t1) * 32 + 0], 0, tc_tl, tc_phase, -6, (t2) * 32 + (t1) * 32 + 0, tc_errors), tc_shared_red1[t2][t1][0]))); } }
             }
           }
         }
@@ -292,7 +266,7 @@ void tc_entry_softmax_emulated(int nthreads, int64_t *restrict tc_errors, int64_
             const int64_t t0 = tc_tl % 32, t1 = tc_tl / 32 % 1, t2 = tc_tl / 32;
             (void)t0; (void)t1; (void)t2;
             if ((t0 == 0)) {
-              { /* block reduction 0: into sm */ if (tc_race(tc_sh_sm, 13, 1, tc_gb, tc_tl, tc_first, tc_phase, -4, (((8 * b0) + c1)), tc_errors)) { t_sm[(((8 * b0) + c1))] = (tc_race(tc_sh_sm, 13, 0, tc_gb, tc_tl, tc_first, tc_phase, -4, (((8 * b0) + c1)), tc_errors) ? t_sm[(((8 * b0) + c1))] : 0) + ((tc_brace(&tc_bsh_shared_red0[(t2) * 32 + (t1) * 32 + 0], 0, tc_tl, tc_phase, -5, (t2) * 32 + (t1) * 32 + 0, tc_errors), tc_shared_red0[t2][t1][0])); } }
+              { /* block reduction 0: into sm */ if (tc_race(tc_sh_sm, 13, 1, tc_gb, tc_tl, tc_first, tc_phase, -4, (((8 * b0) + c1)), tc_errors)) { t_sm[(((8 * b0) + c1))] = 0x0.0p+0f + ((tc_brace(&tc_bsh_shared_red0[(t2) * 32 + (t1) * 32 + 0], 0, tc_tl, tc_phase, -5, (t2) * 32 + (t1) * 32 + 0, tc_errors), tc_shared_red0[t2][t1][0])); } }
             }
           }
         }

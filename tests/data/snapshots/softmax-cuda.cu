@@ -6,26 +6,9 @@
  */
 /* the tcjit prelude: 689 lines, left out (scripts/replay.py snapshots) */
 
-/* launch 0 of 2: grid 2 x 1 x 1 blocks of 8 x 1 x 1 threads */
-extern "C" __global__ void __launch_bounds__(8)
-tc_entry_softmax_k0(int64_t *__restrict__ tc_errors, const float *__restrict__ t_I, float *__restrict__ t_O, float *__restrict__ t_mx, float *__restrict__ t_sm)
-{
-  const int64_t b0 = blockIdx.x, b1 = blockIdx.y, b2 = blockIdx.z;
-  const int64_t t0 = threadIdx.x, t1 = threadIdx.y, t2 = threadIdx.z;
-  (void)tc_errors; (void)b0; (void)b1; (void)b2; (void)t0; (void)t1; (void)t2;
-  if ((((8 * b0) + t0) <= 12)) {
-    /* S1_init (initialisation), line 3: sm(n) +=!   exp(I(n, r_d) - mx(n)) */
-    { const int64_t i_n = ((8 * b0) + t0);
-      t_sm[i_n] = 0x0.0p+0f; }
-    /* S0_init (initialisation), line 2: mx(n) max=! I(n, r_d) */
-    { const int64_t i_n = ((8 * b0) + t0);
-      t_mx[i_n] = (-HUGE_VALF); }
-  }
-}
-
-/* launch 1 of 2: grid 2 x 1 x 1 blocks of 32 x 1 x 1 threads */
+/* launch 0 of 1: grid 2 x 1 x 1 blocks of 32 x 1 x 1 threads */
 extern "C" __global__ void __launch_bounds__(32)
-tc_entry_softmax_k1(int64_t *__restrict__ tc_errors, const float *__restrict__ t_I, float *__restrict__ t_O, float *__restrict__ t_mx, float *__restrict__ t_sm)
+tc_entry_softmax_k0(int64_t *__restrict__ tc_errors, const float *__restrict__ t_I, float *__restrict__ t_O, float *__restrict__ t_mx, float *__restrict__ t_sm)
 {
   const int64_t b0 = blockIdx.x, b1 = blockIdx.y, b2 = blockIdx.z;
   const int64_t t0 = threadIdx.x, t1 = threadIdx.y, t2 = threadIdx.z;
@@ -53,7 +36,7 @@ tc_entry_softmax_k1(int64_t *__restrict__ tc_errors, const float *__restrict__ t
       if (t0 == 0) { tc_shared_red1[t2][t1][0] = tc_v; }
     }
     if ((t0 == 0)) {
-      { /* block reduction 1: into mx */ t_mx[(((8 * b0) + c1))] = tc_fmax_f32(t_mx[(((8 * b0) + c1))], (tc_shared_red1[t2][t1][0])); }
+      { /* block reduction 1: into mx */ t_mx[(((8 * b0) + c1))] = tc_fmax_f32((-HUGE_VALF), (tc_shared_red1[t2][t1][0])); }
     }
     __syncthreads();
     { /* block reduction 0: identity */ tc_private_red0[0] = 0x0.0p+0f; }
@@ -74,7 +57,7 @@ tc_entry_softmax_k1(int64_t *__restrict__ tc_errors, const float *__restrict__ t
       if (t0 == 0) { tc_shared_red0[t2][t1][0] = tc_v; }
     }
     if ((t0 == 0)) {
-      { /* block reduction 0: into sm */ t_sm[(((8 * b0) + c1))] = t_sm[(((8 * b0) + c1))] + (tc_shared_red0[t2][t1][0]); }
+      { /* block reduction 0: into sm */ t_sm[(((8 * b0) + c1))] = 0x0.0p+0f + (tc_shared_red0[t2][t1][0]); }
     }
     __syncthreads();
     for (int64_t c2 = (((t0 + 30) % 32) + 194); c2 <= 290; c2 += 32) {
