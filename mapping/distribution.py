@@ -24,11 +24,11 @@ from collections.abc import Mapping, Sequence
 import islpy as isl
 
 from ..polyhedral.errors import TCInternalError
-from ..polyhedral.schedule import bands, check_legality
+from ..polyhedral.schedule import bands, check_legality, node_at, node_path
 from ..polyhedral.scop import Dependences
 from .tree_queries import carries_dependence, leading_coincident, statements_of
 
-__all__ = ["distribute_bands", "statement_order"]
+__all__ = ["distribute_bands", "fuse_rows", "statement_order"]
 
 
 def _points(node: isl.ScheduleNode, domain: isl.UnionSet, name: str) -> isl.Set | None:
@@ -108,6 +108,69 @@ def distribute_bands(
         except TCInternalError:  # cannot happen (the order is the same): keep the band as it was
             continue
         sched = candidate
+
+
+def fuse_rows(
+    sched: isl.Schedule, deps: Dependences, sizes: Mapping[str, int] | None, fixed: isl.Set
+) -> isl.Schedule:
+    """The kernels of a root sequence (or set) whose first bands all lead with a coincident
+    member, along which every dependence between them has distance 0 (each row's statements
+    depend on the same row's only: cosine's ``nA``, ``nB`` and ``dot`` over ``m``, then ``O``):
+    one band over that member above them all, which each first band loses. One kernel then
+    computes a row's reductions and what uses them, each under the barriers the mapping places,
+    reading the row while it is in the cache. ``sched`` unchanged where that does not hold."""
+    root = sched.get_root().child(0)
+    if root.get_type() not in (isl.schedule_node_type.sequence, isl.schedule_node_type.set):
+        return sched
+    firsts = _first_bands(root)
+    if not firsts:
+        return sched
+    row = None
+    for band in firsts:
+        upa = band.band_get_partial_schedule().get_union_pw_aff(0).intersect_domain(band.get_domain())
+        row = upa if row is None else row.union_add(upa)
+    if not row.domain().is_equal(root.get_domain()):
+        return sched
+    live = deps.all.intersect_params(fixed)
+    along = isl.UnionMap.from_union_pw_aff(row)
+    deltas = live.apply_domain(along).apply_range(along).deltas()
+    if not deltas.is_subset(isl.UnionSet.from_set(isl.Set.read_from_str(sched.get_ctx(), "{ [0] }"))):
+        return sched
+    paths = [node_path(b) for b in firsts]
+    depth = len(node_path(root))
+    node = root.insert_partial_schedule(isl.MultiUnionPwAff.from_union_pw_aff(row))
+    node = node.band_member_set_coincident(0, True)
+    candidate = node.get_schedule()
+    for path in sorted(paths, reverse=True):  # deeper and later first: the others' paths hold
+        band = node_at(candidate, [*path[:depth], 0, *path[depth:]])
+        if band.band_n_member() > 1:
+            band = band.band_split(1)
+        candidate = band.delete().get_schedule()
+    try:
+        check_legality(candidate, deps, sizes=sizes)
+    except TCInternalError:
+        return sched
+    return candidate
+
+
+def _first_bands(node: isl.ScheduleNode) -> list[isl.ScheduleNode]:
+    """The first band on each branch below the sequence or set ``node``, each leading with a
+    coincident member (empty where some branch has none)."""
+    out = []
+    for i in range(node.n_children()):
+        n = node.child(i)
+        while n.get_type() in (isl.schedule_node_type.filter, isl.schedule_node_type.mark):
+            n = n.child(0)
+        if n.get_type() in (isl.schedule_node_type.sequence, isl.schedule_node_type.set):
+            below = _first_bands(n)
+            if not below:
+                return []
+            out += below
+        elif n.get_type() == isl.schedule_node_type.band and n.band_member_get_coincident(0):
+            out.append(n)
+        else:
+            return []
+    return out
 
 
 def _own_coincidence(band: isl.ScheduleNode, deps: isl.UnionMap) -> isl.ScheduleNode:

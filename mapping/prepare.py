@@ -32,7 +32,7 @@ from ..polyhedral.scop import Dependences, Scop, build_scop, compute_dependences
 from . import ir
 from .c_exprs import CParam, c_storage_type
 from .cpu import hoist_initialisations, initialised_in_place
-from .distribution import distribute_bands
+from .distribution import distribute_bands, fuse_rows
 from .initialisations import fold_initialisations
 from .ir_text import render
 
@@ -221,7 +221,9 @@ def tiled_schedule(
     (:func:`~tcjit.mapping.initialisations.fold_initialisations`: the GPU's form). With
     ``distribute``, bands whose statements follow one another along their inner members become
     a band over the rows above one band per statement, before tiling
-    (:func:`~tcjit.mapping.distribution.distribute_bands`: the GPU's form with block reductions)."""
+    (:func:`~tcjit.mapping.distribution.distribute_bands`: the GPU's form with block reductions),
+    and with fusion ``Max`` kernels of the same rows become one
+    (:func:`~tcjit.mapping.distribution.fuse_rows`)."""
     # The parametric Scop assumes every size >= 1 (its context): at a size of 0 it would be empty,
     # and a '!' reduction over an empty range would lose its initialisation to the identity.
     fix = options.fix_parameters_before_scheduling or any(sizes[s] == 0 for s in cdef.sizes)
@@ -236,6 +238,8 @@ def tiled_schedule(
         sched = hoist_initialisations(sched, deps, legal_sizes, window=window, windows=windows)
     if distribute:
         sched = distribute_bands(sched, deps, legal_sizes, fixed)
+        if options.outer_schedule_fusion_strategy == "Max":
+            sched = fuse_rows(sched, deps, legal_sizes, fixed)
     sched = tile(sched, options.tile)
     if fold:
         sched = fold_initialisations(sched, deps, legal_sizes)
