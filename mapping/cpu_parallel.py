@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import islpy as isl
 
-from ..polyhedral.schedule import bands
+from ..polyhedral.schedule import rewrite_outermost_bands
 from .cpu_analysis import CpuAnalysis, loop_mark
 from .tree_queries import carries_dependence, member_dim, member_spread, statements_of
 
@@ -60,13 +60,8 @@ class ParallelLoops(CpuAnalysis):
         if work < MIN_PARALLEL_WORK:
             self.decisions.append(f"parallel: none ({work} instances < {MIN_PARALLEL_WORK})")
             return sched
-        done = 0
-        while True:
-            todo = bands(sched, outermost=True)
-            if done >= len(todo):
-                return sched
-            node = todo[done]
-            done += 1
+
+        def rewrite(node: isl.ScheduleNode) -> isl.Schedule | None:
             p = self._parallel_member(node)
             while p is None:  # every member runs once (tiles larger than the sizes): look below
                 below = node.child(0)
@@ -78,7 +73,7 @@ class ParallelLoops(CpuAnalysis):
                 p = self._parallel_member(node)
             if p is None:
                 self.decisions.append(f"parallel: no parallel member in the band over {statements_of(node)}")
-                continue
+                return None
             p, kind = p
             if p > 0:
                 node = node.band_split(p).child(0)
@@ -87,4 +82,6 @@ class ParallelLoops(CpuAnalysis):
             node = node.insert_mark(loop_mark(kind, node))
             what = "parallel" if kind == "parallel" else "parallel reduction (partial results in threads)"
             self.decisions.append(f"{what}: member {p} of the outermost band over {statements_of(node)}")
-            sched = node.get_schedule()
+            return node.get_schedule()
+
+        return rewrite_outermost_bands(sched, rewrite)

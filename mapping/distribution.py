@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 import islpy as isl
 
 from ..polyhedral.errors import TCInternalError
-from ..polyhedral.schedule import bands, check_legality, node_at, node_path
+from ..polyhedral.schedule import check_legality, node_at, node_path, rewrite_outermost_bands
 from ..polyhedral.scop import Dependences
 from .tree_queries import carries_dependence, leading_coincident, statements_of
 
@@ -84,30 +84,26 @@ def distribute_bands(
     Statements without instances stay in the band of the first (the filters cover the band's
     domain). ``fixed``: the parameters' values."""
     live = deps.all.intersect_params(fixed)
-    done = 0
-    while True:
-        todo = bands(sched, outermost=True)
-        if done >= len(todo):
-            return sched
-        node = todo[done]
-        done += 1
+
+    def rewrite(node: isl.ScheduleNode) -> isl.Schedule | None:
         lead = leading_coincident(node)
         if lead == 0 or lead >= node.band_n_member():
-            continue
+            return None
         order = statement_order(node, lead)
         if order is None:
-            continue
+            return None
         inner = node.band_split(lead).child(0)
-        domain = inner.get_domain()
-        seq = inner.insert_sequence(_filters(domain, order))
+        seq = inner.insert_sequence(_filters(inner.get_domain(), order))
         for i in range(seq.n_children()):
             seq = _own_coincidence(seq.child(i).child(0), live).parent().parent()
         candidate = seq.get_schedule()
         try:
             check_legality(candidate, deps, sizes=sizes)
         except TCInternalError:  # cannot happen (the order is the same): keep the band as it was
-            continue
-        sched = candidate
+            return None
+        return candidate
+
+    return rewrite_outermost_bands(sched, rewrite)
 
 
 def fuse_rows(

@@ -17,7 +17,7 @@ import islpy as isl
 
 from ..polyhedral.errors import TCInternalError
 from ..polyhedral.lang import ast as A
-from ..polyhedral.schedule import bands, check_legality
+from ..polyhedral.schedule import check_legality, rewrite_outermost_bands
 from ..polyhedral.scop import Dependences, Scop
 from .defaults import outer_product_shaped
 from .tree_queries import leading_coincident, member_spread, statements_of
@@ -105,17 +105,12 @@ def _reorder(
     """For each outermost band that holds ``!`` initialisations and other statements, the first
     of ``choices(band, initialisations, their instances)`` that the legality check accepts (the
     schedule unchanged where none is)."""
-    done = 0
-    while True:
-        todo = bands(sched, outermost=True)
-        if done >= len(todo):
-            return sched
-        node = todo[done]
-        done += 1
+
+    def rewrite(node: isl.ScheduleNode) -> isl.Schedule | None:
         names = statements_of(node)
         inits = [n for n in names if n.endswith("_init")]
         if not inits or len(inits) == len(names):
-            continue
+            return None
         domain = node.get_domain()
         filt = isl.UnionSet.empty(domain.get_space())
         for n in inits:
@@ -125,8 +120,10 @@ def _reorder(
                 check_legality(candidate, deps, sizes=sizes)
             except TCInternalError:
                 continue
-            sched = candidate
-            break
+            return candidate
+        return None
+
+    return rewrite_outermost_bands(sched, rewrite)
 
 
 def initialised_in_place(scop: Scop, packed: Collection[str] = frozenset()) -> frozenset[str]:

@@ -26,7 +26,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import islpy as isl
 
@@ -40,6 +40,7 @@ __all__ = [
     "check_legality",
     "node_at",
     "node_path",
+    "rewrite_outermost_bands",
     "schedule",
     "schedule_text",
     "tile",
@@ -156,6 +157,25 @@ def bands(sched: isl.Schedule, *, outermost: bool = False) -> list[isl.ScheduleN
 
     visit(sched.get_root())
     return found
+
+
+def rewrite_outermost_bands(
+    sched: isl.Schedule, rewrite: Callable[[isl.ScheduleNode], isl.Schedule | None]
+) -> isl.Schedule:
+    """``sched`` with ``rewrite`` applied to each outermost band in turn, each on the tree the
+    previous rewrites left (``rewrite`` returns the new tree, or None to leave the band as it is).
+    A rewrite may add nodes below or above its band (a split, a mark, a sequence) but must keep
+    the outermost bands before it where they were."""
+    done = 0
+    while True:
+        todo = bands(sched, outermost=True)
+        if done >= len(todo):
+            return sched
+        node = todo[done]
+        done += 1
+        new = rewrite(node)
+        if new is not None:
+            sched = new
 
 
 def member_extent(band: isl.ScheduleNode, member: int) -> int | None:
