@@ -57,27 +57,29 @@ def _options(fusion: str = "Max") -> MappingOptions:
     )
 
 
+def _checked(name: str, which: int, opts: MappingOptions) -> tuple[str, tuple[torch.Tensor, ...]]:
+    """The mapping decisions of suite kernel ``name`` at its small sizes ``which`` on the emulated
+    target, after checking every thread order against the oracle; the last order's outputs."""
+    inputs = H.suite_inputs(name, which)
+    kernel = H.suite_kernel(name)
+    spec = tcjit.compile(kernel, *inputs, options=opts, target="cuda-emulated")
+    k = suite.get(name)
+    for order in ORDERS:
+        got = _run(kernel, inputs, opts, order)
+        length = k.reduction_length(k.small_sizes[which])
+        H.assert_all_same(got, H.suite_oracle(name, which), length, k.checked.outputs, what=name)
+    return spec.stages["decisions"], got
+
+
 @pytest.mark.parametrize("name", ["layernorm", "softmax"])
 def test_a_fused_row_kernel_reduces_and_normalises_each_row_in_one_launch(name: str) -> None:
     """With fusion Max the scheduler puts a row's two reductions and its normalisation in one band,
     one after the other: distributed, each reduction is a block reduction, the normalisation is on
-    the threads, and they share one kernel (the initialisations keep theirs), with a barrier
-    between; every order matches the oracle."""
-    which = 1
-    inputs = H.suite_inputs(name, which)
-    kernel = H.suite_kernel(name)
-    opts = _options()
-    spec = tcjit.compile(kernel, *inputs, options=opts, target="cuda-emulated")
-    decisions = spec.stages["decisions"]
+    the threads, and they share one kernel (the combines initialise), with a barrier between;
+    every order matches the oracle."""
+    decisions, _ = _checked(name, 1, _options())
     assert decisions.count("combined by a block tree reduction") == 2, decisions
     assert decisions.count("kernel over") == 1 and "threads: members [0] of the band over ['S2']" in decisions
-    k = suite.get(name)
-    sizes = k.small_sizes[which]
-    for order in ORDERS:
-        got = _run(kernel, inputs, opts, order)
-        H.assert_all_same(
-            got, H.suite_oracle(name, which), k.reduction_length(sizes), k.checked.outputs, what=name
-        )
 
 
 def test_each_distributed_band_knows_its_own_parallel_members() -> None:
@@ -99,23 +101,9 @@ def test_each_distributed_band_knows_its_own_parallel_members() -> None:
 def test_cosine_computes_dot_and_the_quotient_in_one_kernel() -> None:
     """With the default fusion, cosine's dot and O share a band (O after the last r_n): distributed,
     dot is block-reduced and O follows it in the same launch, after the combine's barrier."""
-    name, which = "cosine", 1
-    inputs = H.suite_inputs(name, which)
-    kernel = H.suite_kernel(name)
-    opts = _options("Preserve3Coincident")
-    spec = tcjit.compile(kernel, *inputs, options=opts, target="cuda-emulated")
-    decisions = spec.stages["decisions"]
+    decisions, got = _checked("cosine", 1, _options("Preserve3Coincident"))
     assert "combined by a block tree reduction into dot" in decisions, decisions
-    k = suite.get(name)
-    for order in ORDERS:
-        got = _run(kernel, inputs, opts, order)
-        H.assert_all_same(
-            got,
-            H.suite_oracle(name, which),
-            k.reduction_length(k.small_sizes[which]),
-            k.checked.outputs,
-            what=name,
-        )
+    inputs = H.suite_inputs("cosine", 1)
     torch.testing.assert_close(got[0], torch.nn.functional.cosine_similarity(*inputs, dim=1, eps=1e-8))
 
 
@@ -123,23 +111,8 @@ def test_kernels_of_the_same_rows_become_one_with_fusion_max() -> None:
     """cosine's three reductions and its quotient depend on the same row only: with fusion Max they
     are one kernel (a band over m above them all), the initialisations taken over by the
     combines; every order matches the oracle."""
-    name, which = "cosine", 2
-    inputs = H.suite_inputs(name, which)
-    kernel = H.suite_kernel(name)
-    opts = _options()
-    spec = tcjit.compile(kernel, *inputs, options=opts, target="cuda-emulated")
-    decisions = spec.stages["decisions"]
+    decisions, _ = _checked("cosine", 2, _options())
     assert decisions.count("kernel over") == 1 and decisions.count("combined by a block tree") == 3, decisions
-    k = suite.get(name)
-    for order in ORDERS:
-        got = _run(kernel, inputs, opts, order)
-        H.assert_all_same(
-            got,
-            H.suite_oracle(name, which),
-            k.reduction_length(k.small_sizes[which]),
-            k.checked.outputs,
-            what=name,
-        )
 
 
 SHIFTED = """def shifted(float(N,D) I) -> (S, O) {
