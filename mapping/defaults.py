@@ -74,6 +74,7 @@ from .packing import PART_REFILLS, index_extent, packed_operands
 __all__ = [
     "GEMM_TILE",
     "UNLIMITED_GRID",
+    "default_choice",
     "default_options",
     "filled_in_parts",
     "gpu_options",
@@ -102,12 +103,40 @@ def default_options(
     (the rules of this module's docstring). ``vector_bytes``: the CPU's vector width (the GEMM
     rule's register tile is as many vectors wide on every host: 16 float32 columns with AVX2's 32
     bytes, 32 with AVX-512's 64)."""
+    return default_choice(cdef, sizes, target, vector_bytes=vector_bytes)[0]
+
+
+def default_choice(
+    cdef: CheckedDef, sizes: Mapping[str, int], target: str, *, vector_bytes: int = 32
+) -> tuple[MappingOptions, str]:
+    """:func:`default_options` and the rule that chose them, in words with the figures it went by
+    (what ``tcjit show --stage options`` and ``--stage gpu-profile`` print beside the defaults)."""
     if target != "cpu":
         if has_row_reduction(cdef):
             split = reduction_tiles(cdef, sizes)
-            # unsplit, the statements that use a row's reductions join them in one kernel
-            return row_reduction_options(tiles=split, fusion="Preserve3Coincident" if split else "Max")
-        return gpu_options(cdef, sizes)
+            if split:
+                st, extents = main_statement(cdef, sizes)
+                outputs = math.prod(extents[: len(st.lhs_vars)])
+                terms = math.prod(extents[len(st.lhs_vars) :])
+                why = (
+                    f"row reduction split over the grid: {outputs} outputs (fewer than {SPLIT_OUTPUTS})"
+                    f" of {terms} terms (at least {SPLIT_LENGTH}), tiles {list(split)}: a block per"
+                    f" output and part of its reduction, added atomically"
+                )
+                return row_reduction_options(tiles=split), why
+            why = (
+                "row reduction: block reductions on 32 lanes x 8 rows, tiles of 8 rows x 1024 terms,"
+                " fusion Max (a row's statements in one kernel)"
+            )
+            return row_reduction_options(fusion="Max"), why
+        opts = gpu_options(cdef, sizes)
+        st, _ = main_statement(cdef, sizes)
+        values = opts.validate(target).values
+        why = (
+            f"everything else: the innermost output variables of {st.tensor} (the most instances) on"
+            f" threads {list(values.map_to_threads)}, tiles {list(values.tile)}, a block per tile"
+        )
+        return opts, why
     base = MappingOptions("naive").vectorize(True)
     packed = frozenset(packed_operands(cdef, sizes))
     if is_gemm_shaped(cdef, packed) or is_contraction_chain(cdef, packed):
@@ -117,8 +146,12 @@ def default_options(
             position = len(main_statement(cdef, sizes)[0].lhs_vars) - 1
             tiles += [0] * (position + 1 - len(tiles))
             tiles[position] = columns
-        return base.tile(*tiles).register_tile(8, columns).pack_operands(True)
-    return base.tile(64, 256, 512).register_tile(4, 16)
+        why = f"GEMM-shaped contraction: tiles {tiles}, register tile 8 x {columns}" + (
+            f", {', '.join(sorted(packed))} packed" if packed else ""
+        )
+        return base.tile(*tiles).register_tile(8, columns).pack_operands(True), why
+    why = "everything else: tiles 64 x 256 x 512, register tile 4 x 16"
+    return base.tile(64, 256, 512).register_tile(4, 16), why
 
 
 def filled_in_parts(

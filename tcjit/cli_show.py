@@ -14,6 +14,7 @@ from .cli_args import (
     parse_names,
     parse_sizes,
 )
+from .pipeline import default_choice
 from .stages import FRONT_STAGES
 
 __all__ = ["MAPPED_STAGES", "OPTION_STAGES", "cmd_show"]
@@ -60,7 +61,10 @@ def _show_options(args, program, cdef, sizes: Mapping[str, int]) -> None:
     kernel = Kernel(program, cdef.name)
     given = options_from_flags(args, cdef, sizes, target)
     chosen = given if given is not None else kernel.options_for(*inputs, target=target)
-    print(f"options: {options_origin(kernel, inputs, target, given)}")
+    origin = options_origin(kernel, inputs, target, given)
+    print(f"options: {origin}")
+    if origin.startswith("the defaults"):
+        print(f"  rule: {default_choice(cdef, sizes, target)[1]}")
     for name, value in chosen.to_dict().items():
         print(f"  {name}: {json.dumps(value)}")
 
@@ -70,17 +74,19 @@ def _show_gpu_profile(args, cdef, sizes: Mapping[str, int], options) -> None:
     import json
 
     from .mapping.gpu_model import DEVICES
-    from .pipeline import default_options
     from .static_profile import profile_at
 
     if args.gpu is not None and args.gpu not in DEVICES:
         raise UsageError(f"--gpu {args.gpu}: the profile knows {', '.join(DEVICES)}")
+    rule = None
     if options is None:
-        options = default_options(cdef, sizes, "cuda")
+        options, rule = default_choice(cdef, sizes, "cuda")
     profile = profile_at(cdef, sizes, None, options, args.gpu or "h100")
     if args.format == "json":
-        print(json.dumps(profile.to_json(), indent=1))
+        print(json.dumps({**profile.to_json(), "default_rule": rule}, indent=1))
     else:
+        if rule is not None:
+            print(f"default options: {rule}")
         print(profile, end="")
 
 

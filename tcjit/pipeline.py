@@ -42,7 +42,13 @@ def default_options(cdef: CheckedDef, sizes: Mapping[str, int], target: str):
     """The options a call without ``options=`` uses when none were tuned for it: chosen from the
     kernel's structure by :func:`tcjit.mapping.defaults.default_options` (its rules are documented
     there and in docs/performance.md), for the CPU at the host's vector width."""
-    from .mapping.defaults import default_options as choose
+    return default_choice(cdef, sizes, target)[0]
+
+
+def default_choice(cdef: CheckedDef, sizes: Mapping[str, int], target: str):
+    """:func:`default_options` and the rule that chose them, in words
+    (:func:`tcjit.mapping.defaults.default_choice`)."""
+    from .mapping.defaults import default_choice as choose
 
     if target == "cpu":
         from .cpu_runtime import vector_bytes

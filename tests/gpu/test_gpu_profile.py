@@ -182,6 +182,15 @@ def test_show_gpu_profile_as_text_and_json(capsys, tmp_path) -> None:
     )
     data = json.loads(capsys.readouterr().out)
     assert data["device"] == "NVIDIA H200" and data["launches"][0]["block"] == [32, 8, 1]
+    # the defaults' rule, with the figures it went by, beside a profile of the defaults
+    assert data["default_rule"].startswith("everything else: the innermost output variables of C")
+    path.with_name("bn.tc").write_text(suite.get("bn_reduce").source)
+    bn = ["show", str(path.with_name("bn.tc")), "--stage", "gpu-profile", "--sizes", "N=64,C=256,H=56,W=56"]
+    assert main(bn) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("default options: row reduction split over the grid: 256 outputs"), first
+    assert main([*bn[:3], "options", *bn[4:], "--target", "cuda-emulated"]) == 0
+    assert "  rule: row reduction split over the grid" in capsys.readouterr().out
     assert main(["show", str(path), "--stage", "cuda", "--sizes", sizes, "--format", "json"]) == 2
     assert "--format goes with --stage gpu-profile" in capsys.readouterr().err
     assert main(["show", str(path), "--stage", "gpu-profile", "--sizes", sizes, "--gpu", "a100"]) == 2
