@@ -268,7 +268,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     kernels = sorted({p["kernel"] for p in points})
     left_out = {}
     for k in kernels:
-        fitted = fit([p for p in points if p["kernel"] != k], DEVICES[args.device])
+        others = [p for p in points if p["kernel"] != k]
+        if not others:  # one kernel's points reproduce: nothing to fit them on without it
+            continue
+        fitted = fit(others, DEVICES[args.device])
         left_out[k] = [predict(p, fitted).seconds / p["measured_s"] for p in points if p["kernel"] == k]
     table, records = [], []
     for pt in points:
@@ -318,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def within(f: float, rs: Sequence[float]) -> int:
         return sum(1 for r in rs if 1 / f <= r <= f)
 
-    loo = [r for k in kernels for r in left_out[k]]
+    loo = [r for k in left_out for r in left_out[k]]
     summary = {
         "points": len(points),
         "not_reproducible": missing,
@@ -384,7 +387,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ),
         "",
         "Left out of the fit, per kernel (predicted/measured of its launches): "
-        + "; ".join(f"{k} {', '.join(f'{r:.2f}' for r in left_out[k])}" for k in kernels),
+        + ("; ".join(f"{k} {', '.join(f'{r:.2f}' for r in left_out[k])}" for k in left_out) or "none"),
     ]
     data = {"benchmark": "gpu_calibration", "summary": summary, "points": records}
     write_results(out, data, "\n".join(lines))
