@@ -58,10 +58,16 @@ def candidates(cdef, sizes) -> dict[str, Any]:
     from tcjit.mapping import defaults as D
 
     if D.has_row_reduction(cdef):
-        out = {"default": D.default_options(cdef, sizes, "cuda")}
+        default = D.default_options(cdef, sizes, "cuda")
+        out = {"default": default}
+        # the default's fusion: Max fuses a row's statements into one kernel (Preserve3Coincident
+        # where the default splits the reduction over the grid)
+        fusion = default.validate("cuda").values.outer_schedule_fusion_strategy
         for rows, lanes in ((1, 128), (1, 256), (2, 128), (4, 64), (8, 32), (1, 1024), (4, 256)):
             for steps in (1024, 4096):
-                out[f"rows {rows} lanes {lanes} steps {steps}"] = D.row_reduction_options(rows, lanes, steps)
+                out[f"rows {rows} lanes {lanes} steps {steps}"] = D.row_reduction_options(
+                    rows, lanes, steps, fusion=fusion
+                )
         return out
     out = {"default": D.default_options(cdef, sizes, "cuda")}
     knobs = {
