@@ -320,6 +320,7 @@ def map_gpu(
                 )
         kernels = [replace(kernels[i], domain=kernels[i].domain.subtract(gone)) for i in keep]
         per_kernel = [per_kernel[i] for i in keep]
+    kernels = _merge_initialisations(kernels, [pk[5] for pk in per_kernel], m.deps, m.decisions)
     # barriers last: isl cannot give the schedule's map (above), nor a node's domain below a
     # graft, once the tree has extension nodes; so every graft is decided first, then applied
     for _, start, _, _, _, threads, _ in reversed(per_kernel):
@@ -331,3 +332,70 @@ def map_gpu(
         for name in (red.update, red.warp, *red.statements()):
             by_name[name] = red
     return GpuPlan(sched, tuple(kernels), tuple(m.decisions), accesses, copies, by_name)
+
+
+def _ids(domain: isl.UnionSet, threads: list[isl.UnionMap]) -> isl.UnionMap:
+    """Each instance of a kernel's ``domain`` (its block ids as parameters ``b0, b1, b2``) to
+    ``[b0, b1, b2, t0, t1, t2]``, from the kernel's thread maps."""
+    blocks = isl.UnionMap.empty(domain.get_space())
+    lst = domain.get_set_list()
+    for i in range(lst.n_set()):
+        m = isl.Map.from_domain(lst.get_at(i)).add_dims(isl.dim_type.out, 3)
+        for j, name in enumerate(BLOCK_IDS):
+            pos = m.find_dim_by_name(isl.dim_type.param, name)
+            m = (
+                m.fix_val(isl.dim_type.out, j, isl.Val.zero(m.get_ctx()))
+                if pos < 0
+                else m.equate(isl.dim_type.param, pos, isl.dim_type.out, j)
+            )
+        for name in BLOCK_IDS:
+            pos = m.find_dim_by_name(isl.dim_type.param, name)
+            if pos >= 0:
+                m = m.project_out(isl.dim_type.param, pos, 1)
+        blocks = blocks.union(isl.UnionMap.from_map(m))
+    thread = threads[0]
+    for t in threads[1:]:
+        thread = thread.union(t)
+    return blocks.flat_range_product(thread.intersect_domain(blocks.domain()))
+
+
+def _merge_initialisations(
+    kernels: list[GpuKernelPlan], threads: list[list[isl.UnionMap]], deps: isl.UnionMap, decisions: list[str]
+) -> list[GpuKernelPlan]:
+    """Each launch of ``!`` initialisations alone joined to the next launch, where both have the
+    same grid and block and every dependence from the first to the second stays in one thread
+    of one block (mlp3's first layer: ``O1(b, n)`` set to 0 by the thread that then sums into it).
+    The merged launch runs the initialisations' loop nest, then the other's: the thread that
+    initialises an element is the one that reads it next, so no barrier is needed between."""
+    out: list[GpuKernelPlan] = []
+    i = 0
+    while i < len(kernels):
+        k = kernels[i]
+        names = set_names(k.domain)
+        if (
+            i + 1 < len(kernels)
+            and names
+            and all(n.endswith("_init") for n in names)
+            and threads[i]
+            and threads[i + 1]
+            and (k.grid, k.block) == (kernels[i + 1].grid, kernels[i + 1].block)
+        ):
+            nxt = kernels[i + 1]
+            first, second = _ids(k.domain, threads[i]), _ids(nxt.domain, threads[i + 1])
+            live = deps.intersect_domain(first.domain()).intersect_range(second.domain())
+            same = isl.UnionSet.from_set(isl.Set.read_from_str(deps.get_ctx(), "{ [0, 0, 0, 0, 0, 0] }"))
+            if (
+                first.is_single_valued()
+                and second.intersect_domain(live.range()).is_single_valued()
+                and live.apply_domain(first).apply_range(second).deltas().is_subset(same)
+            ):
+                decisions.append(
+                    f"kernel over {names}: in the launch of {set_names(nxt.domain)} (each element"
+                    " initialised by the thread that then updates it)"
+                )
+                out.append(replace(nxt, domain=k.domain.union(nxt.domain), buffers=nxt.buffers + k.buffers))
+                i += 2
+                continue
+        out.append(k)
+        i += 1
+    return out

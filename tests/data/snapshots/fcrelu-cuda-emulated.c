@@ -105,24 +105,6 @@ void tc_entry_fcrelu_emulated(int nthreads, int64_t *restrict tc_errors, int64_t
           /* S0_init (initialisation), line 2: O(b, n) +=! I(b, r_m) * W(n, r_m) */
           { const int64_t i_b = t1; const int64_t i_n = t0;
             if (tc_race(tc_sh_O, 119, 1, tc_gb, tc_tl, tc_first, tc_phase, -2, (i_b) * INT64_C(17) + i_n, tc_errors)) { t_O[(i_b) * INT64_C(17) + i_n] = 0x0.0p+0f; } }
-        }
-      }
-    }
-  }
-  { /* blocks of one launch: 1 x 1 x 1 */
-    const int64_t tc_first = 1;
-    const int64_t tc_bs = tc_stride(1);
-    for (int64_t tc_bi = 0; tc_bi < 1; tc_bi++) {
-      const int64_t tc_bl = tc_perm(tc_bi, 1, tc_bs, s_tc_order);
-      const int64_t b0 = tc_bl % 1, b1 = tc_bl / 1 % 1, b2 = tc_bl / 1;
-      (void)b0; (void)b1; (void)b2;
-      const int64_t tc_gb = tc_first + tc_bl; (void)tc_gb;
-      { /* threads of the block up to the next barrier: 17 x 7 x 1 */
-        const int64_t tc_ts = tc_stride(119);
-        for (int64_t tc_ti = 0; tc_ti < 119; tc_ti++) {
-          const int64_t tc_tl = tc_perm(tc_ti, 119, tc_ts, s_tc_order);
-          const int64_t t0 = tc_tl % 17, t1 = tc_tl / 17 % 7, t2 = tc_tl / 119;
-          (void)t0; (void)t1; (void)t2;
           for (int64_t c5 = 0; c5 <= 60; c5 += 1) {
             /* S0, line 2: O(b, n) +=! I(b, r_m) * W(n, r_m) */
             { const int64_t i_b = t1; const int64_t i_n = t0; const int64_t i_r_m = c5;

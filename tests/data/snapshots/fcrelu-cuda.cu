@@ -6,7 +6,7 @@
  */
 /* the tcjit prelude: 689 lines, left out (scripts/replay.py snapshots) */
 
-/* launch 0 of 2: grid 1 x 1 x 1 blocks of 17 x 7 x 1 threads */
+/* launch 0 of 1: grid 1 x 1 x 1 blocks of 17 x 7 x 1 threads */
 extern "C" __global__ void __launch_bounds__(119)
 tc_entry_fcrelu_k0(int64_t *__restrict__ tc_errors, const float *__restrict__ t_I, const float *__restrict__ t_W, const float *__restrict__ t_bias, float *__restrict__ t_O)
 {
@@ -16,15 +16,6 @@ tc_entry_fcrelu_k0(int64_t *__restrict__ tc_errors, const float *__restrict__ t_
   /* S0_init (initialisation), line 2: O(b, n) +=! I(b, r_m) * W(n, r_m) */
   { const int64_t i_b = t1; const int64_t i_n = t0;
     t_O[(i_b) * INT64_C(17) + i_n] = 0x0.0p+0f; }
-}
-
-/* launch 1 of 2: grid 1 x 1 x 1 blocks of 17 x 7 x 1 threads */
-extern "C" __global__ void __launch_bounds__(119)
-tc_entry_fcrelu_k1(int64_t *__restrict__ tc_errors, const float *__restrict__ t_I, const float *__restrict__ t_W, const float *__restrict__ t_bias, float *__restrict__ t_O)
-{
-  const int64_t b0 = blockIdx.x, b1 = blockIdx.y, b2 = blockIdx.z;
-  const int64_t t0 = threadIdx.x, t1 = threadIdx.y, t2 = threadIdx.z;
-  (void)tc_errors; (void)b0; (void)b1; (void)b2; (void)t0; (void)t1; (void)t2;
   for (int64_t c5 = 0; c5 <= 60; c5 += 1) {
     /* S0, line 2: O(b, n) +=! I(b, r_m) * W(n, r_m) */
     { const int64_t i_b = t1; const int64_t i_n = t0; const int64_t i_r_m = c5;

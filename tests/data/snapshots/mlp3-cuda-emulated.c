@@ -115,24 +115,6 @@ void tc_entry_mlp3_emulated(int nthreads, int64_t *restrict tc_errors, int64_t s
           /* S0_init (initialisation), line 3: O1(b, n) +=! I(b, r_m) * W1(n, r_m) */
           { const int64_t i_b = t1; const int64_t i_n = t0;
             if (tc_race(tc_sh_O1, 95, 1, tc_gb, tc_tl, tc_first, tc_phase, -2, (i_b) * INT64_C(19) + i_n, tc_errors)) { t_O1[(i_b) * INT64_C(19) + i_n] = 0x0.0p+0f; } }
-        }
-      }
-    }
-  }
-  { /* blocks of one launch: 1 x 1 x 1 */
-    const int64_t tc_first = 1;
-    const int64_t tc_bs = tc_stride(1);
-    for (int64_t tc_bi = 0; tc_bi < 1; tc_bi++) {
-      const int64_t tc_bl = tc_perm(tc_bi, 1, tc_bs, s_tc_order);
-      const int64_t b0 = tc_bl % 1, b1 = tc_bl / 1 % 1, b2 = tc_bl / 1;
-      (void)b0; (void)b1; (void)b2;
-      const int64_t tc_gb = tc_first + tc_bl; (void)tc_gb;
-      { /* threads of the block up to the next barrier: 19 x 5 x 1 */
-        const int64_t tc_ts = tc_stride(95);
-        for (int64_t tc_ti = 0; tc_ti < 95; tc_ti++) {
-          const int64_t tc_tl = tc_perm(tc_ti, 95, tc_ts, s_tc_order);
-          const int64_t t0 = tc_tl % 19, t1 = tc_tl / 19 % 5, t2 = tc_tl / 95;
-          (void)t0; (void)t1; (void)t2;
           for (int64_t c5 = 0; c5 <= 36; c5 += 1) {
             /* S0, line 3: O1(b, n) +=! I(b, r_m) * W1(n, r_m) */
             { const int64_t i_b = t1; const int64_t i_n = t0; const int64_t i_r_m = c5;
@@ -146,7 +128,7 @@ void tc_entry_mlp3_emulated(int nthreads, int64_t *restrict tc_errors, int64_t s
     }
   }
   { /* blocks of one launch: 1 x 1 x 1 */
-    const int64_t tc_first = 2;
+    const int64_t tc_first = 1;
     const int64_t tc_bs = tc_stride(1);
     for (int64_t tc_bi = 0; tc_bi < 1; tc_bi++) {
       const int64_t tc_bl = tc_perm(tc_bi, 1, tc_bs, s_tc_order);
@@ -172,7 +154,7 @@ void tc_entry_mlp3_emulated(int nthreads, int64_t *restrict tc_errors, int64_t s
     }
   }
   { /* blocks of one launch: 1 x 1 x 1 */
-    const int64_t tc_first = 3;
+    const int64_t tc_first = 2;
     const int64_t tc_bs = tc_stride(1);
     for (int64_t tc_bi = 0; tc_bi < 1; tc_bi++) {
       const int64_t tc_bl = tc_perm(tc_bi, 1, tc_bs, s_tc_order);
@@ -193,7 +175,7 @@ void tc_entry_mlp3_emulated(int nthreads, int64_t *restrict tc_errors, int64_t s
     }
   }
   { /* blocks of one launch: 1 x 1 x 1 */
-    const int64_t tc_first = 4;
+    const int64_t tc_first = 3;
     const int64_t tc_bs = tc_stride(1);
     for (int64_t tc_bi = 0; tc_bi < 1; tc_bi++) {
       const int64_t tc_bl = tc_perm(tc_bi, 1, tc_bs, s_tc_order);
@@ -209,24 +191,6 @@ void tc_entry_mlp3_emulated(int nthreads, int64_t *restrict tc_errors, int64_t s
           /* S4_init (initialisation), line 7: O3(b, q) +=! O2(b, r_p) * W3(q, r_p) */
           { const int64_t i_b = t1; const int64_t i_q = t0;
             if (tc_race(tc_sh_O3, 10, 1, tc_gb, tc_tl, tc_first, tc_phase, -4, (i_b) * INT64_C(2) + i_q, tc_errors)) { t_O3[(i_b) * INT64_C(2) + i_q] = 0x0.0p+0f; } }
-        }
-      }
-    }
-  }
-  { /* blocks of one launch: 1 x 1 x 1 */
-    const int64_t tc_first = 5;
-    const int64_t tc_bs = tc_stride(1);
-    for (int64_t tc_bi = 0; tc_bi < 1; tc_bi++) {
-      const int64_t tc_bl = tc_perm(tc_bi, 1, tc_bs, s_tc_order);
-      const int64_t b0 = tc_bl % 1, b1 = tc_bl / 1 % 1, b2 = tc_bl / 1;
-      (void)b0; (void)b1; (void)b2;
-      const int64_t tc_gb = tc_first + tc_bl; (void)tc_gb;
-      { /* threads of the block up to the next barrier: 2 x 5 x 1 */
-        const int64_t tc_ts = tc_stride(10);
-        for (int64_t tc_ti = 0; tc_ti < 10; tc_ti++) {
-          const int64_t tc_tl = tc_perm(tc_ti, 10, tc_ts, s_tc_order);
-          const int64_t t0 = tc_tl % 2, t1 = tc_tl / 2 % 5, t2 = tc_tl / 10;
-          (void)t0; (void)t1; (void)t2;
           for (int64_t c5 = 0; c5 <= 10; c5 += 1) {
             /* S4, line 7: O3(b, q) +=! O2(b, r_p) * W3(q, r_p) */
             { const int64_t i_b = t1; const int64_t i_q = t0; const int64_t i_r_p = c5;
