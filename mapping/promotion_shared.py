@@ -133,7 +133,10 @@ class SharedPromoter(Promoter):
                 full = prefix.flat_range_product(
                     below.get_subtree_schedule_union_map().project_out_all_params()
                 )
-                x = _maps(prefix)[0].dim(isl.dim_type.out) - 1  # innermost member: threadIdx.x
+                maps = _maps(prefix)
+                x = maps[0].dim(isl.dim_type.out) - 1 if maps else -1  # innermost member: threadIdx.x
+                if x < 0:  # no loop above (a distributed statement of one point): nothing to step
+                    return
                 nxt = None
                 for m in _maps(full):
                     step = _next_along(m.get_space().range(), x)

@@ -140,3 +140,31 @@ def test_kernels_with_a_dependence_between_rows_stay_apart() -> None:
     for order in ORDERS:
         _, o = _run(tcjit.define(SHIFTED), (x,), _options(), order)
         torch.testing.assert_close(o, x.sum(1).flip(0) * x[:, 0], rtol=1e-5, atol=1e-5)
+
+
+FUZZED = """def fuzz(float(N2, N2, N2) X0) -> (O2) {
+    O0(i, j) +=! X0(0, 0, 0) where i in 0:N2, j in 0:N2, i <= j
+    O0(i, j) = fmax(O0(i, j), 0.0)
+    O1 +=! (r_a >= 1 && r_a - 1 < N2 ? X0(r_a - 1, r_a - 1, r_a - 1) : 1.5) where r_a in 0:N2
+    O1 = fmax(O1, 0.0)
+    O2(i, j) +=! O1 where i in 0:N2, j in 0:N2
+    O2(i, j) = fmax(O2(i, j), 0.0)
+}"""
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_a_scalar_statement_among_distributed_bands_promotes_without_a_thread_loop(n: int) -> None:
+    """Found by the promotion fuzzer: with fusion Max, block reductions and shared memory, a
+    thread-mapped part with no loop above it (the scalar O1) gave shared promotion's coalescing
+    analysis no threadIdx.x member to step along; it is left out of that analysis."""
+    opts = (
+        MappingOptions()
+        .outer_schedule_fusion_strategy("Max")
+        .intra_tile_schedule_fusion_strategy("Max")
+        .tile(0, 0, 0)
+        .map_to_blocks(1)
+        .map_to_threads(1)
+        .use_shared_memory(True)
+        .match_library_calls(True)
+    )
+    H.check_against_oracle(FUZZED, None, (torch.randn(n, n, n),), options=opts, target="cuda-emulated")
