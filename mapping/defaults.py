@@ -83,6 +83,7 @@ __all__ = [
     "is_gemm_shaped",
     "main_statement",
     "outer_product_shaped",
+    "reduction_split",
     "reduction_tiles",
     "row_reduction_options",
 ]
@@ -113,17 +114,15 @@ def default_choice(
     (what ``tcjit show --stage options`` and ``--stage gpu-profile`` print beside the defaults)."""
     if target != "cpu":
         if has_row_reduction(cdef):
-            split = reduction_tiles(cdef, sizes)
+            split = reduction_split(cdef, sizes)
             if split:
-                st, extents = main_statement(cdef, sizes)
-                outputs = math.prod(extents[: len(st.lhs_vars)])
-                terms = math.prod(extents[len(st.lhs_vars) :])
+                tiles, outputs, terms = split
                 why = (
                     f"row reduction split over the grid: {outputs} outputs (fewer than {SPLIT_OUTPUTS})"
-                    f" of {terms} terms (at least {SPLIT_LENGTH}), tiles {list(split)}: a block per"
+                    f" of {terms} terms (at least {SPLIT_LENGTH}), tiles {list(tiles)}: a block per"
                     f" output and part of its reduction, added atomically"
                 )
-                return row_reduction_options(tiles=split), why
+                return row_reduction_options(tiles=tiles), why
             why = (
                 "row reduction: block reductions on 32 lanes x 8 rows, tiles of 8 rows x 1024 terms,"
                 " fusion Max (a row's statements in one kernel)"
@@ -311,24 +310,31 @@ def reduction_tiles(cdef: CheckedDef, sizes: Mapping[str, int], steps: int = 102
 
     The one place that chooses a reduction's sizes from the problem's: a kernel for symbolic
     sizes can call it with representative ones."""
+    split = reduction_split(cdef, sizes, steps)
+    return split[0] if split else None
+
+
+def reduction_split(
+    cdef: CheckedDef, sizes: Mapping[str, int], steps: int = 1024
+) -> tuple[tuple[int, ...], int, int] | None:
+    """:func:`reduction_tiles` with the figures it went by: ``(tiles, outputs, terms)`` of the
+    reduction with the most instances, or None where it is not split."""
     reductions = [st for st in cdef.statements if st.reduction_vars and st.op in ("+=", "*=", "max=", "min=")]
     if not reductions:
         return None
-    st = max(reductions, key=lambda st: _instances(st, sizes))
-    extents = [max(1, r.hi.evaluate(sizes) - r.lo.evaluate(sizes)) for r in st.ranges]
-    outputs = math.prod(extents[: len(st.lhs_vars)])
-    reduced = extents[len(st.lhs_vars) :]
+    extents = {
+        id(st): [max(1, r.hi.evaluate(sizes) - r.lo.evaluate(sizes)) for r in st.ranges] for st in reductions
+    }
+    st = max(reductions, key=lambda st: math.prod(extents[id(st)]))
+    outputs = math.prod(extents[id(st)][: len(st.lhs_vars)])
+    reduced = extents[id(st)][len(st.lhs_vars) :]
     if outputs >= SPLIT_OUTPUTS or math.prod(reduced) < SPLIT_LENGTH or st.op != "+=":
         return None
     parts = -(-SPLIT_BLOCKS // outputs)  # blocks each output's reduction is split into
     tile = 1
     while tile * 2 * parts <= reduced[0]:
         tile *= 2
-    return (1,) * len(st.lhs_vars) + (tile,) + (steps,) * (len(reduced) - 1)
-
-
-def _instances(st: CheckedStatement, sizes: Mapping[str, int]) -> int:
-    return math.prod(max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes)) for r in st.ranges)
+    return (1,) * len(st.lhs_vars) + (tile,) + (steps,) * (len(reduced) - 1), outputs, math.prod(reduced)
 
 
 def main_statement(cdef: CheckedDef, sizes: Mapping[str, int]) -> tuple[CheckedStatement, tuple[int, ...]]:

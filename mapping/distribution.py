@@ -26,7 +26,7 @@ import islpy as isl
 from ..polyhedral.errors import TCInternalError
 from ..polyhedral.schedule import check_legality, node_at, node_path, rewrite_outermost_bands
 from ..polyhedral.scop import Dependences
-from .tree_queries import carries_dependence, leading_coincident, statements_of
+from .tree_queries import carries_dependence, instances_of, leading_coincident, statements_of
 
 __all__ = ["distribute_bands", "fuse_rows", "statement_order"]
 
@@ -34,13 +34,8 @@ __all__ = ["distribute_bands", "fuse_rows", "statement_order"]
 def _points(node: isl.ScheduleNode, domain: isl.UnionSet, name: str) -> isl.Set | None:
     """The band's schedule points of statement ``name`` (None where it has no instance)."""
     part = isl.UnionMap.from_multi_union_pw_aff(node.band_get_partial_schedule())
-    lst = domain.get_set_list()
-    for i in range(lst.n_set()):
-        s = lst.get_at(i)
-        if s.get_tuple_name() == name:
-            points = part.intersect_domain(isl.UnionSet.from_set(s)).range()
-            return None if points.is_empty() else isl.Set.from_union_set(points)
-    return None
+    points = part.intersect_domain(instances_of(domain, name)).range()
+    return None if points.is_empty() else isl.Set.from_union_set(points)
 
 
 def _before(x: isl.Set, y: isl.Set, lead: int) -> bool:
@@ -180,14 +175,11 @@ def _own_coincidence(band: isl.ScheduleNode, deps: isl.UnionMap) -> isl.Schedule
 def _filters(domain: isl.UnionSet, order: Sequence[str]) -> isl.UnionSetList:
     """One filter per statement of ``order``; the first also takes the statements not named
     (those without instances), so that the filters cover ``domain``."""
-    lst = domain.get_set_list()
-    sets = {lst.get_at(i).get_tuple_name(): lst.get_at(i) for i in range(lst.n_set())}
+    named = [instances_of(domain, name) for name in order]
+    rest = domain
+    for f in named:
+        rest = rest.subtract(f)
     out = isl.UnionSetList.alloc(domain.get_ctx(), len(order))
-    for i, name in enumerate(order):
-        f = isl.UnionSet.from_set(sets[name])
-        if i == 0:
-            for other, s in sets.items():
-                if other not in order:
-                    f = f.union(isl.UnionSet.from_set(s))
-        out = out.add(f)
+    for i, f in enumerate(named):
+        out = out.add(f.union(rest) if i == 0 else f)
     return out

@@ -50,14 +50,14 @@ from . import ir
 from .gpu_blocks import BlockMapping, launch_context, tighten
 from .gpu_ids import set_names
 from .gpu_ir import BLOCK_IDS, THREAD0_MARK, THREAD_IDS, BlockReduction, Copy, Promoted
-from .gpu_reductions import PendingReduction, instances_of
+from .gpu_reductions import PendingReduction
 from .gpu_syncs import SYNC_PREFIX, SyncPlacement, barriers
 from .gpu_threads import ThreadMapping
 from .grafts import Graft, apply_grafts
 from .promotion import promote_private, promote_shared
 from .promotion_types import TensorInfo
 from .reduction import expand_trees
-from .tree_queries import has_band_below, member_spread
+from .tree_queries import has_band_below, instances_of, member_spread
 from .tree_queries import statements_of as _names
 
 __all__ = [

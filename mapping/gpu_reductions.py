@@ -29,10 +29,10 @@ from .gpu_ids import constant_ids, id_filter, id_function, set_names, unused_thr
 from .gpu_ir import THREAD_IDS, BlockReduction
 from .grafts import Graft
 from .reduction import REDUCE_MARK, combine_extension, extension, single_owner
-from .tree_queries import leading_coincident, member_spread
+from .tree_queries import instances_of, leading_coincident, member_spread
 from .tree_queries import statements_of as _names
 
-__all__ = ["ATOMIC_SUMS", "REDUCTION_BLOCKS", "PendingReduction", "ReductionMapping", "instances_of"]
+__all__ = ["ATOMIC_SUMS", "REDUCTION_BLOCKS", "PendingReduction", "ReductionMapping"]
 
 #: A block reduction whose outputs give fewer blocks than this spreads its reduction loop over
 #: blocks too (:meth:`ReductionMapping.spread_reduction`): two blocks for each of an H100's 132
@@ -283,16 +283,6 @@ class ReductionMapping:
             # combine, whose writes a later statement of the block may read
             grafts.append(Graft(tuple(node_path(node)), before, after, rank=2))
         return grafts
-
-
-def instances_of(domain: isl.UnionSet, name: str) -> isl.UnionSet:
-    """The instances of statement ``name`` in ``domain`` (empty where it has none)."""
-    lst = domain.get_set_list()
-    out = isl.UnionSet.empty(domain.get_space())
-    for i in range(lst.n_set()):
-        if lst.get_at(i).get_tuple_name() == name:
-            out = out.union(isl.UnionSet.from_set(lst.get_at(i)))
-    return out
 
 
 def _of(m: isl.UnionMap, name: str) -> isl.UnionMap:

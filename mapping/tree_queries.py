@@ -17,6 +17,7 @@ __all__ = [
     "carries_dependence",
     "forget_member_maps",
     "has_band_below",
+    "instances_of",
     "leading_coincident",
     "member_dim",
     "member_map",
@@ -128,3 +129,13 @@ def forget_member_maps() -> None:
     """Empty the cache of :func:`member_map`, letting the schedule trees it holds go (the CPU
     mapper calls it when it returns)."""
     _member_map_of.cache_clear()
+
+
+def instances_of(domain: isl.UnionSet, name: str) -> isl.UnionSet:
+    """The instances of statement ``name`` in ``domain`` (empty where it has none)."""
+    lst = domain.get_set_list()
+    out = isl.UnionSet.empty(domain.get_space())
+    for i in range(lst.n_set()):
+        if lst.get_at(i).get_tuple_name() == name:
+            out = out.union(isl.UnionSet.from_set(lst.get_at(i)))
+    return out
