@@ -44,6 +44,7 @@ from .polyhedral.errors import TCInternalError, TCOptionsError, TCResourceError
 
 __all__ = [
     "CFLAGS",
+    "SCALAR_CTYPES",
     "CpuKernel",
     "compile_c",
     "compile_flags",
@@ -429,7 +430,8 @@ def _private_dir() -> str:
     return directory
 
 
-_SCALAR_CTYPES = {
+#: The ctypes type of each C type a scalar kernel parameter has (the CUDA runtime's too).
+SCALAR_CTYPES = {
     "bool": ctypes.c_bool,
     "uint8_t": ctypes.c_uint8,
     "uint16_t": ctypes.c_uint16,
@@ -461,7 +463,7 @@ class CpuKernel:
         fn = getattr(lib, symbol)
         argtypes = [ctypes.c_int, ctypes.c_void_p]
         for _, kind, ctype in params:
-            argtypes.append(ctypes.c_void_p if kind == "tensor" else _SCALAR_CTYPES[ctype])
+            argtypes.append(ctypes.c_void_p if kind == "tensor" else SCALAR_CTYPES[ctype])
         fn.argtypes = argtypes
         fn.restype = None
         self.fn = fn

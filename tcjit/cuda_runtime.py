@@ -13,11 +13,20 @@ and the suite's GPU results, are in bench/results (HISTORY.md, gpu_suite_*.md).
   options and the architecture. tcjit's store keeps the source and the launch table under a key
   that holds the compute capability and CuPy's version, so a new process that finds the kernel
   neither imports isl nor runs NVRTC.
-* :class:`CudaSpecialization` launches the kernels in order on ``torch.cuda.current_stream()``
-  (through ``cupy.cuda.ExternalStream``), with tensors' data pointers; outputs are allocated by
-  torch on the inputs' device. Nothing synchronises with the host, so launches can be captured in
-  CUDA graphs, except for kernels with run-time bounds checks (gathers), which read the error
-  slots after the launches to raise :class:`~tcjit.TCBoundsError`.
+* :class:`CudaSpecialization` launches the kernels in order on ``torch.cuda.current_stream()``,
+  with tensors' data pointers; outputs are allocated by torch on the inputs' device. Nothing
+  synchronises with the host, so launches can be captured in CUDA graphs, except for kernels with
+  run-time bounds checks (gathers), which read the error slots after the launches to raise
+  :class:`~tcjit.TCBoundsError`.
+* The launches skip CuPy's generic path (``RawKernel.__call__``), which converts every argument by
+  its Python type on every launch: a call of a small kernel is mostly host time, and that
+  conversion is a part of it that the kernel's parameter list makes unnecessary. At load, the
+  kernels' function handles are taken once and :class:`~tcjit.cuda_launch.PreparedArguments`
+  makes one ctypes slot per parameter, of its C type; a call writes its pointers and scalars into
+  the slots and calls ``cuLaunchKernel`` (``cupy.cuda.driver.launchKernel``) for each kernel on
+  torch's raw stream handle (:class:`~tcjit.cuda_launch.DriverLaunches`: one lock per
+  specialisation for threads calling it at once; the tensors' device made current only when it is
+  not already).
 * Sums the language accumulates wider than their type (float16 sums, float32 sums of 16384 terms
   or more) run in a contiguous buffer of the wide type, a copy of the tensor made by torch on the
   stream, rounded back into the tensor after the last launch.
@@ -27,14 +36,13 @@ and the suite's GPU results, are in bench/results (HISTORY.md, gpu_suite_*.md).
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from dataclasses import astuple
 
-import numpy as np
 import torch
 
 from .binding import Binding, scalar_value
+from .cuda_launch import DriverLaunches, PreparedArguments
 from .polyhedral.errors import TCCallError
 from .runtime import Compiled, allocate, bounds_error, buffer_specs, check_aliasing
 
@@ -44,20 +52,6 @@ __all__ = ["NVRTC_OPTIONS", "CudaSpecialization", "cupy_module"]
 NVRTC_OPTIONS = ("--std=c++17",)
 
 _WIDE = {"float": torch.float32, "double": torch.float64}
-
-_NUMPY = {
-    "bool": np.bool_,
-    "uint8_t": np.uint8,
-    "uint16_t": np.uint16,
-    "uint32_t": np.uint32,
-    "uint64_t": np.uint64,
-    "int8_t": np.int8,
-    "int16_t": np.int16,
-    "int32_t": np.int32,
-    "int64_t": np.int64,
-    "float": np.float32,
-    "double": np.float64,
-}
 
 
 def cupy_module():
@@ -70,21 +64,6 @@ def cupy_module():
             hint="pip install 'tcjit[cuda]' (cupy-cuda12x), or move the tensors to the CPU",
         ) from None
     return cupy
-
-
-_STREAMS: dict[tuple[int, int], object] = {}
-
-
-def _cupy_stream(cupy, device: int, handle: int):
-    """CuPy's view of the torch stream ``handle`` on ``device``, made once per stream and reused (a
-    call's launches go on torch's current stream; making the view costs more than a launch)."""
-    stream = _STREAMS.get((device, handle))
-    if stream is None:
-        with warnings.catch_warnings():  # CuPy 14 deprecates ExternalStream for Stream.from_external
-            warnings.simplefilter("ignore", DeprecationWarning)
-            stream = cupy.cuda.ExternalStream(handle, device)
-        _STREAMS[(device, handle)] = stream
-    return stream
 
 
 class CudaSpecialization(Compiled):
@@ -105,13 +84,19 @@ class CudaSpecialization(Compiled):
         self.from_disk = from_disk
         self.layouts = layouts
         self.device = binding.device
-        with cupy.cuda.Device(self.device.index or 0):
+        index = self.device.index or 0
+        with cupy.cuda.Device(index):  # the functions are the device's: take them while it is current
             module = cupy.RawModule(code=lowered.source, options=NVRTC_OPTIONS)
-            self._functions = tuple(module.get_function(k.name) for k in lowered.kernels)
+            functions = tuple(module.get_function(k.name).kernel for k in lowered.kernels)
         self._module = module
+        arguments = PreparedArguments(
+            ("int64_t *", *(p.ctype for p in lowered.params)),
+            names=("tc_errors", *(p.name for p in lowered.params)),
+        )
+        self._launches = DriverLaunches(cupy, functions, lowered.kernels, arguments, index)
         self._outputs = buffer_specs(cdef, binding, cdef.outputs, lowered.zero_init)
         self._temporaries = buffer_specs(cdef, binding, cdef.temporaries, lowered.zero_init)
-        index = {name: i for i, name in enumerate(cdef.params)}
+        position = {name: i for i, name in enumerate(cdef.params)}
         plan = []
         for p in lowered.params:
             if p.kind == "wide":  # the wide accumulation buffer of an output or temporary
@@ -121,8 +106,8 @@ class CudaSpecialization(Compiled):
                     else ("t", cdef.temporaries.index(p.name))
                 )
                 plan.append(("w", where, p.ctype.split()[0]))  # "double *restrict": the element type
-            elif p.name in index:
-                plan.append(("s" if p.kind == "scalar" else "i", index[p.name], p.ctype))
+            elif p.name in position:
+                plan.append(("s" if p.kind == "scalar" else "i", position[p.name], p.ctype))
             elif p.name in cdef.outputs:
                 plan.append(("o", cdef.outputs.index(p.name), p.ctype))
             else:
@@ -133,7 +118,6 @@ class CudaSpecialization(Compiled):
         self, inputs: Sequence[object], outputs: Sequence[torch.Tensor] | None
     ) -> tuple[torch.Tensor, ...]:
         """Launch on ``inputs`` whose layout matched; ``outputs`` already checked. Always a tuple."""
-        cupy = cupy_module()
         device = self.device
         if outputs is None:
             outs = allocate(self._outputs, device)
@@ -143,29 +127,25 @@ class CudaSpecialization(Compiled):
         temps = allocate(self._temporaries, device)
         # The error slots are written by bounds checks alone: without checks the kernels get null.
         errors = torch.zeros(2, dtype=torch.int64, device=device) if self.lowered.checks else None
-        args: list[object] = [np.uint64(0 if errors is None else errors.data_ptr())]
+        # The values in the kernels' parameter order (self._plan's, after tc_errors).
+        values: list[object] = [0 if errors is None else errors.data_ptr()]
         rounded: list[tuple[torch.Tensor, torch.Tensor]] = []
         for kind, i, ctype in self._plan:
             if kind == "w":  # wide sums: accumulate in a contiguous copy, round back once at the end
                 target = outs[i[1]] if i[0] == "o" else temps[i[1]]
                 buffer = target.to(dtype=_WIDE[ctype], memory_format=torch.contiguous_format, copy=True)
                 rounded.append((target, buffer))
-                args.append(np.uint64(buffer.data_ptr()))
+                values.append(buffer.data_ptr())
             elif kind == "i":
-                args.append(np.uint64(inputs[i].data_ptr()))
+                values.append(inputs[i].data_ptr())
             elif kind == "o":
-                args.append(np.uint64(outs[i].data_ptr()))
+                values.append(outs[i].data_ptr())
             elif kind == "t":
-                args.append(np.uint64(temps[i].data_ptr()))
+                values.append(temps[i].data_ptr())
             else:
                 name = self.cdef.params[i]
-                value = scalar_value(self.cdef, name, inputs[i], self.cdef.scalars[name].dtype)
-                args.append(_NUMPY[ctype](value))
-        index = device.index or 0
-        stream = _cupy_stream(cupy, index, torch.cuda.current_stream(device).cuda_stream)
-        with cupy.cuda.Device(index), stream:
-            for fn, launch in zip(self._functions, self.lowered.kernels):
-                fn(launch.grid, launch.block, tuple(args))
+                values.append(scalar_value(self.cdef, name, inputs[i], self.cdef.scalars[name].dtype))
+        self._launches(values, torch.cuda.current_stream(device).cuda_stream)
         for target, buffer in rounded:  # torch's conversion rounds to nearest, as the CPU kernel does
             target.copy_(buffer)
         if errors is not None:  # gathers: the one place a call waits for the device

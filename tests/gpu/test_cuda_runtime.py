@@ -2,10 +2,14 @@
 
 Every suite kernel at its small sizes, launched on CUDA tensors, against the oracle run on the
 same inputs on the CPU; launches on the current stream and inside a CUDA graph; outputs on the
-inputs' device; the disk cache; errors instead of fallbacks.
+inputs' device; the disk cache; errors instead of fallbacks. The launches go through the driver
+with prepared argument buffers (tcjit/cuda_launch.py): scalars of every width, and threads calling
+one specialisation at once.
 """
 
 from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
 
 import compiled_helpers as H
 import pytest
@@ -81,3 +85,45 @@ def test_half_sums_accumulate_wide_and_round_once() -> None:
     c = tcjit.define(src)(a, b)
     assert c.dtype == torch.float16
     torch.testing.assert_close(c, (a.double() @ b.double()).half(), rtol=1e-3, atol=1e-3)
+
+
+def test_threads_calling_one_specialisation_at_once_get_their_own_results() -> None:
+    """One specialisation has one argument buffer: two threads calling it at once, each with its
+    own inputs and a scalar that changes every call, get their own results."""
+    axpy = tcjit.define("def axpy(float(N) X, float(N) Y, float a) -> (Z) { Z(i) = a * X(i) + Y(i) }")
+    xs = [torch.randn(4096, device="cuda") for _ in range(2)]
+    ys = [torch.randn(4096, device="cuda") for _ in range(2)]
+    spec = tcjit.compile(axpy, xs[0], ys[0], 1.0)
+
+    def calls(t: int) -> list[tuple[float, torch.Tensor]]:
+        out = [(a, spec(xs[t], ys[t], a)) for a in (float(100 * t + n) for n in range(100))]
+        torch.cuda.synchronize()
+        return out
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(calls, range(2)))
+    for t, calls_made in enumerate(results):
+        for a, z in calls_made:
+            torch.testing.assert_close(z, a * xs[t] + ys[t], rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("flip", [True, False])
+def test_scalars_of_every_width_and_int64_values_reach_the_kernel(flip: bool) -> None:
+    """Each scalar is passed in its own C type: an int64 above 2**32 (its high word matters), a
+    negative int32, a uint8 above 127, a bool, float, double and a half passed as float."""
+    mix = tcjit.define(
+        """
+        def mix(int64(N) I, float(N) A, int64 k, int32 j, uint8 u, bool flip, float alpha, float64 beta,
+                float16 h) -> (O, P, Q) {
+            O(i) = I(i) * k + j + u
+            P(i) = flip ? A(i) * alpha : A(i)
+            Q(i) = float(A(i) * beta) + h
+        }"""
+    )
+    i = torch.randint(-1000, 1000, (37,), dtype=torch.int64, device="cuda")
+    a = torch.randn(37, device="cuda")
+    k, j, u, alpha, beta, h = 2**40 + 3, -7, 200, 0.5, 1e-3, 0.25
+    o, p, q = mix(i, a, k, j, u, flip, alpha, beta, h)
+    torch.testing.assert_close(o, i * k + j + u, rtol=0, atol=0)
+    torch.testing.assert_close(p, a * alpha if flip else a)
+    torch.testing.assert_close(q, (a.double() * beta).float() + h)
