@@ -23,8 +23,17 @@ arguments to sizes, looking the compiled kernel up, allocating the outputs, cros
 for the gradient cases recording the call for autograd); target: under 20 µs without gradients,
 under 40 µs with.
 
+With ``--device cuda`` the inputs are on the GPU and each round times the host's cost of the
+back-to-back calls (tcjit's launches and torch's are asynchronous: a call returns once its work is
+queued), then waits with ``torch.cuda.synchronize()`` before it stops the clock, so that a sample
+also covers the device's work on its calls when that is the longer (``bench/_harness.py``: the
+clock starts on an idle device, after a synchronisation). Nothing synchronises between the calls
+of a round. TF32 is off, as in the suite. A machine without a usable CUDA device gets one line on
+stderr and exit status 2.
+
     python bench/call_overhead.py            # writes bench/results/call_overhead.{json,md}
     python bench/call_overhead.py --calls 200 --samples 3 --out /tmp/call_overhead   # quick check
+    python bench/call_overhead.py --device cuda   # bench/results/call_overhead_<GPU name>.{json,md}
 """
 
 from __future__ import annotations
@@ -40,13 +49,17 @@ from _harness import (
     RESULTS,
     as_tuple,
     check_outputs,
+    cuda_unusable,
     describe_error,
+    device_sync,
+    disable_tf32,
     format_seconds,
     fresh_cache_dir,
     interleaved,
     machine_info,
     machine_markdown,
     markdown_table,
+    slug,
     write_results,
 )
 
@@ -131,8 +144,9 @@ def _step(case: Case, f: Callable[..., object], inputs: tuple) -> Callable[[], o
     return lambda: f(*inputs)
 
 
-def measure(case: Case, *, calls: int, samples: int) -> dict[str, Any]:
-    """Compile, check and time one case; its record for the JSON file."""
+def measure(case: Case, *, calls: int, samples: int, device: str = "cpu") -> dict[str, Any]:
+    """Compile, check and time one case with its inputs on ``device`` (``"cpu"`` or ``"cuda"``);
+    its record for the JSON file."""
     import contextlib
 
     import torch
@@ -142,7 +156,7 @@ def measure(case: Case, *, calls: int, samples: int) -> dict[str, Any]:
 
     grad = case.mode != "no_grad"
     gen = torch.Generator().manual_seed(0)
-    inputs = tuple(torch.randn(s, generator=gen).requires_grad_(grad) for s in case.shapes)
+    inputs = tuple(torch.randn(s, generator=gen).to(device).requires_grad_(grad) for s in case.shapes)
     op = case.torch_op()
     record: dict[str, Any] = {
         "case": case.name,
@@ -167,8 +181,8 @@ def measure(case: Case, *, calls: int, samples: int) -> dict[str, Any]:
             record.update(error=describe_error(e), correct=None)
             return record
         check = check_outputs(
-            tuple(t.detach() for t in got),
-            tuple(t.detach() for t in want),
+            tuple(t.detach().cpu() for t in got),
+            tuple(t.detach().cpu() for t in want),
             tolerance(torch.float32, case.reduction_length),
         )
         record.update(correct=check.correct, check_error=check.message or None)
@@ -180,6 +194,7 @@ def measure(case: Case, *, calls: int, samples: int) -> dict[str, Any]:
             min_rounds=samples,
             budget_s=0.0,
             calls_per_sample=calls,
+            sync=device_sync(device),
         )
     t, o = timings["tcjit"].median_s, timings["torch"].median_s
     record.update(
@@ -217,14 +232,28 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
             ]
         )
     s = doc["settings"]
+    cuda = s.get("device") == "cuda"
     return "\n".join(
         [
-            "# Call overhead on tiny inputs",
+            "# Call overhead on tiny inputs" + (" on the GPU" if cuda else ""),
             "",
+            *(
+                []
+                if doc.get("complete", True)
+                else ["**incomplete**: the run stopped before its last case", ""]
+            ),
             machine_markdown(doc["machine"]),
             f"- {s['samples']} interleaved samples of {s['calls']} back-to-back calls each, "
             "medians of the time per call; the plain cases under torch.no_grad(), the grad cases with "
             "both inputs requiring grad",
+            *(
+                [
+                    "- inputs on the GPU, TF32 off; a sample synchronises (torch.cuda.synchronize) before "
+                    "its clock starts and before it stops, never between its calls"
+                ]
+                if cuda
+                else []
+            ),
             "",
             markdown_table(["case", "tcjit", "torch", "tcjit - torch (target)", "correct", "note"], rows),
         ]
@@ -235,33 +264,57 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--calls", type=int, default=DEFAULT_CALLS, help="back-to-back calls per sample")
     p.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help="interleaved samples per contender")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the inputs live")
     p.add_argument(
-        "--out", type=Path, default=RESULTS / "call_overhead", help="writes <out>.json and <out>.md"
+        "--out",
+        type=Path,
+        default=None,
+        help="writes <out>.json and <out>.md (default: bench/results/call_overhead on the CPU, "
+        "bench/results/call_overhead_<GPU name> on CUDA)",
     )
     return p.parse_args(argv)
 
 
+def default_out(device: str, gpu_name: str | None = None) -> Path:
+    """Where results go without ``--out``: ``bench/results/call_overhead`` on the CPU,
+    ``bench/results/call_overhead_<slug of the GPU's name>`` on CUDA."""
+    if device == "cuda":
+        return RESULTS / f"call_overhead_{slug(gpu_name or 'unknown')}"
+    return RESULTS / "call_overhead"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    settings: dict[str, Any] = {"calls": args.calls, "samples": args.samples}
+    if args.device == "cuda":
+        why = cuda_unusable()
+        if why is not None:
+            print(f"call_overhead.py: --device cuda: {why}", file=sys.stderr)
+            return 2
+        settings.update(device="cuda", allow_tf32=disable_tf32())
     with fresh_cache_dir():
-        results = []
+        results: list[dict[str, Any]] = []
+        doc = {
+            "benchmark": "call_overhead",
+            "machine": machine_info(args.device),
+            "settings": settings,
+            "target_overhead_us": OVERHEAD_TARGET_S * 1e6,
+            "target_grad_overhead_us": GRAD_OVERHEAD_TARGET_S * 1e6,
+            "cases": results,
+            "complete": False,
+        }
+        out = args.out or default_out(args.device, doc["machine"].get("gpu_name"))
         for case in cases():
-            r = measure(case, calls=args.calls, samples=args.samples)
+            r = measure(case, calls=args.calls, samples=args.samples, device=args.device)
             results.append(r)
             summary = r.get("error") or (
                 f"tcjit {r['tcjit_us']:.2f} µs, {r['torch']} {r['torch_us']:.2f} µs, "
                 f"overhead {r['overhead_us']:.2f} µs, correct: {r['correct']}"
             )
             print(f"{case.name}: {summary}", file=sys.stderr, flush=True)
-        doc = {
-            "benchmark": "call_overhead",
-            "machine": machine_info(),
-            "settings": {"calls": args.calls, "samples": args.samples},
-            "target_overhead_us": OVERHEAD_TARGET_S * 1e6,
-            "target_grad_overhead_us": GRAD_OVERHEAD_TARGET_S * 1e6,
-            "cases": results,
-        }
-    json_path, md_path = write_results(args.out, doc, render_markdown(doc))
+            write_results(out, doc, render_markdown(doc))  # a run cut short keeps the cases it measured
+    doc["complete"] = True
+    json_path, md_path = write_results(out, doc, render_markdown(doc))
     print(f"wrote {json_path} and {md_path}", file=sys.stderr)
     return 1 if any("error" in r or not r["correct"] for r in results) else 0
 

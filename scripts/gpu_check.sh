@@ -6,11 +6,12 @@
 #
 # Modes. The time counts from the script's start, its set-up included; starting a lent machine
 # costs about a minute more of the same 15:
-#   --quick     tests, suite, micro: under 3 minutes (a 170 s budget)
-#   (default)   the full run: tests, suite, micro, ncu where Nsight Compute is installed, and
-#               sweep last (it takes what the others leave): under 6 minutes (a 350 s budget)
+#   --quick     tests, suite, micro, overhead: under 3 minutes (a 170 s budget)
+#   (default)   the full run: tests, suite, micro, overhead, ncu where Nsight Compute is
+#               installed, and sweep last (it takes what the others leave): under 6 minutes (a
+#               350 s budget)
 #   steps...    these steps alone, in the order given, in the mode's budget: tests, suite, micro,
-#               sweep, ncu, ncu-sweep
+#               overhead, sweep, ncu, ncu-sweep
 # Options:
 #   --compile   the suite also times torch.compile (about 60 s more: name fewer steps, or give
 #               --budget); without it torch.compile is left out
@@ -27,6 +28,9 @@
 #              kernel's static-profile prediction beside its time -> gpu_suite_<gpu>.json, .md
 #   micro      bench/gpu_micro.py: clock, copy, FMA, launch, loads by stride, shared banks,
 #              atomics, barriers, latencies, block dispatch, loads in flight -> gpu_micro_<gpu>.*
+#   overhead   bench/call_overhead.py --device cuda: the cost of a call on tiny inputs (a
+#              1-element add, an 8x8 matmul, its grad cases) against torch's, 5 samples of 1000
+#              back-to-back calls, synchronised at each sample's end -> call_overhead_<gpu>.*
 #   sweep      bench/gpu_option_sweep.py: the default rules' knobs turned, 9 rounds, each variant's
 #              prediction beside its time (SWEEP_KERNELS: some kernels) -> gpu_option_sweep_<gpu>.*
 #   ncu        each suite kernel once under Nsight Compute: the counters that check the model
@@ -38,11 +42,12 @@
 # (<gpu>: the GPU's name as a file name, nvidia_h100_80gb_hbm3.)
 #
 # Time limits. Each step's limit is its share of the time the budget has left when it starts
-# (weights: tests 3, suite 4 or 8 with --compile, micro 2, sweep 6, ncu 4, ncu-sweep 6), so that a
-# step that finishes early leaves its time to the later ones and one that hangs cannot take theirs.
-# TESTS_S, SUITE_S, MICRO_S, SWEEP_S, NCU_S, NCU_SWEEP_S (seconds) set a step's limit instead. A
-# step with under 10 s left is skipped. Each step's exit status and time are printed as it ends,
-# and all of them again at the end, with the tests' summary and the geometric means.
+# (weights: tests 3, suite 4 or 8 with --compile, micro 2, overhead 1, sweep 6, ncu 4, ncu-sweep
+# 6), so that a step that finishes early leaves its time to the later ones and one that hangs
+# cannot take theirs. TESTS_S, SUITE_S, MICRO_S, OVERHEAD_S, SWEEP_S, NCU_S, NCU_SWEEP_S (seconds)
+# set a step's limit instead. A step with under 10 s left is skipped. Each step's exit status and
+# time are printed as it ends, and all of them again at the end, with the tests' summary, the
+# geometric means and the call overhead of the 1-element add and the 8x8 matmul.
 #
 # Files, in OUT (default bench/results/gpu_check), at most four at any time (a lent machine gives
 # back 8 files a call): gpu_check.log (everything printed), gpu_check.tar (each step's result
@@ -59,7 +64,7 @@ cd "$(dirname "$0")/.."
 
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 
-declare -A weight=([tests]=3 [suite]=4 [micro]=2 [sweep]=6 [ncu]=4 [ncu-sweep]=6)
+declare -A weight=([tests]=3 [suite]=4 [micro]=2 [overhead]=1 [sweep]=6 [ncu]=4 [ncu-sweep]=6)
 reserve=5 # seconds kept for packing and the summary
 # The counters that check the model per launch (time, DRAM bytes, global load requests and their
 # sectors), and for the suite's kernels also stores, shared-memory bank conflicts and FFMAs;
@@ -69,6 +74,9 @@ ncu_sweep_metrics+=,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sec
 ncu_metrics=$ncu_sweep_metrics,l1tex__t_requests_pipe_lsu_mem_global_op_st.sum
 ncu_metrics+=,l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum
 ncu_metrics+=,smsp__sass_thread_inst_executed_op_ffma_pred_on.sum
+# The overhead step's summary: the rows of its table for the plain calls, in words.
+overhead_rows='s/^\| (pointwise 1 element|matmul 8x8) \| ([^|]*) \| ([^|]*) \| ([^|]*) \|.*/'
+overhead_rows+='\1: tcjit \2, torch \3, tcjit - torch \4/p'
 budget= quick=0 compile=0 plan=0 steps=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -83,7 +91,7 @@ while [ $# -gt 0 ]; do
         -*) echo "gpu_check.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
         *)
             [ -n "${weight[$1]:-}" ] || {
-                echo "gpu_check.sh: unknown step $1 (tests, suite, micro, sweep, ncu, ncu-sweep)" >&2
+                echo "gpu_check.sh: unknown step $1 (tests, suite, micro, overhead, sweep, ncu, ncu-sweep)" >&2
                 exit 2
             }
             steps+=("$1") ;;
@@ -97,7 +105,7 @@ if [ -z "$budget" ]; then
     if [ "$quick" = 1 ]; then budget=170; else budget=350; fi
 fi
 if [ ${#steps[@]} -eq 0 ]; then
-    steps=(tests suite micro)
+    steps=(tests suite micro overhead)
     if [ "$quick" = 0 ]; then
         [ -n "$("$python" bench/gpu_env.py --ncu 2>/dev/null)" ] && steps+=(ncu)
         steps+=(sweep)
@@ -184,6 +192,13 @@ run() {
                 files=("gpu_micro_$gpu.json" "gpu_micro_$gpu.md")
                 timeout -k 10 "$limit" "$python" bench/gpu_micro.py --out "$out/gpu_micro_$gpu" >/dev/null
                 rc=$? ;;
+            overhead)
+                files=("call_overhead_$gpu.json" "call_overhead_$gpu.md")
+                timeout -k 10 "$limit" "$python" bench/call_overhead.py --device cuda --calls 1000 \
+                    --samples 5 --out "$out/call_overhead_$gpu"
+                rc=$?
+                [ -e "$out/${files[1]}" ] && while read -r line; do summary+=("overhead: $line"); done \
+                    < <(sed -n -E "$overhead_rows" "$out/${files[1]}") ;;
             sweep)
                 files=("gpu_option_sweep_$gpu.json" "gpu_option_sweep_$gpu.md")
                 timeout -k 10 "$limit" "$python" bench/gpu_option_sweep.py --rounds 9 \

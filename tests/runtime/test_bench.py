@@ -383,11 +383,9 @@ def test_cuda_device_without_a_gpu_exits_2_with_one_line(bench, tmp_path: Path, 
     assert not out.with_suffix(".json").exists()
 
 
-def test_call_overhead_runs(bench, tmp_path: Path) -> None:
-    call_overhead = bench("call_overhead")
-    out = tmp_path / "call_overhead"
-    assert call_overhead.main(["--calls", "3", "--samples", "2", "--out", str(out)]) == 0
-    doc = json.loads(out.with_suffix(".json").read_text())
+def _check_call_overhead(doc: dict) -> None:
+    """bench/call_overhead.py's JSON document: every case measured, correct, in order."""
+    assert doc["complete"] is True
     assert [(c["case"], c["mode"]) for c in doc["cases"]] == [
         ("matmul 8x8", "no_grad"),
         ("pointwise 1 element", "no_grad"),
@@ -400,6 +398,44 @@ def test_call_overhead_runs(bench, tmp_path: Path) -> None:
         _check_timing(c["tcjit_timing"])
         _check_timing(c["torch_timing"])
         assert c["overhead_us"] == pytest.approx(c["tcjit_us"] - c["torch_us"])
+
+
+def test_call_overhead_runs(bench, tmp_path: Path) -> None:
+    call_overhead = bench("call_overhead")
+    out = tmp_path / "call_overhead"
+    assert call_overhead.main(["--calls", "3", "--samples", "2", "--out", str(out)]) == 0
+    doc = json.loads(out.with_suffix(".json").read_text())
+    _check_call_overhead(doc)
+    assert "device" not in doc["settings"] and "gpu_name" not in doc["machine"]
+    assert "**incomplete**" in call_overhead.render_markdown({**doc, "complete": False})
+    assert call_overhead.default_out("cpu") == BENCH / "results" / "call_overhead"
+    assert call_overhead.default_out("cuda", "NVIDIA H100 80GB HBM3") == (
+        BENCH / "results" / "call_overhead_nvidia_h100_80gb_hbm3"
+    )
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_call_overhead_runs_on_the_gpu(bench, tmp_path: Path) -> None:
+    call_overhead = bench("call_overhead")
+    out = tmp_path / "call_overhead_gpu"
+    assert call_overhead.main(["--device", "cuda", "--calls", "3", "--samples", "2", "--out", str(out)]) == 0
+    doc = json.loads(out.with_suffix(".json").read_text())
+    _check_call_overhead(doc)
+    assert doc["settings"]["device"] == "cuda" and doc["machine"]["gpu_name"] == torch.cuda.get_device_name()
+    assert "synchronises (torch.cuda.synchronize)" in out.with_suffix(".md").read_text()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="tests the refusal without a GPU")
+def test_call_overhead_on_cuda_without_a_gpu_exits_2_with_one_line(bench, tmp_path: Path, capsys) -> None:
+    call_overhead = bench("call_overhead")
+    out = tmp_path / "gpu"
+    assert call_overhead.main(["--device", "cuda", "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.splitlines()
+    assert line.startswith("call_overhead.py: --device cuda: no usable CUDA device (")
+    assert not out.with_suffix(".json").exists()
 
 
 @pytest.mark.full

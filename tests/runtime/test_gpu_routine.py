@@ -290,6 +290,7 @@ def test_the_routine_script_parses_and_documents_its_modes() -> None:
     assert shown.returncode == 0
     for words in ("--quick", "under 3 minutes", "under 6 minutes", "--compile", "--plan", "ncu-sweep"):
         assert words in shown.stdout
+    assert "overhead   bench/call_overhead.py --device cuda" in shown.stdout
 
 
 @pytest.mark.parametrize("args", [["bogus"], ["--frobnicate"], ["--budget", "soon"]])
@@ -302,11 +303,12 @@ def test_the_routine_refuses_a_bad_command_line_before_doing_anything(tmp_path: 
 
 def test_the_routine_shares_its_budget_between_its_steps() -> None:
     quick = _plan("--quick")
-    assert list(quick) == ["tests", "suite", "micro"] and all(s > 10 for s in quick.values())
+    assert list(quick) == ["tests", "suite", "micro", "overhead"] and all(s > 10 for s in quick.values())
     assert sum(quick.values()) <= 170  # under 3 minutes, the set-up included
     full = _plan()
-    assert list(full)[:3] == ["tests", "suite", "micro"] and list(full)[-1] == "sweep"
-    assert set(full) <= {"tests", "suite", "micro", "ncu", "sweep"}
+    assert list(full)[:4] == ["tests", "suite", "micro", "overhead"] and list(full)[-1] == "sweep"
+    assert set(full) <= {"tests", "suite", "micro", "overhead", "ncu", "sweep"}
+    assert quick["overhead"] < quick["micro"] and full["overhead"] < full["micro"]  # weight 1 of 2
     assert sum(full.values()) <= 350  # under 6 minutes
     assert _plan("--quick", "--compile")["suite"] > quick["suite"]  # torch.compile takes longer
     assert list(_plan("micro", "suite")) == ["micro", "suite"]  # steps named: those, in that order
