@@ -170,6 +170,7 @@ class _Mapper(BlockMapping, ThreadMapping, SyncPlacement):
         self.private_loops: set[tuple[int, ...]] = set()
         self.absorbed: dict[int, str] = {}
         self.spread = False  # this kernel's block band holds a reduction member (map_blocks)
+        self.blocks: isl.UnionMap | None = None  # this kernel's instance -> its block ids (map_blocks)
         self.syncs = 0
 
     # --------------------------------------------------------------------------------- unroll
@@ -243,7 +244,10 @@ def map_gpu(
         for d in m.mapped[1:]:
             mapped = mapped.union(d)
         start = band_path if band_path is not None else path
-        per_kernel.append((path, start, grid_used, threads_used, mapped, list(m.threads), list(m.pending)))
+        ids = _ids(m.blocks, m.threads)
+        per_kernel.append(
+            (path, start, grid_used, threads_used, mapped, list(m.threads), list(m.pending), ids)
+        )
         m.threads.clear()
         m.mapped.clear()
         m.pending.clear()
@@ -251,7 +255,7 @@ def map_gpu(
     if options.unroll > 1:
         sched = m.unroll(sched, options.unroll)
     kernels = []
-    for path, _, grid_used, threads_used, mapped, _, _ in per_kernel:
+    for path, _, grid_used, threads_used, mapped, *_ in per_kernel:
         node = node_at(sched, path)
         domain = node.child(0).get_domain() if _is(node, isl.schedule_node_type.filter) else node.get_domain()
         # thread ids free within the block: a block whose instances all have thread ids above 0
@@ -267,7 +271,7 @@ def map_gpu(
     reductions: list[tuple[PendingReduction, BlockReduction]] = []
     kept: list[tuple[ir.Buffer, ...]] = [() for _ in kernels]
     reserved = [0 for _ in kernels]
-    for i, (*_, pending) in enumerate(per_kernel):
+    for i, (*_, pending, _) in enumerate(per_kernel):
         for r in pending:
             bx, by, bz = kernels[i].block
             acc = ir.Buffer(f"tc_private_red{r.number}", r.tensor, "private", (1,))
@@ -320,10 +324,10 @@ def map_gpu(
                 )
         kernels = [replace(kernels[i], domain=kernels[i].domain.subtract(gone)) for i in keep]
         per_kernel = [per_kernel[i] for i in keep]
-    kernels = _merge_initialisations(kernels, [pk[5] for pk in per_kernel], m.deps, m.decisions)
+    kernels = _join_launches(kernels, [pk[7] for pk in per_kernel], m.deps, m.decisions)
     # barriers last: isl cannot give the schedule's map (above), nor a node's domain below a
     # graft, once the tree has extension nodes; so every graft is decided first, then applied
-    for _, start, _, _, _, threads, _ in reversed(per_kernel):
+    for _, start, _, _, _, threads, *_ in reversed(per_kernel):
         m.threads = threads
         grafts += m.place_syncs(sched, start)
     sched = apply_grafts(sched, grafts)
@@ -334,68 +338,64 @@ def map_gpu(
     return GpuPlan(sched, tuple(kernels), tuple(m.decisions), accesses, copies, by_name)
 
 
-def _ids(domain: isl.UnionSet, threads: list[isl.UnionMap]) -> isl.UnionMap:
-    """Each instance of a kernel's ``domain`` (its block ids as parameters ``b0, b1, b2``) to
-    ``[b0, b1, b2, t0, t1, t2]``, from the kernel's thread maps."""
-    blocks = isl.UnionMap.empty(domain.get_space())
-    lst = domain.get_set_list()
-    for i in range(lst.n_set()):
-        m = isl.Map.from_domain(lst.get_at(i)).add_dims(isl.dim_type.out, 3)
-        for j, name in enumerate(BLOCK_IDS):
-            pos = m.find_dim_by_name(isl.dim_type.param, name)
-            m = (
-                m.fix_val(isl.dim_type.out, j, isl.Val.zero(m.get_ctx()))
-                if pos < 0
-                else m.equate(isl.dim_type.param, pos, isl.dim_type.out, j)
-            )
-        for name in BLOCK_IDS:
-            pos = m.find_dim_by_name(isl.dim_type.param, name)
-            if pos >= 0:
-                m = m.project_out(isl.dim_type.param, pos, 1)
-        blocks = blocks.union(isl.UnionMap.from_map(m))
+def _ids(blocks: isl.UnionMap, threads: list[isl.UnionMap]) -> isl.UnionMap | None:
+    """Each instance of a kernel to ``[b0, b1, b2, t0, t1, t2]``, from its block map and its
+    thread maps (None without thread maps)."""
+    if not threads:
+        return None
     thread = threads[0]
     for t in threads[1:]:
         thread = thread.union(t)
-    return blocks.flat_range_product(thread.intersect_domain(blocks.domain()))
+    ids = blocks.intersect_domain(thread.domain()).flat_range_product(
+        thread.intersect_domain(blocks.domain())
+    )
+    # the filters above the thread bands bound instances by the block (and thread) ids as
+    # parameters: as outputs they are the ids, as parameters they would pair only instances
+    # of equal ids, whatever the outputs say
+    for name in (*BLOCK_IDS, *THREAD_IDS):
+        space = ids.get_space()
+        pos = space.find_dim_by_name(isl.dim_type.param, name)
+        if pos >= 0:  # (by the space's own id: islpy's ids of the same name are not isl's same id)
+            ids = ids.project_out_param_id(space.get_dim_id(isl.dim_type.param, pos))
+    return ids
 
 
-def _merge_initialisations(
-    kernels: list[GpuKernelPlan], threads: list[list[isl.UnionMap]], deps: isl.UnionMap, decisions: list[str]
+def _join_launches(
+    kernels: list[GpuKernelPlan], ids: list[isl.UnionMap | None], deps: isl.UnionMap, decisions: list[str]
 ) -> list[GpuKernelPlan]:
-    """Each launch of ``!`` initialisations alone joined to the next launch, where both have the
-    same grid and block and every dependence from the first to the second stays in one thread
-    of one block (mlp3's first layer: ``O1(b, n)`` set to 0 by the thread that then sums into it).
-    The merged launch runs the initialisations' loop nest, then the other's: the thread that
-    initialises an element is the one that reads it next, so no barrier is needed between."""
-    out: list[GpuKernelPlan] = []
-    i = 0
-    while i < len(kernels):
-        k = kernels[i]
-        names = set_names(k.domain)
-        if (
-            i + 1 < len(kernels)
-            and names
-            and all(n.endswith("_init") for n in names)
-            and threads[i]
-            and threads[i + 1]
-            and (k.grid, k.block) == (kernels[i + 1].grid, kernels[i + 1].block)
-        ):
-            nxt = kernels[i + 1]
-            first, second = _ids(k.domain, threads[i]), _ids(nxt.domain, threads[i + 1])
-            live = deps.intersect_domain(first.domain()).intersect_range(second.domain())
-            same = isl.UnionSet.from_set(isl.Set.read_from_str(deps.get_ctx(), "{ [0, 0, 0, 0, 0, 0] }"))
+    """Each launch joined to the next where both have the same grid and block, at most one of
+    them has shared buffers, and every dependence from the first to the second stays in one
+    thread of one block: mlp3's ``O1(b, n)`` set to 0 by the thread that then sums into it, and
+    its ``fmax(O2(b, p) + B2(p), 0)`` computed by the thread that summed ``O2(b, p)``. The joined
+    launch runs the first's loop nest, then the second's: the thread that writes an element is
+    the one that reads it next, so no barrier is needed between. Launches join in a chain.
+    ``ids``: each launch's instances to their block and thread ids (:func:`_ids`)."""
+    out: list[tuple[GpuKernelPlan, isl.UnionMap | None]] = []
+    same = isl.UnionSet.from_set(isl.Set.read_from_str(deps.get_ctx(), "{ [0, 0, 0, 0, 0, 0] }"))
+    for k, second in zip(kernels, ids):
+        if out:
+            prev, first = out[-1]
+            shared = [any(b.space == "shared" for b in x.buffers) for x in (prev, k)]
             if (
-                first.is_single_valued()
-                and second.intersect_domain(live.range()).is_single_valued()
-                and live.apply_domain(first).apply_range(second).deltas().is_subset(same)
+                first is not None
+                and second is not None
+                and (prev.grid, prev.block) == (k.grid, k.block)
+                and not all(shared)
             ):
-                decisions.append(
-                    f"kernel over {names}: in the launch of {set_names(nxt.domain)} (each element"
-                    " initialised by the thread that then updates it)"
-                )
-                out.append(replace(nxt, domain=k.domain.union(nxt.domain), buffers=nxt.buffers + k.buffers))
-                i += 2
-                continue
-        out.append(k)
-        i += 1
-    return out
+                live = deps.intersect_domain(first.domain()).intersect_range(second.domain())
+                if (
+                    first.is_single_valued()
+                    and second.intersect_domain(live.range()).is_single_valued()
+                    and live.apply_domain(first).apply_range(second).deltas().is_subset(same)
+                ):
+                    decisions.append(
+                        f"kernel over {set_names(k.domain)}: in the launch of {set_names(prev.domain)}"
+                        " (every element it reads from there written by the same thread)"
+                    )
+                    joined = replace(
+                        prev, domain=prev.domain.union(k.domain), buffers=prev.buffers + k.buffers
+                    )
+                    out[-1] = (joined, first.union(second))
+                    continue
+        out.append((k, second))
+    return [k for k, _ in out]

@@ -149,24 +149,6 @@ void tc_entry_mlp3_emulated(int nthreads, int64_t *restrict tc_errors, int64_t s
             { const int64_t i_b = t1; const int64_t i_p = t0; const int64_t i_r_n = c5;
               if (tc_race(tc_sh_O2, 55, 1, tc_gb, tc_tl, tc_first, tc_phase, -3, (i_b) * INT64_C(11) + i_p, tc_errors)) { t_O2[(i_b) * INT64_C(11) + i_p] = (tc_race(tc_sh_O2, 55, 0, tc_gb, tc_tl, tc_first, tc_phase, -3, (i_b) * INT64_C(11) + i_p, tc_errors) ? t_O2[(i_b) * INT64_C(11) + i_p] : 0) + ((((tc_race(tc_sh_O1, 95, 0, tc_gb, tc_tl, tc_first, tc_phase, -2, (i_b) * INT64_C(19) + i_r_n, tc_errors) ? t_O1[(i_b) * INT64_C(19) + i_r_n] : 0)) * ((tc_inside((i_p) * INT64_C(19) + i_r_n, 209, 6, tc_errors) ? t_W2[(i_p) * INT64_C(19) + i_r_n] : 0)))); } }
           }
-        }
-      }
-    }
-  }
-  { /* blocks of one launch: 1 x 1 x 1 */
-    const int64_t tc_first = 2;
-    const int64_t tc_bs = tc_stride(1);
-    for (int64_t tc_bi = 0; tc_bi < 1; tc_bi++) {
-      const int64_t tc_bl = tc_perm(tc_bi, 1, tc_bs, s_tc_order);
-      const int64_t b0 = tc_bl % 1, b1 = tc_bl / 1 % 1, b2 = tc_bl / 1;
-      (void)b0; (void)b1; (void)b2;
-      const int64_t tc_gb = tc_first + tc_bl; (void)tc_gb;
-      { /* threads of the block up to the next barrier: 11 x 5 x 1 */
-        const int64_t tc_ts = tc_stride(55);
-        for (int64_t tc_ti = 0; tc_ti < 55; tc_ti++) {
-          const int64_t tc_tl = tc_perm(tc_ti, 55, tc_ts, s_tc_order);
-          const int64_t t0 = tc_tl % 11, t1 = tc_tl / 11 % 5, t2 = tc_tl / 55;
-          (void)t0; (void)t1; (void)t2;
           /* S3, line 6: O2(b, p)  = fmax(O2(b, p) + B2(p), 0) */
           { const int64_t i_b = t1; const int64_t i_p = t0;
             if (tc_race(tc_sh_O2, 55, 1, tc_gb, tc_tl, tc_first, tc_phase, -3, (i_b) * INT64_C(11) + i_p, tc_errors)) { t_O2[(i_b) * INT64_C(11) + i_p] = tc_fmax_f32((((tc_race(tc_sh_O2, 55, 0, tc_gb, tc_tl, tc_first, tc_phase, -3, (i_b) * INT64_C(11) + i_p, tc_errors) ? t_O2[(i_b) * INT64_C(11) + i_p] : 0)) + ((tc_inside(i_p, 11, 7, tc_errors) ? t_B2[i_p] : 0))), 0x0.0p+0f); } }
@@ -175,7 +157,7 @@ void tc_entry_mlp3_emulated(int nthreads, int64_t *restrict tc_errors, int64_t s
     }
   }
   { /* blocks of one launch: 1 x 1 x 1 */
-    const int64_t tc_first = 3;
+    const int64_t tc_first = 2;
     const int64_t tc_bs = tc_stride(1);
     for (int64_t tc_bi = 0; tc_bi < 1; tc_bi++) {
       const int64_t tc_bl = tc_perm(tc_bi, 1, tc_bs, s_tc_order);
