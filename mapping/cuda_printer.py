@@ -205,6 +205,25 @@ class CudaPrinter(GpuPrinter):
             return f"atomicAdd(({native} *)&{lvalue}, ({native})({value}));"
         return f"atomicAdd(&{lvalue}, {value});"
 
+    def vector_type(self, name: str, ctype: str, width: int, size: int) -> str:
+        """A union of the ``width`` elements with CUDA's built-in type of ``size`` bytes
+        (``uint4`` for 16), which the group is read and written through, with the load and store
+        intrinsics (``__ldg`` or ``__ldca``, ``__stwb``: default caching): each one instruction
+        (``ld.global.nc.v4.u32``, ``st.global.wb.v4.u32``). A plain store of the built-in type
+        may be split into its elements by the compiler."""
+        return f"union {name}_t {{ {_RAW[size]} raw; {ctype} v[{width}]; }}"
+
+    def vector_read(self, name: str, tensor: str, addr: str, width: int) -> str:
+        # inputs through the read-only cache (the kernel never writes them); the rest as usual
+        load = "__ldg" if tensor in self.cdef.params else "__ldca"
+        return f"{name}.raw = {load}((const {self._raw(tensor, width)} *)&{self.held_lvalue(tensor, addr)});"
+
+    def vector_write(self, name: str, tensor: str, addr: str, width: int) -> str:
+        return f"__stwb(({self._raw(tensor, width)} *)&{self.held_lvalue(tensor, addr)}, {name}.raw);"
+
+    def _raw(self, tensor: str, width: int) -> str:
+        return _RAW[width * self.cdef.tensor(tensor).dtype.bits // 8]
+
     def loop(self, n: ir.For, indent: str) -> None:
         if n.degenerate or not n.kinds:
             super().loop(n, indent)
@@ -219,6 +238,9 @@ class CudaPrinter(GpuPrinter):
         self.enclosing.pop()
         self.lines.append(f"{indent}}}")
 
+
+#: CUDA's built-in types a vector group of each size in bytes is read and written as.
+_RAW = {2: "unsigned short", 4: "unsigned int", 8: "uint2", 16: "uint4"}
 
 #: The integer types ``atomicAdd`` takes for each C compute type (a signed 64-bit sum is added as
 #: an unsigned one: two's complement).

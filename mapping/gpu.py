@@ -239,7 +239,9 @@ def map_gpu(
     # later kernels first: editing one kernel's subtree leaves the earlier ones' paths intact
     for path in reversed(roots):
         sched, grid_used, band_path = m.map_blocks(sched, path, grid_opt)
-        sched, threads_used = m.map_threads(sched, band_path, path, block_opt, bool(grid_used))
+        sched, threads_used = m.map_threads(
+            sched, band_path, path, block_opt, bool(grid_used), options.vector_width
+        )
         mapped = m.mapped[0] if m.mapped else None
         for d in m.mapped[1:]:
             mapped = mapped.union(d)

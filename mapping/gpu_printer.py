@@ -11,7 +11,10 @@ statements; here:
 * a copy (:class:`~tcjit.mapping.gpu_ir.CopyElement`) moves one element of the tensor into the
   buffer (or back), bits unchanged;
 * a block reduction's own steps (:class:`~tcjit.mapping.gpu_ir.ReductionStep`) and the code
-  thread 0 runs alone (:class:`~tcjit.mapping.gpu_ir.FirstThread`).
+  thread 0 runs alone (:class:`~tcjit.mapping.gpu_ir.FirstThread`);
+* with ``vectors`` (the ``vector_width`` option) > 1, a thread's loop over that many
+  consecutive elements as a group of wide accesses where :mod:`.gpu_vectors` proves it one (the
+  CUDA printer's struct loads and stores; the emulation's element-by-element copies).
 
 How buffers are declared, and whether accesses are race-checked, is each target's (the CUDA
 printer's ``__shared__`` arrays; the emulation's per-block arrays filled with NaN).
@@ -19,6 +22,7 @@ printer's ``__shared__`` arrays; the emulation's per-block arrays filled with Na
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 
 from ..polyhedral.errors import TCInternalError
@@ -28,6 +32,7 @@ from . import ir_values as V
 from .c_exprs import ExprPrinter, c_compute_type, c_storage_type, combine_update, expr, reduction_identity
 from .c_printer import CPrinter
 from .gpu_ir import BlockReduction, CopyElement, FirstThread, ReductionStep, WarpSteps
+from .gpu_vectors import VectorGroup, vector_group
 
 __all__ = ["GpuPrinter"]
 
@@ -37,7 +42,11 @@ class GpuPrinter(CPrinter):
     block reductions, code for thread 0), for the CUDA printer and the emulated target's.
 
     :ivar buffers: every buffer of the plan, by name.
+    :ivar vectors: the iterations of a group loop (``vector_width``; 1: no groups).
     """
+
+    vectors = 1
+    group: VectorGroup | None = None  # the group whose loop is being printed
 
     def __init__(self, *args, buffers=None, **options):
         super().__init__(*args)
@@ -105,11 +114,21 @@ class GpuPrinter(CPrinter):
     # ------------------------------------------------------------------------------ redirection
     def access_value(self, load: V.Load, ex: ExprPrinter) -> str:
         ref = load.ref
+        if self.group is not None and ref in self.group.names:
+            return self.held_value(
+                ref.tensor, f"{self.group.names[ref]}.v[{self.group.loop.var}]", load.dtype
+            )
         if isinstance(ref, V.BufferRef):
             return self.buffer_load(self.buffers[ref.buffer], ref.tensor, self.local(ref, ex), load.dtype)
         return super().access_value(load, ex)
 
     def updated(self, target: V.Target, ex: ExprPrinter):
+        if self.group is not None and target == self.group.write:
+            lvalue = f"tc_vw.v[{self.group.loop.var}]"
+            return (
+                lambda want: self.held_value(target.tensor, lvalue, want),
+                lambda value: self.held_store(target.tensor, lvalue, value),
+            )
         if isinstance(target, V.PartialRef):  # a block reduction's update: into the thread's partial result
             buf, index = self.buffers[target.buffer], ["0"]
         elif isinstance(target, V.BufferRef):
@@ -185,6 +204,102 @@ class GpuPrinter(CPrinter):
             self.lines.append(f"{indent}}}")
         else:
             super().node(n, indent)
+
+    # ------------------------------------------------------------------------------ vector groups
+    def loop(self, n: ir.For, indent: str, **kwargs) -> None:
+        group = None
+        if self.vectors > 1 and not kwargs:
+            run = n.body.children[0] if isinstance(n.body, ir.Block) and len(n.body.children) == 1 else n.body
+            if isinstance(run, ir.Run) and run.statement in self.bodies:
+                strides = {t: self.held_strides(t) for t in self.strides}
+                group = vector_group(n, self.vectors, self.bodies[run.statement], strides, self.wide)
+        if group is None:
+            super().loop(n, indent, **kwargs)
+            return
+        structs = [(name, ref) for name, ref in group.loads]
+        if group.write is not None and all(name != "tc_vw" for name, _ in structs):
+            structs.append(("tc_vw", group.write))
+        tests = []
+        for tensor in dict.fromkeys(ref.tensor for _, ref in structs):
+            mask = group.width * self.cdef.tensor(tensor).dtype.bits // 8 - 1
+            tests.append(f"((unsigned long long)t_{tensor} & {mask})")  # (never a wide buffer)
+        self.lines.append(f"{indent}if (({' | '.join(tests)}) == 0) {{")
+        inner = indent + "  "
+        self.lines.append(
+            f"{inner}/* {group.width} consecutive elements of each of"
+            f" {', '.join(sorted({ref.tensor for _, ref in structs}))} per access (vector_width) */"
+        )
+        for name, ref in structs:
+            dtype = self.cdef.tensor(ref.tensor).dtype
+            struct = self.vector_type(name, c_storage_type(dtype), group.width, group.width * dtype.bits // 8)
+            self.lines.append(f"{inner}{struct} {name};")
+        ex = ExprPrinter(self)
+        reads = [
+            self.vector_read(name, ref.tensor, self.address(ref, ex), group.width)
+            for name, ref in group.loads
+        ]
+        self.bound(group.run, reads, inner, {n.var: ir.Int(0)})  # from the group's first element
+        self.group = group
+        try:  # unrolled: each element a constant index of the structs (registers, not memory)
+            for k in range(group.width):
+                self.lines.append(f"{inner}{{ const int64_t {n.var} = {k};")
+                self.enclosing.append(n.var)
+                self.node(n.body, inner + "  ")
+                self.enclosing.pop()
+                self.lines.append(f"{inner}}}")
+        finally:
+            self.group = None
+        if group.write is not None:
+            text = self.vector_write("tc_vw", group.write.tensor, self.address(group.write, ex), group.width)
+            self.bound(group.run, [text], inner, {n.var: ir.Int(0)})
+        self.lines.append(f"{indent}}} else {{")
+        super().loop(n, inner)
+        self.lines.append(f"{indent}}}")
+
+    def run(self, node: ir.Run, indent: str) -> None:
+        if self.group is None or node != self.group.run:
+            super().run(node, indent)
+            return
+        self.lines.append(f"{indent}{self.comment(node.statement)}")
+        self.bound(node, [self.body(node.statement)], indent)
+
+    def bound(self, node: ir.Run, texts: Sequence[str], indent: str, values=None) -> None:
+        """``texts`` (C statements over ``node``'s index variables) in a block binding those they
+        use (no unused variable: NVRTC warns), ``node``'s arguments with ``values`` substituted."""
+        if not texts:
+            return
+        args = [ir.substitute(a, values) for a in node.args] if values else node.args
+        dims = self.bodies[node.statement].dims
+        used = {d for d in dims if any(re.search(rf"\bi_{d}\b", t) for t in texts)}
+        self.lines.append(f"{indent}{{ {self.bindings(node.statement, args, only=used)}".rstrip())
+        for t in texts:
+            self.lines.append(f"{indent}  {t}")
+        self.lines[-1] += " }"
+
+    def vector_type(self, name: str, ctype: str, width: int, size: int) -> str:
+        """The declaration's type of struct ``name``: ``width`` elements of ``ctype`` (``size``
+        bytes in all)."""
+        return f"struct {name}_t {{ {ctype} v[{width}]; }}"
+
+    def vector_read(self, name: str, tensor: str, addr: str, width: int) -> str:
+        """C filling struct ``name`` with the ``width`` elements of ``tensor`` from ``addr`` on
+        (here one at a time, race-checked: the emulated target's)."""
+        parts = []
+        for k in range(width):
+            at = f"{addr} + {k}"
+            raw, race = self.global_read(tensor, at), self.race(tensor, at, False)
+            parts.append(f"{name}.v[{k}] = {raw if race is None else f'({race} ? {raw} : 0)'};")
+        return " ".join(parts)
+
+    def vector_write(self, name: str, tensor: str, addr: str, width: int) -> str:
+        """C storing struct ``name`` into the ``width`` elements of ``tensor`` from ``addr`` on
+        (here one at a time, race-checked)."""
+        parts = []
+        for k in range(width):
+            at = f"{addr} + {k}"
+            text, race = f"{self.held_lvalue(tensor, at)} = {name}.v[{k}];", self.race(tensor, at, True)
+            parts.append(text if race is None else f"if ({race}) {{ {text} }}")
+        return " ".join(parts)
 
     def copy_element(self, node: CopyElement, indent: str) -> None:
         """An instance of a copy statement: one element between the tensor and the buffer, its bits

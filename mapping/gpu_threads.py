@@ -40,14 +40,38 @@ def _coincident_iterations(band: isl.ScheduleNode) -> int:
     return total
 
 
+def _strip_mine(band: isl.ScheduleNode, member: int, width: int) -> isl.ScheduleNode:
+    """``band`` with ``member`` ``m`` replaced by ``floor(m / width)`` and a band below it of
+    ``m mod width`` (coincident): the groups of ``width`` consecutive iterations above, their
+    iterations below. Coincidence and permutability are kept."""
+    mupa = band.band_get_partial_schedule()
+    coincident = [band.band_member_get_coincident(i) for i in range(band.band_n_member())]
+    permutable = band.band_get_permutable()
+    upa = mupa.get_union_pw_aff(member)
+    w = isl.Val.int_from_si(band.get_ctx(), width)
+    outer = mupa.set_union_pw_aff(member, upa.scale_down_val(w).floor())
+    inner = isl.MultiUnionPwAff.from_union_pw_aff(upa.mod_val(w))
+    node = band.delete().insert_partial_schedule(outer)
+    for i, c in enumerate(coincident):
+        node = node.band_member_set_coincident(i, c)
+    node = node.band_set_permutable(permutable)
+    point = node.child(0).insert_partial_schedule(inner).band_member_set_coincident(0, True)
+    # innermost, below any sequential loop (maxpool's window) and into each statement's branch:
+    # a group's accesses are then consecutive ones of one iteration; legal, as no dependence
+    # runs between the group's iterations
+    return point.band_sink().parent()
+
+
 class ThreadMapping(ReductionMapping):
     """The thread mapping of the GPU mapper (see the module's docstring)."""
 
     def map_threads(
-        self, sched, block_path, kernel_path, block_opt, blocks_mapped: bool = True
+        self, sched, block_path, kernel_path, block_opt, blocks_mapped: bool = True, vector: int = 1
     ) -> tuple[isl.Schedule, int]:
         """Map the innermost band with a coincident member on every path below the block band to
-        threads; paths without one run on thread 0. Returns the tree and the thread dims used."""
+        threads; paths without one run on thread 0. With ``vector`` > 1 each thread runs that many
+        consecutive iterations of the member on x (:func:`_strip_mine`; not a block reduction's).
+        Returns the tree and the thread dims used."""
         start = node_at(sched, block_path) if block_path is not None else node_at(sched, kernel_path)
         leaves: list[list[int]] = []  # paths of the bands to map, innermost first per branch
         unmapped: list[list[int]] = []  # paths of the subtrees that run on thread 0
@@ -123,6 +147,12 @@ class ThreadMapping(ReductionMapping):
                 node = node.band_split(first)  # the coincident prefix is a band of its own
             if first - n > 0:
                 node = node.band_split(first - n).child(0)
+            if vector > 1 and n > 0 and (member_extent(node, n - 1) or vector) > 1:
+                node = _strip_mine(node, n - 1, vector)
+                self.decisions.append(
+                    f"vector: {vector} consecutive iterations of member {members[-1]} of the band over"
+                    f" {_names(node)} per thread (x takes the groups)"
+                )
             filt = node.get_domain()
             fn = None
             for k in range(3):

@@ -44,6 +44,7 @@ class GpuLowering:
     prepared: Prepared
     plan: GpuPlan
     launches: tuple[tuple[GpuKernelPlan, ir.Node], ...]
+    vectors: int = 1  # the iterations of a vector group loop (``vector_width``: :mod:`.gpu_vectors`)
 
 
 def lower_gpu(cdef: CheckedDef, sizes: Mapping[str, int], options) -> GpuLowering:
@@ -66,7 +67,7 @@ def lower_gpu(cdef: CheckedDef, sizes: Mapping[str, int], options) -> GpuLowerin
     launches = tuple(
         (k, explicit(body, plan.copies, plan.reductions)) for k, body in launch_bodies(plan, params)
     )
-    return GpuLowering(prepared, plan, launches)
+    return GpuLowering(prepared, plan, launches, options.vector_width)
 
 
 def lower_emulated(
@@ -104,7 +105,7 @@ def lower_emulated(
         wide=wide,
         copy_in=frozenset(zero) & frozenset(wide),
         header=header,
-        printer=EmulatedPrinter.factory(**printer_inputs(low.plan)),
+        printer=EmulatedPrinter.factory(**printer_inputs(low.plan), vectors=low.vectors),
     )
     stages = kernel_stages(sched, low.plan.schedule, low.plan.decisions, body)
     shared = tuple(b.name for k in low.plan.kernels for b in k.buffers if b.space == "shared")
@@ -156,7 +157,9 @@ def lower_cuda(
         strides=strides,
         header=header,
         wide=wide,
-        printer=CudaPrinter.factory(**printer_inputs(low.plan), readonly=options.use_readonly_cache),
+        printer=CudaPrinter.factory(
+            **printer_inputs(low.plan), readonly=options.use_readonly_cache, vectors=low.vectors
+        ),
         buffers=[k.buffers for k, _ in low.launches],
     )
     body = ir.Block(tuple(ir.Blocks(k.grid, k.block, b, k.buffers) for k, b in low.launches))

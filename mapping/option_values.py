@@ -27,6 +27,7 @@ __all__ = [
     "FIELD_TARGETS",
     "FUSION_STRATEGIES",
     "MAX_UNROLL",
+    "MAX_VECTOR_WIDTH",
     "TARGETS",
     "OptionValues",
     "canonical_strategy",
@@ -37,6 +38,7 @@ __all__ = [
 TARGETS = ("cpu", "cuda", "cuda-emulated")
 FUSION_STRATEGIES = ("Max", "Preserve3Coincident", "Min")
 MAX_UNROLL = 1024  # TC fully unrolls everything below the factor: beyond this, code size explodes
+MAX_VECTOR_WIDTH = 16  # elements per thread along x: 16 bytes of int8, the widest access CUDA has
 CUDA_MAX_GRID = (2**31 - 1, 65535, 65535)  # gridDim.x, .y, .z (every compute capability >= 3.0)
 CUDA_MAX_BLOCK = (1024, 1024, 64)  # blockDim.x, .y, .z
 CUDA_MAX_THREADS_PER_BLOCK = 1024
@@ -125,6 +127,13 @@ def _block(name: str, value: object) -> tuple[int, ...]:
     return sizes
 
 
+def _power_of_two(name: str, value: object, *, high: int) -> int:
+    number = _int(name, value, low=1, high=high, what="a power of two")
+    if number & (number - 1):
+        raise option_error(name, f"expected a power of two in [1, {high}]", value)
+    return number
+
+
 def _checker(check: Callable[..., Any], **bounds: Any) -> Callable[[str, object], Any]:
     return lambda name, value: check(name, value, **bounds)
 
@@ -147,6 +156,7 @@ _FIELDS: dict[str, tuple[Callable[[str, object], Any], frozenset[str]]] = {
     "match_library_calls": (_boolean, CUDA_TARGETS),
     "shared_depth": (_checker(_optional_int, low=0), CUDA_TARGETS),
     "private_depth": (_checker(_optional_int, low=0), CUDA_TARGETS),
+    "vector_width": (_checker(_power_of_two, high=MAX_VECTOR_WIDTH), CUDA_TARGETS),
     "parallelize": (_boolean, _CPU),
     "vectorize": (_boolean, _CPU),
     "register_tile": (_checker(_sizes, low=1), _CPU),
@@ -207,6 +217,12 @@ class OptionValues:
         promoted; ``None``: the depth of the block mapping, as TC does. Example: ``2``.
     :ivar private_depth: schedule depth at which registers are promoted; ``None``: below the
         thread mapping, as TC does. Example: ``4``.
+    :ivar vector_width: consecutive iterations of the loop on ``threadIdx.x`` that each thread
+        runs (a power of two, 1 to ``MAX_VECTOR_WIDTH``; 1: one per thread, as TC does), so that
+        its loads and stores of consecutive elements can be single accesses of up to 16 bytes
+        (``ld.global.v4.f32``). The kernel runs them as such where every tensor pointer is 16-byte
+        aligned (checked in the kernel, once), one element at a time otherwise. Statements whose
+        loop on ``x`` is a block reduction's are left alone. Example: ``4``.
 
     CPU (the options above that are common are read too):
 
@@ -240,6 +256,7 @@ class OptionValues:
     match_library_calls: bool = False
     shared_depth: int | None = None
     private_depth: int | None = None
+    vector_width: int = 1
     parallelize: bool = True
     vectorize: bool = False
     register_tile: tuple[int, ...] = ()

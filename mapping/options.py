@@ -34,11 +34,11 @@ from .option_values import (
 
 __all__ = ["FORMAT", "PRESETS", "MappingOptions"]
 
-FORMAT = 2  # version of to_dict()/to_json(); bump it (and read the old one) when a field changes
+FORMAT = 3  # version of to_dict()/to_json(); bump it (and read the old one) when a field changes
 
 #: Fields each older format lacks, with the value that reproduces what that version did (format 1
-#: had no operand packing).
-_ADDED_SINCE: dict[int, dict[str, Any]] = {1: {"pack_operands": False}}
+#: had no operand packing, format 2 no vector groups).
+_ADDED_SINCE: dict[int, dict[str, Any]] = {1: {"pack_operands": False}, 2: {"vector_width": 1}}
 
 _NAIVE = OptionValues()
 
@@ -343,6 +343,14 @@ class MappingOptions:
         Example: ``MappingOptions().private_depth(4)``.
         """
         return self.replace(private_depth=depth)
+
+    def vector_width(self, width: int) -> MappingOptions:
+        """Consecutive iterations of the ``threadIdx.x`` loop per thread (a power of two up to
+        16), so that a thread's loads and stores of them can be one 16-byte access.
+
+        Example: ``MappingOptions().vector_width(4)``.
+        """
+        return self.replace(vector_width=width)
 
     # --- CPU setters ----------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ __all__ = [
     "GRID_CHOICES",
     "REGISTER_TILE_CHOICES",
     "UNROLL_CHOICES",
+    "VECTOR_WIDTH_CHOICES",
     "Parameter",
     "SearchSpace",
     "search_space",
@@ -45,6 +46,8 @@ __all__ = [
 
 BOOLEANS = (False, True)
 UNROLL_CHOICES = (1, 2, 4, 8, 16, 32)
+#: Consecutive elements per thread along x (CUDA): 16 bytes of float32 at most.
+VECTOR_WIDTH_CHOICES = (1, 2, 4)
 #: Tile sizes per band member when the loop extents are unknown: untiled, or a power of two <= 256.
 DEFAULT_TILE_CHOICES = (0, *(2**k for k in range(9)))
 DEFAULT_TILE_MEMBERS = 3
@@ -278,7 +281,8 @@ def search_space(
     Searched for every target: tile sizes, both fusion strategies, parameter fixing, tiling of
     imperfect nests, unroll in {1, 2, ..., 32}. CUDA: grid and block (:data:`GRID_CHOICES`,
     :data:`BLOCK_CHOICES`), shared and private promotion, unrolled copies, read-only cache, block
-    reductions. CPU: ``parallelize``, ``vectorize``, ``register_tile``, ``pack_operands``.
+    reductions, vector width (:data:`VECTOR_WIDTH_CHOICES`). CPU: ``parallelize``, ``vectorize``,
+    ``register_tile``, ``pack_operands``.
     """
     check_target(target)
     tiles = _tile_choices(loop_extents)
@@ -309,6 +313,7 @@ def search_space(
             "unroll_copy_shared": BOOLEANS,
             "use_readonly_cache": BOOLEANS,
             "match_library_calls": BOOLEANS,
+            "vector_width": VECTOR_WIDTH_CHOICES,
         }
     params += [Parameter(name, c, FIELD_TARGETS[name]) for name, c in choices.items()]
     return SearchSpace(target, tuple(params), base)

@@ -108,7 +108,8 @@ DEFAULT = Config()
 #: Option vectors of the CUDA mapping for the emulated and CUDA-compile tests: 1-D to 3-D blocks and
 #: threads, grids and blocks smaller and larger than the problems, untiled, Max and Min fusion,
 #: unrolled, shared-memory promotion at the block mapping's depth and inside the tiled reduction
-#: loop. "default" is what a call without options uses.
+#: loop, groups of consecutive elements per thread (``vector_width``). "default" is what a call
+#: without options uses.
 CUDA_OPTIONS = {
     "default": MappingOptions("naive").tile(32, 32, 32).map_to_blocks(256, 256).map_to_threads(32, 8),
     "small": MappingOptions("naive").tile(4, 8, 2).map_to_blocks(3, 2).map_to_threads(4, 2),
@@ -141,6 +142,13 @@ CUDA_OPTIONS = {
     .map_to_threads(4, 2)
     .unroll(4)
     .use_private_memory(True),
+    "vector": MappingOptions("naive").tile(2, 16, 8).map_to_blocks(4, 4).map_to_threads(4, 2).vector_width(4),
+    "vector-shared": MappingOptions("naive")
+    .tile(4, 8, 4)
+    .map_to_blocks(3, 2)
+    .map_to_threads(2, 4)
+    .vector_width(2)
+    .use_shared_memory(True),
 }
 
 

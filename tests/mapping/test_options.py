@@ -69,6 +69,8 @@ VALID = [
     ("tile_imperfectly_nested", (True,), True),
     ("unroll", (1,), 1),
     ("unroll", (MAX_UNROLL,), MAX_UNROLL),
+    ("vector_width", (4,), 4),
+    ("vector_width", (np.int64(16),), 16),
     ("unroll", (np.int32(8),), 8),
     ("map_to_blocks", (7,), (7,)),
     ("map_to_blocks", GRID_LIMITS, GRID_LIMITS),
@@ -108,6 +110,10 @@ INVALID = [
     ("tile", ("32",)),
     ("tile", ([[32]],)),
     ("tile", (None,)),
+    ("vector_width", (0,)),
+    ("vector_width", (3,)),
+    ("vector_width", (32,)),
+    ("vector_width", (True,)),
     ("unroll", (0,)),
     ("unroll", (-2,)),
     ("unroll", (2.0,)),
@@ -293,6 +299,7 @@ FIELDS = {
     "vectorize": st.booleans(),
     "register_tile": st.lists(st.integers(1, 2**20), max_size=4).map(tuple),
     "pack_operands": st.booleans(),
+    "vector_width": st.sampled_from([1, 2, 4, 8, 16]),
 }
 OPTIONS = st.fixed_dictionaries(FIELDS).map(lambda d: MappingOptions().replace(**d))
 

@@ -295,9 +295,21 @@ def test_column_tiles_on_threads_match_the_oracle(threads: int, monkeypatch) -> 
     _check(MLP2, inputs, options=None, reduction=96)
 
 
+def test_format_2_options_read_as_one_element_per_thread() -> None:
+    """Options written before ``vector_width`` (format 2: tuned rows, stored kernels' options)
+    read as the behaviour they had: one element per thread along x."""
+    old = json.loads(MappingOptions("naive").vector_width(1).to_json())
+    assert old.pop("vector_width") == 1
+    old["format"] = 2
+    assert MappingOptions.from_dict(old) == MappingOptions("naive")
+    with pytest.raises(tcjit.TCError, match="vector_width"):
+        MappingOptions.from_dict({**old, "vector_width": 4})
+
+
 def test_format_1_options_read_as_not_packing() -> None:
     old = json.loads(MappingOptions("naive").to_json())
     assert old.pop("pack_operands") is False
+    assert old.pop("vector_width") == 1  # format 3's
     old["format"] = 1
     assert MappingOptions.from_dict(old) == MappingOptions("naive")
     with pytest.raises(tcjit.TCError, match="pack_operands"):
