@@ -78,6 +78,9 @@ def candidates(cdef, sizes) -> dict[str, Any]:
         "4x4 per thread": {"per_thread": (4, 4)},
         "4x4 private unroll 16": {"per_thread": (4, 4), "private": True, "unroll": 16},
         "private": {"private": True},
+        "vector 1": {"vector": 1},
+        "vector 2": {"vector": 2},
+        "vector 4": {"vector": 4},
         "reduction tile 32 shared": {"reduction_tile": 32, "shared": True},
         "reduction tile 32 shared 2x2": {"reduction_tile": 32, "shared": True, "per_thread": (2, 2)},
         "reduction tile 16 shared private 4x4 unroll 16": {

@@ -57,6 +57,9 @@ results"):
 * **Everything else** (:func:`gpu_options`): from the statement with the most instances, its
   innermost output variable on ``threadIdx.x`` (up to 32), the next on ``y`` (up to 256 threads a
   block), outer variables in tiles of 1, a block per tile, each thread reducing sequentially.
+  A **streaming** statement (pointwise, or a short window, every operand read along the output's
+  innermost variable: :func:`vector_width`) gives each thread 4 consecutive float32 outputs
+  (``vector_width``: 16-byte loads and stores where the tensors are aligned).
   TC's naive options (32 x 32 x 32 tiles on at most 256 x 256 blocks) give gconv one block and
   maxpool2x2 eight at their GPU sizes; this rule has not run on a GPU.
 """
@@ -128,13 +131,19 @@ def default_choice(
                 " fusion Max (a row's statements in one kernel)"
             )
             return row_reduction_options(fusion="Max"), why
-        opts = gpu_options(cdef, sizes)
+        vector = vector_width(cdef, sizes)
+        opts = gpu_options(cdef, sizes, vector=vector)
         st, _ = main_statement(cdef, sizes)
         values = opts.validate(target).values
         why = (
             f"everything else: the innermost output variables of {st.tensor} (the most instances) on"
             f" threads {list(values.map_to_threads)}, tiles {list(values.tile)}, a block per tile"
         )
+        if vector > 1:
+            why += (
+                f"; streaming ({st.tensor} and its operands read along its innermost variable):"
+                f" {vector} consecutive outputs a thread, {VECTOR_BYTES}-byte accesses"
+            )
         return opts, why
     base = MappingOptions("naive").vectorize(True)
     packed = frozenset(packed_operands(cdef, sizes))
@@ -359,6 +368,7 @@ def gpu_options(
     shared: bool = False,
     private: bool = False,
     unroll: int = 1,
+    vector: int = 1,
 ) -> MappingOptions:
     """The GPU rule for everything but row reductions, from the statement with the most instances
     (:func:`main_statement`), whose outermost band is assumed to hold its left-hand side variables
@@ -366,21 +376,56 @@ def gpu_options(
     the next on ``y`` (the rest of ``threads``), ``per_thread`` outputs per thread along (y, x)
     (tiles of threads x per_thread), the outer variables in tiles of 1 (the outermost three are
     the grid; further ones loop in the block), a block per tile. ``reduction_tile`` > 0 also tiles
-    the reduction variables; ``shared``, ``private`` and ``unroll`` are the options of the same names.
+    the reduction variables; ``shared``, ``private`` and ``unroll`` are the options of the same names;
+    ``vector`` consecutive outputs per thread along x (``vector_width``: x then covers
+    ``ceil(extent / vector)``).
     """
     st, extents = main_statement(cdef, sizes)
     lhs = extents[: len(st.lhs_vars)]
     opts = MappingOptions("naive").map_to_blocks(*UNLIMITED_GRID)
     if not lhs:
         return opts.tile(1).map_to_threads(1)
-    bx = min(32, _pow2_at_least(lhs[-1]))
+    bx = min(32, _pow2_at_least(-(-lhs[-1] // vector)))
     by = min(max(1, threads // bx), _pow2_at_least(lhs[-2])) if len(lhs) > 1 else 1
     ry, rx = per_thread
-    tiles = [1] * (len(lhs) - 2) + ([by * ry] if len(lhs) > 1 else []) + [bx * rx]
+    tiles = [1] * (len(lhs) - 2) + ([by * ry] if len(lhs) > 1 else []) + [bx * rx * vector]
     if reduction_tile > 0:
         tiles += [reduction_tile] * len(st.reduction_vars)
     opts = opts.tile(*tiles).map_to_threads(*((bx, by) if len(lhs) > 1 else (bx,)))
-    return opts.use_shared_memory(shared).use_private_memory(private).unroll(unroll)
+    opts = opts.use_shared_memory(shared).use_private_memory(private).unroll(unroll)
+    return opts.vector_width(vector) if vector > 1 else opts
+
+
+#: The longest reduction a streaming kernel may have (a pooling window's terms).
+WINDOW_TERMS = 16
+#: The bytes of a thread's widest access (``ld.global.v4``): the vector width's limit.
+VECTOR_BYTES = 16
+#: At least this many threads along x after the vector width divides the innermost extent.
+VECTOR_LANES = 8
+
+
+def vector_width(cdef: CheckedDef, sizes: Mapping[str, int]) -> int:
+    """The default ``vector_width`` of :func:`gpu_options`: for a **streaming** main statement
+    (:func:`main_statement`: no reduction, or a window of at most ``WINDOW_TERMS`` terms whose
+    extents are constants (``where r_k in 0:3``), and every operand read
+    along the output's innermost variable as its own plain last subscript, or not at all:
+    :func:`outer_product_shaped`), as many consecutive outputs per thread as fill
+    ``VECTOR_BYTES`` of the widest element, halved until they divide the innermost extent and
+    leave ``VECTOR_LANES`` threads along x; 1 for everything else (a contraction, a strided read:
+    maxpool2x2's input)."""
+    st, extents = main_statement(cdef, sizes)
+    lhs = extents[: len(st.lhs_vars)]
+    window = all(st.range_of(r).extent.is_const for r in st.reduction_vars)  # not a size's (a contraction's)
+    if not lhs or not window or math.prod(extents[len(st.lhs_vars) :]) > WINDOW_TERMS:
+        return 1
+    if not outer_product_shaped(st):
+        return 1
+    names = {st.tensor} | {a.tensor for a in A.walk(st.rhs) if isinstance(a, A.Access)}
+    widest = max(cdef.tensor(n).dtype.bits // 8 for n in names)
+    width = max(1, VECTOR_BYTES // max(1, widest))
+    while width > 1 and (lhs[-1] % width or lhs[-1] // width < VECTOR_LANES):
+        width //= 2
+    return width
 
 
 def _pow2_at_least(n: int) -> int:

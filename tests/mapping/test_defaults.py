@@ -13,12 +13,14 @@ from tcjit.cpu_runtime import vector_bytes
 from tcjit.mapping.defaults import (
     SPLIT_BLOCKS,
     UNLIMITED_GRID,
+    default_choice,
     default_options,
     has_row_reduction,
     is_contraction_chain,
     is_gemm_shaped,
     main_statement,
     reduction_tiles,
+    vector_width,
 )
 from tcjit.polyhedral.lang.check import check_source
 
@@ -82,6 +84,7 @@ def test_suite_kernels_get_the_rule_of_their_shape() -> None:
             assert len(g.tile) == len(lhs), name
         assert g.map_to_blocks == UNLIMITED_GRID
         assert g.match_library_calls is rows
+        assert g.vector_width == 1, name  # no suite kernel streams (maxpool2x2 reads at a stride)
 
 
 @pytest.mark.parametrize(
@@ -179,3 +182,35 @@ def test_a_row_reduction_and_its_normalisation_are_one_kernel_by_default(name) -
     assert opts.outer_schedule_fusion_strategy == "Max"
     ks = lower_cuda(cdef, sizes, contiguous_layout(cdef, sizes), opts)
     assert len(ks.kernels) == 1 and ks.source.count("block reduction 1: identity") == 1
+
+
+@pytest.mark.parametrize(
+    "src, sizes, width",
+    [
+        ("def f(float(N,D) A, float(N,D) B) -> (C) { C(n, d) = A(n, d) + B(n, d) }", {"N": 8, "D": 1024}, 4),
+        ("def f(float16(N,D) A) -> (C) { C(n, d) = A(n, d) * 2 }", {"N": 8, "D": 1024}, 8),
+        ("def f(double(N,D) A) -> (C) { C(n, d) = A(n, d) * 2 }", {"N": 8, "D": 1024}, 2),
+        ("def f(float(N,D) A, float(D) b) -> (C) { C(n, d) = A(n, d) + b(d) }", {"N": 8, "D": 96}, 4),
+        ("def f(float(N,D) A) -> (C) { C(n, d) = A(n, d) }", {"N": 8, "D": 30}, 2),  # 4 leaves a part
+        ("def f(float(N,D) A) -> (C) { C(n, d) = A(n, d) }", {"N": 8, "D": 12}, 1),  # too few threads
+        ("def f(float(N,D) A) -> (C) { C(d, n) = A(n, d) }", {"N": 64, "D": 64}, 1),  # a transpose
+        (
+            "def f(float(N,H,W) I) -> (O) { O(n, h, w) max=! I(n, h + r_k, w) where r_k in 0:3 }",
+            {"N": 2, "H": 66, "W": 256},
+            4,
+        ),
+        ("def f(float(M,K) A, float(K) x) -> (y) { y(m) +=! A(m, r_k) * x(r_k) }", {"M": 64, "K": 8}, 1),
+    ],
+    ids=["add", "half", "double", "bias", "part", "narrow", "transpose", "window", "contraction"],
+)
+def test_streaming_statements_get_a_vector_width(src: str, sizes: dict, width: int) -> None:
+    """Pointwise statements and constant windows whose operands all read along the output's
+    innermost variable: 16 bytes of the widest element per thread, halved until the width divides
+    the innermost extent and leaves 8 threads along x; anything else 1."""
+    cdef = check_source(src).entry()
+    assert vector_width(cdef, sizes) == width
+    options, rule = default_choice(cdef, sizes, "cuda")
+    values = options.validate("cuda").values
+    assert values.vector_width == width
+    assert ("consecutive outputs a thread" in rule) is (width > 1), rule
+    assert values.tile[-1] == values.map_to_threads[0] * width
