@@ -12,9 +12,11 @@ nothing that plans.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from . import ir
+from . import ir_values as V
 
 __all__ = [
     "BLOCK_IDS",
@@ -28,6 +30,7 @@ __all__ = [
     "FirstThread",
     "Promoted",
     "ReductionStep",
+    "VectorGroup",
     "WarpSteps",
 ]
 
@@ -172,3 +175,24 @@ class FirstThread:
     """``body``, run by thread ``(0, 0, 0)`` of each block alone."""
 
     body: ir.Node
+
+
+@dataclass(frozen=True)
+class VectorGroup:
+    """A thread's loop over V consecutive elements printed as wide accesses (:mod:`.gpu_vectors`).
+
+    :ivar loop: the loop. :ivar run: the statement instance it runs. :ivar width: its
+        iterations (V).
+    :ivar loads: the structs read before the loop: ``(name, reference)``, one per distinct
+        element offset (the written one as ``tc_vw`` where the statement reads it).
+    :ivar names: each grouped reference of the statement's right-hand side -> its struct.
+    :ivar write: the written reference where it is grouped (stored from ``tc_vw`` after the
+        loop), else None (the write runs element by element).
+    """
+
+    loop: ir.For
+    run: ir.Run
+    width: int
+    loads: tuple[tuple[str, V.Ref], ...]
+    names: Mapping[V.Ref, str]
+    write: V.Ref | None

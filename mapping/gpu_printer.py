@@ -12,9 +12,9 @@ statements; here:
   buffer (or back), bits unchanged;
 * a block reduction's own steps (:class:`~tcjit.mapping.gpu_ir.ReductionStep`) and the code
   thread 0 runs alone (:class:`~tcjit.mapping.gpu_ir.FirstThread`);
-* with ``vectors`` (the ``vector_width`` option) > 1, a thread's loop over that many
-  consecutive elements as a group of wide accesses where :mod:`.gpu_vectors` proves it one (the
-  CUDA printer's struct loads and stores; the emulation's element-by-element copies).
+* a vector group (:class:`~tcjit.mapping.gpu_ir.VectorGroup`, :mod:`.gpu_vectors`): a thread's
+  loop over consecutive elements with wide accesses (the CUDA printer's built-in vector types;
+  the emulation's element-by-element copies).
 
 How buffers are declared, and whether accesses are race-checked, is each target's (the CUDA
 printer's ``__shared__`` arrays; the emulation's per-block arrays filled with NaN).
@@ -31,8 +31,7 @@ from . import ir
 from . import ir_values as V
 from .c_exprs import ExprPrinter, c_compute_type, c_storage_type, combine_update, expr, reduction_identity
 from .c_printer import CPrinter
-from .gpu_ir import BlockReduction, CopyElement, FirstThread, ReductionStep, WarpSteps
-from .gpu_vectors import VectorGroup, vector_group
+from .gpu_ir import BlockReduction, CopyElement, FirstThread, ReductionStep, VectorGroup, WarpSteps
 
 __all__ = ["GpuPrinter"]
 
@@ -42,11 +41,9 @@ class GpuPrinter(CPrinter):
     block reductions, code for thread 0), for the CUDA printer and the emulated target's.
 
     :ivar buffers: every buffer of the plan, by name.
-    :ivar vectors: the iterations of a group loop (``vector_width``; 1: no groups).
     """
 
-    vectors = 1
-    group: VectorGroup | None = None  # the group whose loop is being printed
+    group: VectorGroup | None = None  # the group whose instances are being printed
 
     def __init__(self, *args, buffers=None, **options):
         super().__init__(*args)
@@ -198,6 +195,8 @@ class GpuPrinter(CPrinter):
             self.lines.append(f"{indent}{{ {self.reduction_step(n)} }}")
         elif isinstance(n, WarpSteps):
             self.node(n.body, indent)  # steps and barriers (the CUDA printer may shuffle)
+        elif isinstance(n, VectorGroup):
+            self.vector_group(n, indent)
         elif isinstance(n, FirstThread):
             self.lines.append(f"{indent}if (t0 == 0 && t1 == 0 && t2 == 0) {{")
             self.node(n.body, indent + "  ")
@@ -206,16 +205,10 @@ class GpuPrinter(CPrinter):
             super().node(n, indent)
 
     # ------------------------------------------------------------------------------ vector groups
-    def loop(self, n: ir.For, indent: str, **kwargs) -> None:
-        group = None
-        if self.vectors > 1 and not kwargs:
-            run = n.body.children[0] if isinstance(n.body, ir.Block) and len(n.body.children) == 1 else n.body
-            if isinstance(run, ir.Run) and run.statement in self.bodies:
-                strides = {t: self.held_strides(t) for t in self.strides}
-                group = vector_group(n, self.vectors, self.bodies[run.statement], strides, self.wide)
-        if group is None:
-            super().loop(n, indent, **kwargs)
-            return
+    def vector_group(self, group: VectorGroup, indent: str) -> None:
+        """A group (:mod:`.gpu_vectors`): under a test of its tensors' alignment, its vector
+        accesses as one each and its instances unrolled; else its loop as it is."""
+        n = group.loop
         structs = [(name, ref) for name, ref in group.loads]
         if group.write is not None and all(name != "tc_vw" for name, _ in structs):
             structs.append(("tc_vw", group.write))
@@ -253,7 +246,7 @@ class GpuPrinter(CPrinter):
             text = self.vector_write("tc_vw", group.write.tensor, self.address(group.write, ex), group.width)
             self.bound(group.run, [text], inner, {n.var: ir.Int(0)})
         self.lines.append(f"{indent}}} else {{")
-        super().loop(n, inner)
+        self.loop(n, inner)
         self.lines.append(f"{indent}}}")
 
     def run(self, node: ir.Run, indent: str) -> None:

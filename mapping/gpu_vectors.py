@@ -2,9 +2,9 @@
 
 With ``vector_width`` V > 1 the thread mapping gives each thread V consecutive iterations of the
 member on ``threadIdx.x`` (:meth:`~.gpu_threads.ThreadMapping.map_threads`), in a loop of its own
-below everything else (the *group loop*). Where that loop runs one statement instance, the GPU
-printers (:class:`~.gpu_printer.GpuPrinter`) print it as a group when :func:`vector_group` proves,
-from the affine forms of the addresses in the loop's variable ``v``:
+below everything else (the *group loop*). Where that loop runs one statement instance from ``0``
+to ``V - 1``, :func:`vector_group` decides whether it is a group, from the affine forms of the
+element offsets in the loop's variable ``v``:
 
 * a reference is a **vector access** where its element offset is ``base + v`` (coefficient 1)
   and ``base`` is a multiple of V for every value of the other variables (every coefficient and
@@ -16,24 +16,27 @@ from the affine forms of the addresses in the loop's variable ``v``:
   group reads what another writes, so reading before and writing after the loop keeps its
   meaning.
 
-The printed group tests, once, that each grouped tensor's array starts on a multiple of the
-group's bytes (``V * sizeof(element)``, at most 16), reads each vector access as one value of a
-``V``-element struct aligned to those bytes (``ld.global.v4.f32`` for float32 and V = 4), runs the
-loop on the structs' elements and stores the written struct; otherwise (a view that starts
-mid-vector) it runs the loop as it is. The emulated target prints the same group with an
-element-by-element copy (race-checked), so that the group's addresses and its loop are tested on
-every CI machine; the CUDA printer prints the struct accesses.
+:func:`mark_groups` replaces each such loop of a launch's kernel IR by a
+:class:`~.gpu_ir.VectorGroup` node, which the printers print
+(:meth:`~.gpu_printer.GpuPrinter.vector_group`): a test, once per group, that each grouped tensor's
+array starts on a multiple of the group's bytes (``V * sizeof(element)``, at most 16); each vector
+access read as one value (the CUDA printer: CUDA's built-in type of that size, ``ld.global.v4``
+for float32 and V = 4), the V instances unrolled on the values' elements, the written value
+stored as one; otherwise (a view that starts mid-vector) the loop as it is. The emulated target
+prints the same group with element-by-element copies (race-checked), so that the group's
+addresses and its unrolling are tested on every CI machine.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from . import ir
 from . import ir_values as V
+from .gpu_ir import FirstThread, VectorGroup, WarpSteps
 
-__all__ = ["VectorGroup", "linear", "vector_group"]
+__all__ = ["linear", "mark_groups", "vector_group"]
 
 Linear = dict[str, int]  # variable -> coefficient, "" -> the constant; no zeros
 
@@ -108,27 +111,6 @@ def offset(ref: V.Ref, dims: Mapping[str, Linear | None], strides) -> Linear | N
     return total
 
 
-@dataclass(frozen=True)
-class VectorGroup:
-    """A group loop printed as wide accesses (see the module's docstring).
-
-    :ivar loop: the loop. :ivar run: the statement instance it runs. :ivar width: its
-        iterations (V).
-    :ivar loads: the structs read before the loop: ``(name, reference)``, one per distinct
-        element offset (the written one as ``tc_vw`` where the statement reads it).
-    :ivar names: each grouped reference of the statement's right-hand side -> its struct.
-    :ivar write: the written reference where it is grouped (stored from ``tc_vw`` after the
-        loop), else None (the write runs element by element).
-    """
-
-    loop: ir.For
-    run: ir.Run
-    width: int
-    loads: tuple[tuple[str, V.Ref], ...]
-    names: Mapping[V.Ref, str]
-    write: V.Ref | None
-
-
 def _group_loop(loop: ir.For, width: int) -> ir.Run | None:
     """The statement instance a loop ``for (v = 0; v <= width - 1; v += 1)`` runs alone."""
     if loop.degenerate or loop.kinds or loop.step != 1 or loop.init != ir.Int(0):
@@ -198,3 +180,35 @@ def vector_group(
     if written is None and not names:
         return None
     return VectorGroup(loop, run, width, tuple(loads.values()), names, target if written else None)
+
+
+def mark_groups(
+    node: ir.Node | None,
+    width: int,
+    bodies: Mapping[str, V.Body],
+    strides: Mapping[str, tuple[int, ...]],
+    wide: Mapping,
+) -> ir.Node | None:
+    """``node`` (a launch's kernel IR, or the emulation's of every launch) with each loop that
+    makes a group with ``width`` iterations (:func:`vector_group`) replaced by its
+    :class:`~.gpu_ir.VectorGroup`; unchanged for ``width`` 1."""
+    if width < 2:
+        return node
+
+    def visit(n):
+        if isinstance(n, ir.For):
+            run = n.body.children[0] if isinstance(n.body, ir.Block) and len(n.body.children) == 1 else n.body
+            if isinstance(run, ir.Run) and run.statement in bodies:
+                group = vector_group(n, width, bodies[run.statement], strides, wide)
+                if group is not None:
+                    return group
+            return ir.For(n.var, n.init, n.cond, n.step, visit(n.body), n.kinds, n.degenerate)
+        if isinstance(n, ir.Block):
+            return ir.Block(tuple(visit(c) for c in n.children))
+        if isinstance(n, ir.If):
+            return ir.If(n.cond, visit(n.then), visit(n.other) if n.other is not None else None)
+        if isinstance(n, (ir.Mark, WarpSteps, FirstThread, ir.Blocks, ir.Threads)):
+            return dataclasses.replace(n, body=visit(n.body))
+        return n  # statements, copies, reduction steps: nothing below to group
+
+    return visit(node)

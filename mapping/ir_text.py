@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..polyhedral.errors import TCInternalError
 from . import ir
-from .gpu_ir import CopyElement, FirstThread, ReductionStep, WarpSteps
+from .gpu_ir import CopyElement, FirstThread, ReductionStep, VectorGroup, WarpSteps
 
 __all__ = ["render", "render_expr"]
 
@@ -131,6 +131,12 @@ def render(node: ir.Node | None, indent: str = "") -> str:
                 f"{pad}last warp's steps of block reduction {n.reduction.number} (shuffles where they fit):"
             )
             visit(n.body, pad + "  ")
+        elif isinstance(n, VectorGroup):
+            wide = sorted({ref.tensor for _, ref in n.loads} | ({n.write.tensor} if n.write else set()))
+            lines.append(
+                f"{pad}vector group of {n.width} ({', '.join(wide)} a wide access each, where aligned):"
+            )
+            visit(n.loop, pad + "  ")
         elif isinstance(n, FirstThread):
             lines.append(f"{pad}thread (0, 0, 0) of each block alone:")
             visit(n.body, pad + "  ")

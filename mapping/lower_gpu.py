@@ -26,6 +26,7 @@ from .emulation import EmulatedPrinter
 from .fission import fission
 from .gpu import GpuKernelPlan, GpuPlan, folds_initialisations, launch_bodies, map_gpu
 from .gpu_nodes import explicit
+from .gpu_vectors import mark_groups
 from .lower_cpu import CpuKernelSource
 from .prepare import Prepared, kernel_header, kernel_params, kernel_stages, prepare
 from .promotion import TensorInfo
@@ -93,11 +94,13 @@ def lower_emulated(
     header = kernel_header(cdef, f"emulated CUDA target, options: {options!r}")
     statements = {s.name: s for s in scop.statements}
     facts = TilingFacts(cdef, statements, sizes, strides, checked, wide, vector_bytes=32, emulated=True)
+    bodies = gpu_bodies(low.plan, scop, cdef, sizes, wide, checked)
     body = plan_reductions(ir.Block(tuple(launches)), facts)
+    body = mark_groups(body, low.vectors, bodies, strides, wide)
     text, checks = print_kernel(
         cdef,
         body,
-        gpu_bodies(low.plan, scop, cdef, sizes, wide, checked),
+        bodies,
         symbol=symbol,
         params=params,
         sizes=sizes,
@@ -105,7 +108,7 @@ def lower_emulated(
         wide=wide,
         copy_in=frozenset(zero) & frozenset(wide),
         header=header,
-        printer=EmulatedPrinter.factory(**printer_inputs(low.plan), vectors=low.vectors),
+        printer=EmulatedPrinter.factory(**printer_inputs(low.plan)),
     )
     stages = kernel_stages(sched, low.plan.schedule, low.plan.decisions, body)
     shared = tuple(b.name for k in low.plan.kernels for b in k.buffers if b.space == "shared")
@@ -148,21 +151,23 @@ def lower_cuda(
     for name, wt in wide.items():
         params.append(CParam(name, "wide", f"{c_compute_type(wt)} *restrict"))
     header = kernel_header(cdef, f"CUDA target, options: {options!r}")
+    bodies = gpu_bodies(low.plan, scop, cdef, sizes, wide, checked)
+    launches = [(launch, mark_groups(body, low.vectors, bodies, strides, wide)) for launch, body in launches]
     text, checks = print_cuda(
         cdef,
         launches,
-        gpu_bodies(low.plan, scop, cdef, sizes, wide, checked),
+        bodies,
         params=params,
         sizes=sizes,
         strides=strides,
         header=header,
         wide=wide,
-        printer=CudaPrinter.factory(
-            **printer_inputs(low.plan), readonly=options.use_readonly_cache, vectors=low.vectors
-        ),
+        printer=CudaPrinter.factory(**printer_inputs(low.plan), readonly=options.use_readonly_cache),
         buffers=[k.buffers for k, _ in low.launches],
     )
-    body = ir.Block(tuple(ir.Blocks(k.grid, k.block, b, k.buffers) for k, b in low.launches))
+    body = ir.Block(
+        tuple(ir.Blocks(k.grid, k.block, b, k.buffers) for (k, _), (_, b) in zip(low.launches, launches))
+    )
     stages = kernel_stages(sched, low.plan.schedule, low.plan.decisions, body)
     return CudaKernelSource(text, symbol, tuple(k for k, _ in launches), tuple(params), zero, checks, stages)
 
