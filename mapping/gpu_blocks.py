@@ -18,7 +18,7 @@ import islpy as isl
 
 from ..polyhedral.errors import TCInternalError
 from ..polyhedral.schedule import node_at, node_path
-from .gpu_ids import constant_ids, id_filter, id_function
+from .gpu_ids import constant_ids, id_filter, ids_function
 from .gpu_ir import BLOCK_IDS, THREAD_IDS
 from .gpu_reductions import ReductionMapping
 from .tree_queries import leading_coincident
@@ -56,7 +56,7 @@ class BlockMapping(ReductionMapping):
         self.spread = self.spread_reduction(band, n, grid_opt)
         if self.spread:
             n += 1
-        self.blocks = self._block_ids(band, n, grid_opt)
+        self.blocks = ids_function(band, range(n), grid_opt)
         if n == 0:
             self.decisions.append(f"blocks: none (no coincident outer member) for {_names(band)}")
             return sched, [], node_path(band)
@@ -71,16 +71,6 @@ class BlockMapping(ReductionMapping):
         band_path = node_path(band)
         node = band.insert_filter(filt)  # the band is now this filter's child
         return node.get_schedule(), list(grid_opt[:n]), [*band_path, 0]
-
-    @staticmethod
-    def _block_ids(band: isl.ScheduleNode, n: int, grid_opt) -> isl.UnionMap:
-        """Each instance below ``band`` -> its block ids ``(x, y, z)`` once its first ``n``
-        members go to blocks (the ids beyond them 0)."""
-        fn = None
-        for i in range(3):
-            part = id_function(band, i, grid_opt[i]) if i < n else constant_ids(band.get_domain(), 1)
-            fn = part if fn is None else fn.flat_range_product(part)
-        return fn
 
 
 def launch_context(fixed: isl.Set, grid: Sequence[int], block: Sequence[int]) -> isl.Set:

@@ -17,6 +17,7 @@ __all__ = [
     "constant_ids",
     "id_filter",
     "id_function",
+    "ids_function",
     "mentions_threads",
     "set_names",
     "unused_threads_zero",
@@ -35,6 +36,20 @@ def id_function(band: isl.ScheduleNode, member: int, size: int) -> isl.UnionMap:
     upa = band.band_get_partial_schedule().get_union_pw_aff(member)
     upa = upa.mod_val(isl.Val.int_from_si(band.get_ctx(), size))
     return isl.UnionMap.from_union_pw_aff(upa).intersect_domain(band.get_domain())
+
+
+def ids_function(band: isl.ScheduleNode, members, sizes) -> isl.UnionMap:
+    """Instance -> ``(x, y, z)`` ids: ``members[k]`` of ``band`` modulo ``sizes[k]`` for the ids
+    the members give, 0 for the others."""
+    fn = None
+    for k in range(3):
+        part = (
+            id_function(band, members[k], sizes[k])
+            if k < len(members)
+            else constant_ids(band.get_domain(), 1)
+        )
+        fn = part if fn is None else fn.flat_range_product(part)
+    return fn
 
 
 def unused_threads_zero(filt: isl.UnionSet, n: int) -> isl.UnionSet:

@@ -24,6 +24,7 @@ __all__ = [
     "SHUFFLED_TYPES",
     "THREAD0_MARK",
     "THREAD_IDS",
+    "WRITTEN",
     "BlockReduction",
     "Copy",
     "CopyElement",
@@ -177,6 +178,10 @@ class FirstThread:
     body: ir.Node
 
 
+#: The name of a vector group's written value (:class:`VectorGroup`).
+WRITTEN = "tc_vw"
+
+
 @dataclass(frozen=True)
 class VectorGroup:
     """A thread's loop over V consecutive elements printed as wide accesses (:mod:`.gpu_vectors`).
@@ -184,9 +189,9 @@ class VectorGroup:
     :ivar loop: the loop. :ivar run: the statement instance it runs. :ivar width: its
         iterations (V).
     :ivar loads: the structs read before the loop: ``(name, reference)``, one per distinct
-        element offset (the written one as ``tc_vw`` where the statement reads it).
+        element offset (the written one as :data:`WRITTEN` where the statement reads it).
     :ivar names: each grouped reference of the statement's right-hand side -> its struct.
-    :ivar write: the written reference where it is grouped (stored from ``tc_vw`` after the
+    :ivar write: the written reference where it is grouped (stored from :data:`WRITTEN` after the
         loop), else None (the write runs element by element).
     """
 
@@ -196,3 +201,11 @@ class VectorGroup:
     loads: tuple[tuple[str, V.Ref], ...]
     names: Mapping[V.Ref, str]
     write: V.Ref | None
+
+    @property
+    def values(self) -> tuple[tuple[str, V.Ref], ...]:
+        """Every wide value the group holds, ``(name, reference)``: its loads, and the written
+        one where it is not loaded."""
+        if self.write is None or any(name == WRITTEN for name, _ in self.loads):
+            return self.loads
+        return (*self.loads, (WRITTEN, self.write))

@@ -31,7 +31,7 @@ from . import ir
 from . import ir_values as V
 from .c_exprs import ExprPrinter, c_compute_type, c_storage_type, combine_update, expr, reduction_identity
 from .c_printer import CPrinter
-from .gpu_ir import BlockReduction, CopyElement, FirstThread, ReductionStep, VectorGroup, WarpSteps
+from .gpu_ir import WRITTEN, BlockReduction, CopyElement, FirstThread, ReductionStep, VectorGroup, WarpSteps
 
 __all__ = ["GpuPrinter"]
 
@@ -121,7 +121,7 @@ class GpuPrinter(CPrinter):
 
     def updated(self, target: V.Target, ex: ExprPrinter):
         if self.group is not None and target == self.group.write:
-            lvalue = f"tc_vw.v[{self.group.loop.var}]"
+            lvalue = f"{WRITTEN}.v[{self.group.loop.var}]"
             return (
                 lambda want: self.held_value(target.tensor, lvalue, want),
                 lambda value: self.held_store(target.tensor, lvalue, value),
@@ -209,9 +209,7 @@ class GpuPrinter(CPrinter):
         """A group (:mod:`.gpu_vectors`): under a test of its tensors' alignment, its vector
         accesses as one each and its instances unrolled; else its loop as it is."""
         n = group.loop
-        structs = [(name, ref) for name, ref in group.loads]
-        if group.write is not None and all(name != "tc_vw" for name, _ in structs):
-            structs.append(("tc_vw", group.write))
+        structs = group.values
         tests = []
         for tensor in dict.fromkeys(ref.tensor for _, ref in structs):
             mask = group.width * self.cdef.tensor(tensor).dtype.bits // 8 - 1
@@ -243,7 +241,7 @@ class GpuPrinter(CPrinter):
         finally:
             self.group = None
         if group.write is not None:
-            text = self.vector_write("tc_vw", group.write.tensor, self.address(group.write, ex), group.width)
+            text = self.vector_write(WRITTEN, group.write.tensor, self.address(group.write, ex), group.width)
             self.bound(group.run, [text], inner, {n.var: ir.Int(0)})
         self.lines.append(f"{indent}}} else {{")
         self.loop(n, inner)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import islpy as isl
 
 from ..polyhedral.schedule import member_extent, node_at, node_path
-from .gpu_ids import constant_ids, id_filter, id_function, unused_threads_zero
+from .gpu_ids import constant_ids, id_filter, ids_function, unused_threads_zero
 from .gpu_ir import THREAD0_MARK, THREAD_IDS
 from .gpu_reductions import ReductionMapping
 from .tree_queries import leading_coincident
@@ -154,15 +154,7 @@ class ThreadMapping(ReductionMapping):
                     f" {_names(node)} per thread (x takes the groups)"
                 )
             filt = node.get_domain()
-            fn = None
-            for k in range(3):
-                part = (
-                    id_function(node, n - 1 - k, block_opt[k])
-                    if k < n
-                    else constant_ids(node.get_domain(), 1)
-                )
-                fn = part if fn is None else fn.flat_range_product(part)
-            self.threads.append(fn)
+            self.threads.append(ids_function(node, range(n - 1, -1, -1), block_opt))
             for k, m in enumerate(reversed(range(n))):
                 filt = filt.intersect(id_filter(node, m, block_opt[k], THREAD_IDS[k]))
             filt = unused_threads_zero(filt, n)

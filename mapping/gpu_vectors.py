@@ -34,7 +34,7 @@ from collections.abc import Mapping
 
 from . import ir
 from . import ir_values as V
-from .gpu_ir import FirstThread, VectorGroup, WarpSteps
+from .gpu_ir import WRITTEN, FirstThread, VectorGroup, WarpSteps
 
 __all__ = ["linear", "mark_groups", "vector_group"]
 
@@ -123,23 +123,6 @@ def _group_loop(loop: ir.For, width: int) -> ir.Run | None:
     return body if isinstance(body, ir.Run) else None
 
 
-def _refs(v: object) -> list[V.Ref]:
-    """The tensor references a value reads, in order (gathers' index loads among them)."""
-    out: list[V.Ref] = []
-
-    def visit(x: object) -> None:
-        if isinstance(x, V.Ref):
-            out.append(x)
-        if hasattr(x, "__dataclass_fields__"):
-            for name in x.__dataclass_fields__:
-                value = getattr(x, name)
-                for item in value if isinstance(value, tuple) else (value,):
-                    visit(item)
-
-    visit(v)
-    return out
-
-
 def vector_group(
     loop: ir.For, width: int, body: V.Body, strides: Mapping[str, tuple[int, ...]], wide: Mapping
 ) -> VectorGroup | None:
@@ -163,10 +146,10 @@ def vector_group(
 
     target = body.target if isinstance(body.target, V.Ref) else None
     written = form(target) if target is not None else None
-    reads = _refs(body.value) if body.value is not None else []
+    reads = [load.ref for load in V.loads(body.value) if isinstance(load.ref, V.Ref)]
     loads: dict[tuple, tuple[str, V.Ref]] = {}
     if written is not None and body.kind == "update":
-        loads[written] = ("tc_vw", target)
+        loads[written] = (WRITTEN, target)
     names: dict[V.Ref, str] = {}
     for ref in reads:
         f = form(ref)
@@ -175,7 +158,7 @@ def vector_group(
         if f is None:
             continue
         if f not in loads:
-            loads[f] = ("tc_vw" if f == written else f"tc_vr{len(loads)}", ref)
+            loads[f] = (WRITTEN if f == written else f"tc_vr{len(loads)}", ref)
         names[ref] = loads[f][0]
     if written is None and not names:
         return None
@@ -197,8 +180,8 @@ def mark_groups(
 
     def visit(n):
         if isinstance(n, ir.For):
-            run = n.body.children[0] if isinstance(n.body, ir.Block) and len(n.body.children) == 1 else n.body
-            if isinstance(run, ir.Run) and run.statement in bodies:
+            run = _group_loop(n, width)
+            if run is not None and run.statement in bodies:
                 group = vector_group(n, width, bodies[run.statement], strides, wide)
                 if group is not None:
                     return group

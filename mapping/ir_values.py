@@ -256,6 +256,31 @@ def operands(v: Value) -> tuple[Value, ...]:
     return ()
 
 
+def loads(v: Value | None):
+    """Every load of value ``v``, those in its loads' subscripts (gathers) included, in
+    pre-order."""
+    if v is None:
+        return
+    if isinstance(v, Load):
+        yield v
+        if isinstance(v.ref, (Ref, BufferRef)):
+            for s in v.ref.subscripts:
+                yield from _subscript_loads(s)
+        return
+    for x in operands(v):
+        yield from loads(x)
+
+
+def _subscript_loads(s: Subscript):
+    if isinstance(s, SubValue):
+        yield from loads(s.value)
+    elif isinstance(s, SubNeg):
+        yield from _subscript_loads(s.arg)
+    elif isinstance(s, SubArith):
+        yield from _subscript_loads(s.lhs)
+        yield from _subscript_loads(s.rhs)
+
+
 # ------------------------------------------------------------------------------------------- body
 @dataclass(frozen=True)
 class Body:

@@ -45,7 +45,6 @@ class GpuLowering:
     prepared: Prepared
     plan: GpuPlan
     launches: tuple[tuple[GpuKernelPlan, ir.Node], ...]
-    vectors: int = 1  # the iterations of a vector group loop (``vector_width``: :mod:`.gpu_vectors`)
 
 
 def lower_gpu(cdef: CheckedDef, sizes: Mapping[str, int], options) -> GpuLowering:
@@ -68,7 +67,7 @@ def lower_gpu(cdef: CheckedDef, sizes: Mapping[str, int], options) -> GpuLowerin
     launches = tuple(
         (k, explicit(body, plan.copies, plan.reductions)) for k, body in launch_bodies(plan, params)
     )
-    return GpuLowering(prepared, plan, launches, options.vector_width)
+    return GpuLowering(prepared, plan, launches)
 
 
 def lower_emulated(
@@ -96,7 +95,7 @@ def lower_emulated(
     facts = TilingFacts(cdef, statements, sizes, strides, checked, wide, vector_bytes=32, emulated=True)
     bodies = gpu_bodies(low.plan, scop, cdef, sizes, wide, checked)
     body = plan_reductions(ir.Block(tuple(launches)), facts)
-    body = mark_groups(body, low.vectors, bodies, strides, wide)
+    body = mark_groups(body, options.vector_width, bodies, strides, wide)
     text, checks = print_kernel(
         cdef,
         body,
@@ -152,7 +151,9 @@ def lower_cuda(
         params.append(CParam(name, "wide", f"{c_compute_type(wt)} *restrict"))
     header = kernel_header(cdef, f"CUDA target, options: {options!r}")
     bodies = gpu_bodies(low.plan, scop, cdef, sizes, wide, checked)
-    launches = [(launch, mark_groups(body, low.vectors, bodies, strides, wide)) for launch, body in launches]
+    launches = [
+        (launch, mark_groups(body, options.vector_width, bodies, strides, wide)) for launch, body in launches
+    ]
     text, checks = print_cuda(
         cdef,
         launches,
