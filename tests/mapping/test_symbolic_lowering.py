@@ -72,7 +72,9 @@ def _sweep(name, symbolic_of, options=None):
         assert errors[0] == 0, (sizes, errors)
         tol = 1e-3 * max(1.0, k.reduction_length(sizes) ** 0.5 / 16)
         for got, want in zip(outs, k.torch_ref(*inputs)):
-            torch.testing.assert_close(got, want, rtol=tol, atol=tol, msg=lambda m: f"{name} at {sizes}: {m}")
+            torch.testing.assert_close(
+                got, want, rtol=tol, atol=tol, msg=lambda m, at=sizes: f"{name} at {at}: {m}"
+            )
 
 
 @pytest.mark.parametrize("name", DEFAULT_TIER)
