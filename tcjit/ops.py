@@ -37,11 +37,12 @@ operators; the names are the same in every process.
 * *``target`` and ``options``* are part of the operator's identity (the key above), not arguments.
 * *``outputs=``* is refused under ``torch.compile`` (the operators are functional): a
   :class:`~tcjit.TCCallError`.
-* *Sizes.* Kernels are compiled for concrete sizes, and the fake implementation reads concrete
-  sizes: an input dimension that Dynamo made symbolic (``dynamic=True``, ``mark_dynamic``, or
-  automatic dynamic shapes after a recompile) is *specialised* by it (Dynamo adds a guard that the
-  size equals the traced one; ``mark_dynamic`` on such a dimension raises Dynamo's constraint
-  violation). Each new size is then a new graph, as each is a new compiled kernel in eager mode.
+* *Sizes.* The fake implementation keeps symbolic sizes symbolic: an input dimension that Dynamo
+  made symbolic (``dynamic=True``, ``mark_dynamic``, or automatic dynamic shapes after a
+  recompile) gives outputs whose shapes are the definition's size expressions of it, with no
+  guard on its value, so one graph serves every size. When the graph runs, the operator's real
+  implementation calls the kernel as an eager call does, which makes the size symbolic in its
+  compiled code when it sees a second value (DESIGN.md, "Shapes").
 * *Dtypes.* Float tensors of other dtypes than declared select a retyped variant of the kernel
   (:meth:`Kernel.variant_for`), whose canonical text differs: each variant has operators of its
   own, resolved at trace time from the arguments' dtypes. A dtype no variant fits (an integer
@@ -63,7 +64,7 @@ from .arguments import check_target
 from .kernel_protocol import KernelLike
 from .polyhedral.errors import TCCallError
 
-__all__ = ["NAMESPACE", "compiled_call", "op_name", "registered_ops"]
+__all__ = ["NAMESPACE", "compiled_call", "op_name", "registered_ops", "symbolic_output_shapes"]
 
 NAMESPACE = "tcjit"
 """The ``torch.ops`` namespace of every operator this module registers."""
@@ -216,7 +217,11 @@ def _fake_outputs(kernel: KernelLike, inputs) -> tuple[torch.Tensor, ...]:
     """Empty tensors shaped, typed and placed like ``kernel``'s outputs on these (fake) inputs.
 
     The call is checked like a real one (counts, dtypes, ranks, sizes, ranges) by
-    :func:`tcjit.binding.bind`, which reads concrete sizes: a symbolic size is specialised here.
+    :func:`tcjit.binding.bind`. Where an input's shape is symbolic (``torch.compile(dynamic=True)``,
+    ``mark_dynamic``, automatic dynamic shapes), the check runs on meta tensors of the shapes'
+    example values (nothing is fixed by it), and the outputs' shapes are the definition's size
+    expressions of the symbolic sizes (:func:`symbolic_output_shapes`), so the graph serves every
+    size; the kernel itself makes those sizes symbolic when it sees them vary (DESIGN.md, "Shapes").
     Rank-0 arguments do not affect shapes; their values (possibly symbolic, or fake tensors whose
     ``item()`` has no value) are replaced by zeros.
     """
@@ -229,11 +234,54 @@ def _fake_outputs(kernel: KernelLike, inputs) -> tuple[torch.Tensor, ...]:
             x = args[i]
             if not isinstance(x, torch.Tensor) or x.dim() == 0:
                 args[i] = 0
-    b = bind(cdef, args)
+    symbolic = any(isinstance(x, torch.Tensor) and not all(isinstance(n, int) for n in x.shape) for x in args)
+    if not symbolic:
+        b = bind(cdef, args)
+        shapes, device = b.output_shapes, b.device
+    else:
+        examples = [_example(x) for x in args]
+        if all(x is not None for x in examples):
+            bind(cdef, examples)  # the call's checks, at the example sizes
+        shapes = symbolic_output_shapes(cdef, args)
+        device = next((x.device for x in args if isinstance(x, torch.Tensor)), torch.device("cpu"))
     return tuple(
-        torch.empty(b.output_shapes[o], dtype=torch_dtype(cdef.tensor(o).dtype), device=b.device)
-        for o in cdef.outputs
+        torch.empty(shapes[o], dtype=torch_dtype(cdef.tensor(o).dtype), device=device) for o in cdef.outputs
     )
+
+
+def symbolic_output_shapes(cdef, inputs) -> dict[str, tuple]:
+    """Every output's shape for inputs whose shapes may hold ``SymInt`` s: each size bound from the
+    first dimension that names it (the others are asserted equal with ``torch._check``, which
+    fixes no value), each output dimension its size expression of them
+    (:meth:`~tcjit.polyhedral.lang.sizes.SizeExpr.evaluate_with`)."""
+    sizes: dict[str, object] = {}
+    for p, value in zip(cdef.ast.params, inputs):
+        if p.name in cdef.scalars or not isinstance(value, torch.Tensor):
+            continue
+        for dim, n in zip(p.dims or (), value.shape):
+            if isinstance(dim.value, str):
+                if dim.value in sizes:
+                    torch._check(n == sizes[dim.value], lambda: f"sizes of {cdef.name} contradict")
+                else:
+                    sizes[dim.value] = n
+    return {
+        o: tuple(d.evaluate_with(sizes, torch.sym_min, torch.sym_max) for d in cdef.tensor(o).shape)
+        for o in cdef.outputs
+    }
+
+
+def _example(x):
+    """A meta tensor of ``x``'s shape at its example sizes (a traced size's hint), or ``x`` when
+    it is not a tensor; None where a size has no example value."""
+    if not isinstance(x, torch.Tensor):
+        return x
+    shape = []
+    for n in x.shape:
+        hint = n if isinstance(n, int) else getattr(getattr(n, "node", None), "hint", None)
+        if hint is None:
+            return None
+        shape.append(int(hint))
+    return torch.empty(shape, dtype=x.dtype, device="meta")
 
 
 def _register(op: _Op, name: str) -> None:

@@ -172,6 +172,16 @@ class SizeExpr:
         """The value for concrete ``sizes``; raises ``KeyError`` naming a missing symbol."""
         return self.const + sum(k * _atom_eval(a, sizes) for a, k in self.terms)
 
+    def evaluate_with(self, sizes: Mapping[str, object], minimum, maximum):
+        """The value for ``sizes`` that may be symbolic integers (torch's ``SymInt``, as a traced
+        shape holds): no conversion to ``int`` (which would fix a traced size), ``+ - * //`` as
+        the values define them, and ``min``/``max`` by ``minimum``/``maximum``
+        (``torch.sym_min``, ``torch.sym_max``)."""
+        out = self.const
+        for a, k in self.terms:
+            out = out + k * _atom_with(a, sizes, minimum, maximum)
+        return out
+
     def bounds(self) -> tuple[float, float]:
         """The infimum and supremum over every assignment of sizes >= 1 (``-inf``/``inf`` if none).
 
@@ -368,6 +378,23 @@ def _atom_c(a: _Atom, name) -> str:
             text = f"tc_{a.op}_i64({text}, {x.to_c(name)})"
         return text
     return "(" + " * ".join(_atom_c(f, name) for f in a.factors) + ")"
+
+
+def _atom_with(a: _Atom, sizes: Mapping[str, object], minimum, maximum):
+    if isinstance(a, _Sym):
+        return sizes[a.name]
+    if isinstance(a, _FloorDiv):
+        return a.num.evaluate_with(sizes, minimum, maximum) // a.den
+    if isinstance(a, _MinMax):
+        pick = minimum if a.op == "min" else maximum
+        out = a.args[0].evaluate_with(sizes, minimum, maximum)
+        for x in a.args[1:]:
+            out = pick(out, x.evaluate_with(sizes, minimum, maximum))
+        return out
+    out = 1
+    for f in a.factors:
+        out = out * _atom_with(f, sizes, minimum, maximum)
+    return out
 
 
 def _atom_tc(a: _Atom) -> tuple[str, bool]:

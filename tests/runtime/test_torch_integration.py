@@ -205,6 +205,53 @@ def test_compiled_backward_takes_none_for_an_output_the_loss_does_not_read(read,
     assert made[-1].absent == frozenset({"H", "O"}) - set(read)
 
 
+#: A valid 1-d convolution: its output's length is a size expression of the input's.
+CONV1D = """
+def conv1d(float(N, L) X, float(K) F) -> (Y) {
+    Y(n, l) +=! X(n, l + r_k) * F(r_k)
+}
+"""
+
+
+@pytest.mark.parametrize("how", ("dynamic", "mark_dynamic"))
+def test_symbolic_sizes_compile_one_graph_for_every_batch_size(fcrelu, how):
+    """``torch.compile(dynamic=True)`` and ``mark_dynamic``: the fake implementation keeps a
+    symbolic size symbolic (no guard fixes it, no constraint violation), so one graph, forward
+    and backward, serves every batch size; values and gradients equal eager ones."""
+    model = _MLP(fcrelu)
+    rec = _Recorder()
+    compiled = torch.compile(model, fullgraph=True, backend=rec, dynamic=True if how == "dynamic" else None)
+    for batch in (6, 3, 6, 9, 2):
+        x = _randn(batch, 8, seed=batch, requires_grad=True)
+        if how == "mark_dynamic":
+            torch._dynamo.mark_dynamic(x, 0)
+        want = _loss_and_grads(model, x)
+        got = _loss_and_grads(compiled, x)
+        torch.testing.assert_close(got[0], want[0])
+        for g, w in zip([*got[1], got[2]], [*want[1], want[2]]):
+            torch.testing.assert_close(g, w)
+    assert len(rec.graphs) == 1, f"{len(rec.graphs)} graphs"
+
+
+def test_a_symbolic_output_shape_is_the_size_expression_of_the_inputs():
+    conv = tcjit.define(CONV1D)
+    rec = _Recorder()
+    f = torch.compile(lambda x, k: conv(x, k) * 2, fullgraph=True, backend=rec, dynamic=True)
+    for n, length, taps in ((2, 10, 3), (3, 17, 3), (4, 9, 5)):
+        x, k = _randn(n, length, seed=length), _randn(taps, seed=taps)
+        y = f(x, k)
+        assert y.shape == (n, length - taps + 1)
+        torch.testing.assert_close(y, 2 * torch.nn.functional.conv1d(x[:, None], k[None, None])[:, 0])
+    assert len(rec.graphs) == 1
+    shapes = {
+        str(n.meta["example_value"].shape)
+        for g in rec.graphs
+        for n in g.graph.nodes
+        if n.op == "call_function" and "tcjit" in str(n.target)
+    }
+    assert len(shapes) == 1 and "s" in shapes.pop()  # symbolic, e.g. torch.Size([s0, s1 - s2 + 1])
+
+
 def test_operators_pass_opcheck(fcrelu):
     """Schema, fake implementation, autograd registration and AOT dispatch of each kind of operator."""
     x, w, b = _randn(3, 8, seed=13), _randn(5, 8, seed=14), _randn(5, seed=15)
