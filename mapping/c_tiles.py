@@ -273,16 +273,29 @@ class TilePrinter:
         addr = self.address(st.target, ExprPrinter(self))
         lhs_bind = self.bindings(first.statement, first.args, set(st.lhs_vars))
         form = f"dot-product form, {lanes} lanes" if dot else "outer-product form"
-        self.lines.append(
-            f"{indent}{{ /* register tile ({form}): '{st.tensor}' kept in {name} across loop {loop.var} */"
-        )
+        first_chunk = None if dot or n.start is None else " && ".join(f"{o} == {v}" for o, v in n.start)
+        how = {None: "", "": ", whole sums from zero"}.get(first_chunk, f", from zero where {first_chunk}")
+        kept = f"'{st.tensor}' kept in {name} across loop {loop.var}{how}"
+        self.lines.append(f"{indent}{{ /* register tile ({form}): {kept} */")
         self.lines.append(f"{indent}  {stack_array(ct, name + dims)}")
+        zero = reduction_identity(st.op, et)
         if dot:
-            zero = reduction_identity(st.op, et)
             start = f"for (int tc_l = 0; tc_l < {lanes}; tc_l++) {name}{idx}[tc_l] = {zero};"
-        else:
-            start = f"{name}{idx} = {self.load(st.tensor, addr, et)};"
-        self.point_nest(points, f"{lhs_bind} {start}", indent + "  ")
+            self.point_nest(points, f"{lhs_bind} {start}", indent + "  ")
+        elif first_chunk is None:  # it loads
+            self.point_nest(
+                points, f"{lhs_bind} {name}{idx} = {self.load(st.tensor, addr, et)};", indent + "  "
+            )
+        elif first_chunk == "":  # whole sums: from the identity (the initialisation it stands for)
+            self.point_nest(points, f"{name}{idx} = {zero};", indent + "  ")
+        else:  # the first chunk of the reduction starts from zero; later ones add to what it stored
+            self.lines.append(f"{indent}  if ({first_chunk}) {{")
+            self.point_nest(points, f"{name}{idx} = {zero};", indent + "    ")
+            self.lines.append(f"{indent}  }} else {{")
+            self.point_nest(
+                points, f"{lhs_bind} {name}{idx} = {self.load(st.tensor, addr, et)};", indent + "    "
+            )
+            self.lines.append(f"{indent}  }}")
         if dot:
             self._lane_strips(n, f"{name}{idx}", indent + "  ")
             finish = (

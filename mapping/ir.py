@@ -288,9 +288,10 @@ class RegisterTile:
     the rest). The vector forms (``vector``, ``chain_vector``) hold sums of type ``vector`` along
     dimension ``vdim`` and load the accesses ``vector_loads`` (their numbers in the statement's
     body, :mod:`.ir_values`) as vectors; ``vector``: ``var`` is the ``simd`` point loop's
-    variable, made a chunk loop ``tc_v`` of the point loops, and ``start`` says how the sums start
-    (None: loaded; ``()``: from zero; else pairs ``(loop, first value)``: from zero where those
-    enclosing loops are at their first values, :func:`~tcjit.mapping.tile_forms.tile_start`);
+    variable, made a chunk loop ``tc_v`` of the point loops; ``vector`` and ``outer``: ``start``
+    says how the sums start (None: loaded; ``()``: from zero; else pairs ``(loop, first value)``:
+    from zero where those enclosing loops are at their first values,
+    :func:`~tcjit.mapping.tile_forms.tile_start`);
     ``chain_vector``: ``block`` of ``loops`` lie outside the float32 partial sums of a long sum.
     """
 

@@ -153,20 +153,21 @@ def folded_initialisations(planned: ir.Node, foldable: frozenset[str]) -> tuple[
         elif isinstance(n, ir.Accumulation):
             seen(n.loop.body.statement, False)
         elif isinstance(n, ir.RegisterTile):
-            seen(n.statement, n.form == "vector" and n.start is not None)
+            seen(n.statement, n.form in ("vector", "outer") and n.start is not None)
     return tuple(sorted(name for name in foldable if from_zero.get(name.removesuffix("_init"), False)))
 
 
 def _printed(node: ir.Node | None):
     """The statement instances, register accumulators and register tiles of planned ``node``,
-    each as often as the kernel runs it in a place of its own (both copies of a split tile)."""
+    each as often as the kernel runs it in a place of its own (both copies of a split tile). The
+    instances inside a ``vector`` or ``outer`` tile are the tile's (they update its sums)."""
     if node is None:
         return
     if isinstance(node, (ir.Run, ir.Accumulation)):
         yield node
     elif isinstance(node, ir.RegisterTile):
         yield node
-        if node.form != "vector":
+        if node.form not in ("vector", "outer"):
             yield from _printed(node.compute)
     elif isinstance(node, ir.FullTiles):
         yield from _printed(node.full)

@@ -247,7 +247,7 @@ def plan_tile(
             compute = ir.For(loop.var, loop.init, loop.cond, loop.step, rebuild_chain(loop.body, pts))
             return ir.RegisterTile(
                 "outer", name, runs[0].statement, tuple(runs), (loop,), tuple(pts), tuple(extents), 1, node,
-                compute=inside(compute),
+                compute=inside(compute), start=tile_start([loop, *chain], runs, facts, serial),
             )  # fmt: skip
         strips = inside(lane_strips(loop, pts, node, lanes))
         return ir.RegisterTile(

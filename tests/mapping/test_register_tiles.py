@@ -291,19 +291,23 @@ def test_sums_start_from_zero_where_no_update_came_before(K: int, tile: tuple, s
     H.check_against_oracle(MATMUL, None, (A, B), options=opts, reduction_length=K)
 
 
-def test_partial_tiles_keep_the_initialisation() -> None:
-    """13 rows: three whole tiles of 4 rows and a partial one, which is printed in the scalar form
-    (it loads the sums): the whole tiles start from zero, but the initialisation stays."""
+def test_partial_tiles_start_from_zero_too() -> None:
+    """13 rows: three whole tiles of 4 rows and a partial one, printed in the scalar (outer) form,
+    which starts its sums from zero as the whole tiles do: the initialisation is left out (a kernel
+    with symbolic sizes always has partial tiles, and kept its initialisations before)."""
     A, B = _inputs([(13, 20), (20, 32 * WIDTH)])
     kernel = tcjit.define(MATMUL)
     opts = OPTS.register_tile(4, 16 * WIDTH)
     low = lowered(kernel.definition, {"M": 13, "K": 20, "N": 32 * WIDTH}, opts)
-    assert () in {t.start for t in _tiles(low)} and "S0_init" in {r.statement for r in ir.runs(low.kernel_ir)}
+    tiles = _tiles(low)
+    assert {(t.form, t.start) for t in tiles} == {("vector", ()), ("outer", ())}
+    assert "S0_init" not in {r.statement for r in ir.runs(low.kernel_ir)}
     source = low.source
-    assert "whole sums from zero" in source
-    assert "S0_init (initialisation)" in source
-    assert _folded(source) == ""
+    assert source.count("whole sums from zero") == 2
+    assert "S0_init (initialisation)" not in source
+    assert _folded(source) == "S0_init"
     assert torch.equal(kernel(A, B, options=opts), kernel(A, B, options=opts.register_tile()))
+    H.check_against_oracle(MATMUL, None, (A, B), options=opts, reduction_length=20)
 
 
 def test_initialisations_of_empty_sums_are_covered_or_kept() -> None:
