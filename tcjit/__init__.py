@@ -82,7 +82,7 @@ def define(source: str, name: str | None = None, *, backward: str | None = "auto
     >>> k.signature
     'scale(float32(N) X) -> (float32(N) Y)'
     """
-    from .kernel import define as _define
+    from .definitions import define as _define
 
     return _define(source, name, backward=backward, options=options)
 
@@ -98,7 +98,7 @@ def compile(kernel, *example_inputs, options=None, target: str | None = None, **
 
     :raises TCError: as a call would, before any code runs.
     """
-    from .kernel import compile as _compile
+    from .definitions import compile as _compile
 
     return _compile(kernel, *example_inputs, options=options, target=target, **named)
 
@@ -125,7 +125,7 @@ def make_autograd(forward_kernel, backward_kernel):
 
     :raises TCCallError: an argument is not a kernel, or the two do not match in parameters.
     """
-    from .kernel import make_autograd as _make_autograd
+    from .definitions import make_autograd as _make_autograd
 
     return _make_autograd(forward_kernel, backward_kernel)
 
