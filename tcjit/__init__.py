@@ -60,6 +60,7 @@ __all__ = [
     "__version__",
     "autotune",
     "compile",
+    "compile_counts",
     "define",
     "gpu_profile",
     "make_autograd",
@@ -101,6 +102,24 @@ def compile(kernel, *example_inputs, options=None, target: str | None = None, **
     from .definitions import compile as _compile
 
     return _compile(kernel, *example_inputs, options=options, target=target, **named)
+
+
+def compile_counts() -> dict[str, int]:
+    """How many specialisations this process has compiled and loaded so far, as a new dict
+    ``{"compiled": n, "loaded": n}``: ``"compiled"`` counts each one lowered and built (isl, the
+    mapping and the C compiler: the cost of a call with a layout seen for the first time; a build
+    that fails counts too), ``"loaded"`` each one found in the on-disk kernel store instead.
+    Calls served by a specialisation the process already holds count nothing, whatever their
+    sizes. Thread-safe; reading it imports nothing heavy.
+
+    >>> before = compile_counts()["compiled"]
+    >>> y = fcrelu(x, w, b)                      # a layout this process has not seen
+    >>> compile_counts()["compiled"] - before    # 0 if the kernel store had it ("loaded" + 1)
+    1
+    """
+    from .counters import compile_counts as _compile_counts
+
+    return _compile_counts()
 
 
 def gpu_profile(kernel, *inputs, gpu: str = "h100", options=None):

@@ -6,7 +6,8 @@ runnable specialisation.
 2. **bind** (:func:`tcjit.binding.bind`): the call's tensors give the sizes, dtypes and strides;
    the options are the call's, a tuned record's or the defaults (:mod:`tcjit.kernel`);
 3. **find**: the kernel store (:mod:`tcjit.kernel_cache`) under the key of DESIGN.md; a hit skips
-   to 6 without importing isl or running a compiler;
+   to 6 without importing isl or running a compiler (and counts as ``"loaded"`` in
+   :func:`tcjit.compile_counts`; stages 4 and 5 count as ``"compiled"``);
 4. **lower** (:meth:`Target.lower <tcjit.targets.Target.lower>`, ``mapping/``): Scop, schedule,
    tiling and legality proofs, the target's mapping, kernel IR, and its printing as source;
    :func:`lowered` returns this stage alone, with its readable intermediate forms (``stages``);
@@ -27,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 
 from .binding import Binding
+from .counters import count
 from .kernel_cache import BUILD_LOCK, cache_key, kernel_store, load_stored, save_stored
 from .mapping.layout import contiguous_layout, contiguous_strides
 from .mapping.options import MappingOptions
@@ -77,8 +79,10 @@ def specialize(kernel, binding: Binding, inputs, outputs, options, target: str) 
         ),
     )
     if found is not None:
+        count("loaded")
         return found
     with BUILD_LOCK:
+        count("compiled")  # before lowering: a build that fails counts too
         lowering = backend.lower(cdef, binding.sizes, call_strides(cdef, binding, outputs), options.values)
         files, metadata = backend.build(cdef, lowering)
     spec = backend.load(

@@ -335,6 +335,23 @@ def test_a_new_shape_stride_or_options_is_a_new_specialization(count_specialize)
     assert len({s.source for s in count_specialize}) == len(count_specialize)
 
 
+def test_compile_counts_count_builds_and_disk_hits(monkeypatch):
+    x, w, b = _fc_inputs(b=5)
+    before = tcjit.compile_counts()
+    k = tcjit.define(FCRELU)
+    k(x, w, b)
+    assert tcjit.compile_counts() == {"compiled": before["compiled"] + 1, "loaded": before["loaded"]}
+    k(x, w, b)
+    snapshot = tcjit.compile_counts()
+    assert snapshot == {"compiled": before["compiled"] + 1, "loaded": before["loaded"]}, "a lookup"
+    tcjit.define(FCRELU)(x, w, b)  # a new kernel object: found in the store
+    assert tcjit.compile_counts() == {"compiled": before["compiled"] + 1, "loaded": before["loaded"] + 1}
+    monkeypatch.setenv("TCJIT_CACHE_DIR", "")
+    tcjit.define(FCRELU)(x, w, b)  # no store: built again
+    assert tcjit.compile_counts() == {"compiled": before["compiled"] + 2, "loaded": before["loaded"] + 1}
+    assert snapshot["compiled"] == before["compiled"] + 1, "a snapshot does not change"
+
+
 def test_a_wrong_dtype_is_refused_before_compiling(count_specialize):
     """Inputs declared with one float type must share one dtype per call ([ext]: a dtype shared by
     all of them retypes the kernel, tests/backends/test_call_dtypes.py): a mix is an error, not a
