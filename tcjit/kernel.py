@@ -352,7 +352,7 @@ class Kernel:
             k = stack.pop()
             for cache in (k._specializations, k._grad_calls):  # in place: the budget holds them
                 for key in [key for key in cache if key[0] is None]:
-                    del cache[key]
+                    cache.drop(key)
             stack.extend(v for v in k._variants.values() if v is not k)
 
     def _specialization(self, key, inputs, outputs, options, target, *, allow_meta: bool = False):

@@ -299,3 +299,43 @@ def test_evicting_and_unloading_while_other_threads_call_kernels(tmp_path) -> No
         [sys.executable, "-c", _STRESS], env=env, capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
+
+
+class _FakeSpec:
+    """What the budget needs of a specialisation: its bytes and ``release``."""
+
+    memory_bytes = 1000
+
+    def __init__(self) -> None:
+        self.released = 0
+
+    def release(self) -> None:
+        self.released += 1
+
+
+def test_aliases_of_one_specialisation_count_once_and_stay_bounded() -> None:
+    from tcjit.memory import ALIASES_PER_CACHE, SpecializationCache
+
+    spec, newer = _FakeSpec(), _FakeSpec()
+    BUDGET.admit(spec)
+    used = BUDGET.used
+    cache = SpecializationCache()
+    cache.keep("family", spec)
+    n = 3 * ALIASES_PER_CACHE
+    for i in range(n):  # one size after another, served by one symbolic specialisation
+        cache.keep_alias(("layout", i), spec)
+    assert BUDGET.used == used, "counted once, whatever its aliases"
+    assert cache.aliases == ALIASES_PER_CACHE and len(cache) == ALIASES_PER_CACHE + 1
+    assert ("layout", n - 1) in cache and ("layout", 0) not in cache, "the oldest go"
+    assert BUDGET.holders(spec) == ALIASES_PER_CACHE + 1, "dropped aliases no longer hold it"
+    cache.keep_alias(("layout", n - 1), spec)  # again: no second holder, no second alias
+    assert BUDGET.holders(spec) == ALIASES_PER_CACHE + 1 and cache.aliases == ALIASES_PER_CACHE
+    for i in range(200):  # caches that go away (a dropped GradCall's) leave no holder behind
+        other = SpecializationCache()
+        other.keep(("grad", i), spec)
+        del other
+    assert len(BUDGET._recent[id(spec)].holders) <= 2 * (ALIASES_PER_CACHE + 1) + 16
+    BUDGET.admit(newer)
+    BUDGET.trim(newer.memory_bytes)  # evicts ``spec``: the family and every alias are dropped
+    assert len(cache) == 0 and cache.aliases == 0 and spec.released == 1
+    BUDGET.trim(DEFAULT_BUDGET)
