@@ -67,7 +67,9 @@ __all__ = [
 ]
 
 
-def define(source: str, name: str | None = None, *, backward: str | None = "auto", options=None):
+def define(
+    source: str, name: str | None = None, *, backward: str | None = "auto", options=None, dynamic=None
+):
     """Parse and check TC ``source`` now; return its entry point(s) as callable kernels.
 
     :arg source: TC text with one or more ``def``.
@@ -77,7 +79,19 @@ def define(source: str, name: str | None = None, *, backward: str | None = "auto
         entry of the same source taking the forward inputs followed by one gradient per output and
         returning one gradient per input, or ``None`` (forward only).
     :arg options: mapping options for every call (``None``: tuned options if stored, else defaults).
-    :raises TCError: a subclass with the source line, column and a caret for any mistake.
+    :arg dynamic: which size parameters calls leave symbolic, so that one compiled kernel serves
+        all their values. ``None`` (automatic, as torch.compile's automatic dynamic shapes): the
+        first call specialises to its sizes; a size parameter seen with a second value (>= 1)
+        becomes symbolic, and every later value reuses that kernel. ``True``: every size symbolic
+        from the first call; ``False``: never (one specialisation per shape); a collection of
+        size names (``{"B"}``): those symbolic from the first call, the others automatic. A
+        symbolic kernel serves every value >= 1, 1 included; a size of 0 (empty tensors) gets a
+        specialisation of its own. Tensors whose shape has a symbolic size must be contiguous to
+        share the symbolic kernel (others get a specialisation of their own); CUDA tensors are
+        always specialised (symbolic sizes on CUDA: not yet). The rules in full:
+        :mod:`tcjit.dynamic`.
+    :raises TCError: a subclass with the source line, column and a caret for any mistake
+        (``dynamic=`` naming no size parameter: :class:`TCNameError`).
 
     >>> k = define("def scale(float(N) X) -> (Y) { Y(i) = 2 * X(i) }")
     >>> k.signature
@@ -85,7 +99,7 @@ def define(source: str, name: str | None = None, *, backward: str | None = "auto
     """
     from .definitions import define as _define
 
-    return _define(source, name, backward=backward, options=options)
+    return _define(source, name, backward=backward, options=options, dynamic=dynamic)
 
 
 def compile(kernel, *example_inputs, options=None, target: str | None = None, **named):

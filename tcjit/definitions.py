@@ -6,6 +6,7 @@ ahead of time). :mod:`tcjit` re-exports them with their user documentation.
 from __future__ import annotations
 
 from .arguments import bind_arguments, call_layouts
+from .dynamic import check_dynamic, normalise_dynamic
 from .kernel import Definitions, Kernel
 from .polyhedral.errors import TCCallError, TCNameError, TCSemanticError
 from .polyhedral.lang.check import check_source
@@ -38,8 +39,11 @@ def _check_backward(program: CheckedProgram, fwd: CheckedDef, backward: str) -> 
         raise TCSemanticError(problem, source=program.source, span=bwd.ast.name_span, where=backward)
 
 
-def define(source: str, name: str | None = None, *, backward: str | None = "auto", options=None):
+def define(
+    source: str, name: str | None = None, *, backward: str | None = "auto", options=None, dynamic=None
+):
     """See :func:`tcjit.define`."""
+    dynamic = normalise_dynamic(dynamic)
     program = check_source(source)
     if not program.defs:
         raise TCNameError("the source defines no entry point ('def name(...) -> (...) { ... }')")
@@ -52,9 +56,11 @@ def define(source: str, name: str | None = None, *, backward: str | None = "auto
         if len(targets) != 1:
             raise TCCallError("backward= names the backward of one entry: pass name= as well")
         _check_backward(program, program.get(targets[0]), backward)
-    if name is not None or len(program.defs) == 1:
-        return Kernel(program, name or program.defs[0].name, backward=backward, options=options)
-    return Definitions({d.name: Kernel(program, d.name, options=options) for d in program.defs})
+    entries = [program.entry(name)] if name is not None else list(program.defs)
+    check_dynamic(program, entries, dynamic)
+    if len(entries) == 1:
+        return Kernel(program, entries[0].name, backward=backward, options=options, dynamic=dynamic)
+    return Definitions({d.name: Kernel(program, d.name, options=options, dynamic=dynamic) for d in entries})
 
 
 def make_autograd(forward_kernel, backward_kernel):
@@ -71,7 +77,8 @@ def make_autograd(forward_kernel, backward_kernel):
         }''')
         mm = tcjit.make_autograd(mm, mm_grad)
 
-    :returns: a :class:`~tcjit.Kernel` sharing ``forward_kernel``'s definition and options.
+    :returns: a :class:`~tcjit.Kernel` sharing ``forward_kernel``'s definition, options and
+        ``dynamic`` (not the sizes it has seen).
     :raises TCCallError: an argument is not a kernel, or the backward's parameters and outputs do
         not match the forward's.
     """
@@ -82,7 +89,11 @@ def make_autograd(forward_kernel, backward_kernel):
     if problem is not None:
         raise TCCallError(problem)
     return Kernel(
-        forward_kernel.program, forward_kernel.name, backward=backward_kernel, options=forward_kernel.options
+        forward_kernel.program,
+        forward_kernel.name,
+        backward=backward_kernel,
+        options=forward_kernel.options,
+        dynamic=forward_kernel.dynamic,
     )
 
 
