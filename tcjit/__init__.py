@@ -109,7 +109,9 @@ def compile(kernel, *example_inputs, options=None, target: str | None = None, **
     they then stand for CPU tensors. They may be passed by keyword, named after the kernel's
     parameters, as for a call (``options`` and ``target`` are this function's own keywords). Later
     calls of ``kernel`` with that layout use the result, as does a later process (through the
-    on-disk cache). The returned object is callable on inputs of exactly that layout.
+    on-disk cache). The returned object is callable on inputs of exactly that layout, or, when
+    the kernel leaves sizes symbolic (``define(..., dynamic=...)``), on any call of the family it
+    serves (:mod:`tcjit.dynamic`).
 
     :raises TCError: as a call would, before any code runs.
     """
