@@ -19,6 +19,7 @@ from .mapping.layout import contiguous_strides
 from .memory import BUDGET, LIBRARY_OVERHEAD
 from .polyhedral.errors import TCInternalError
 from .polyhedral.lang.checked import CheckedDef
+from .polyhedral.lang.sizes import SizeExpr, sym
 from .polyhedral.names import bounded
 from .runtime import Compiled, allocate, bounds_error, buffer_specs, check_aliasing
 
@@ -102,11 +103,17 @@ class Specialization(Compiled):
         # the temporaries the kernel takes as parameters (a CPU kernel holds them itself)
         passed = {name for name, _, _ in meta.params}
         temporaries = [name for name in cdef.temporaries if name in passed]
-        if meta.sizes:  # shapes per call: (name, input, dimension) each size is read from
+        if meta.sizes:  # shapes per call: (input, dimension) each size is read from, in cdef.sizes order
             self._size_at = _size_sources(cdef)
+            self._passed = tuple(cdef.sizes.index(name) for name in meta.sizes)  # the C order
+            self._last: tuple = (None, (), ())  # the last call's size values and buffer specs
             tensors = cdef.tensors
             self._buffers = tuple(
-                (tensors[n].shape, torch_dtype(tensors[n].dtype), n in meta.zero_init)
+                (
+                    tuple(_dimension(e, cdef.sizes) for e in tensors[n].shape),
+                    torch_dtype(tensors[n].dtype),
+                    n in meta.zero_init,
+                )
                 for n in (*cdef.outputs, *temporaries)
             )
         else:
@@ -154,13 +161,13 @@ class Specialization(Compiled):
         except KeyError:  # evicted, yet still called (a graph or a handle holds it): counted again
             BUDGET.admit(self)
         if self.sizes:
-            sizes = {name: inputs[i].shape[d] for name, i, d in self._size_at}
-            specs = [(shape := tuple(e.evaluate(sizes) for e in exprs), contiguous_strides(shape), dt, zero)
-                     for exprs, dt, zero in self._buffers]  # fmt: skip
-            n_out = len(self.cdef.outputs)
-            out_specs, temp_specs = specs[:n_out], specs[n_out:]
+            values = [inputs[i].shape[d] for i, d in self._size_at]
+            memo = self._last  # one attribute read: another thread may replace it
+            if memo[0] != values:
+                memo = self._last = (values, *self._buffer_specs(values))
+            out_specs, temp_specs = memo[1], memo[2]
         else:
-            sizes, out_specs, temp_specs = None, self._outputs, self._temporaries
+            values, out_specs, temp_specs = None, self._outputs, self._temporaries
         if outputs is None:
             outs = allocate(out_specs)
         else:
@@ -172,15 +179,29 @@ class Specialization(Compiled):
             args = [pools[p][i].data_ptr() for p, i in self._pointers]
         else:
             args = self._arguments(inputs, outs, temps)
-        if sizes is not None:
-            args += [sizes[name] for name in self.sizes]
+        if values is not None:
+            args += [values[k] for k in self._passed]
         # error slots: bounds checks, a failed allocation of the workspace, the emulation's races
         # (slot 2: the emulated access was outside the tensor)
         errors = (ctypes.c_int64 * 3)()
         self._fn(torch.get_num_threads(), errors, *args)
         if errors[0]:
+            sizes = None if values is None else dict(zip(self.cdef.sizes, values))
             self._raise_errors(int(errors[0]), int(errors[1]), int(errors[2]), sizes)
         return tuple(outs)
+
+    def _buffer_specs(self, values: list[int]) -> tuple[tuple, tuple]:
+        """What :func:`~tcjit.runtime.allocate` takes for the outputs and the temporaries of a
+        call whose sizes have ``values`` (in ``cdef.sizes`` order)."""
+        sizes = dict(zip(self.cdef.sizes, values))
+        specs = []
+        for dims, dt, zero in self._buffers:
+            shape = tuple(
+                (d if d >= 0 else values[-1 - d]) if d.__class__ is int else d.evaluate(sizes) for d in dims
+            )
+            specs.append((shape, contiguous_strides(shape), dt, zero))
+        n_out = len(self.cdef.outputs)
+        return tuple(specs[:n_out]), tuple(specs[n_out:])
 
     def _arguments(self, inputs, outs, temps) -> list:
         """The kernel's arguments after ``nthreads`` and ``errors``: pointers and scalar values."""
@@ -232,15 +253,24 @@ class Specialization(Compiled):
         raise bounds_error(self.cdef, self.meta.checks[number - 1], value, sizes)
 
 
-def _size_sources(cdef: CheckedDef) -> tuple[tuple[str, int, int], ...]:
-    """``(size, input, dimension)`` for every size of ``cdef``: the first input dimension written
-    as that size, which a call's binding read it from (:func:`tcjit.binding.bind`)."""
-    out = {}
+def _size_sources(cdef: CheckedDef) -> tuple[tuple[int, int], ...]:
+    """``(input, dimension)`` for every size of ``cdef``, in order: the first input dimension
+    written as that size, which a call's binding read it from (:func:`tcjit.binding.bind`)."""
+    out: dict[str, tuple[int, int]] = {}
     for i, p in enumerate(cdef.ast.params):
         for d, dim in enumerate(p.dims or ()):
             if isinstance(dim.value, str) and dim.value not in out:
-                out[dim.value] = (dim.value, i, d)
+                out[dim.value] = (i, d)
     return tuple(out[name] for name in cdef.sizes)
+
+
+def _dimension(e: SizeExpr, names: tuple[str, ...]) -> int | SizeExpr:
+    """A dimension as :meth:`Specialization._buffer` reads it: its value if constant (>= 0),
+    ``-1 - k`` for size ``names[k]`` itself, else the expression."""
+    if e.is_const:
+        return e.const
+    (name,) = e.symbols() if len(e.symbols()) == 1 else (None,)
+    return -1 - names.index(name) if name is not None and e == sym(name) else e
 
 
 _touch = BUDGET.touch
