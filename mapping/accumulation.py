@@ -19,7 +19,9 @@ __all__ = ["LONG_SUM", "wide_accumulators"]
 LONG_SUM = 1 << 14
 
 
-def wide_accumulators(cdef: CheckedDef, sizes: Mapping[str, int]) -> dict[str, ScalarType]:
+def wide_accumulators(
+    cdef: CheckedDef, sizes: Mapping[str, int], symbolic: frozenset[str] = frozenset()
+) -> dict[str, ScalarType]:
     """Tensors whose sums the kernel accumulates in a wider type than they are stored in.
 
     float16 and bfloat16 targets of ``+=``/``*=`` accumulate in float32, float32 targets of sums
@@ -33,17 +35,17 @@ def wide_accumulators(cdef: CheckedDef, sizes: Mapping[str, int]) -> dict[str, S
     ``w``), then adds each block, converted, into float64 partial sums. Each float32 partial is
     then no longer than the sums this rule leaves in float32 anywhere else, and the long sum is
     carried in float64, so the accuracy argument above holds for it too.
+
+    With ``symbolic`` sizes (:mod:`.symbolic`), a sum whose number of terms depends on one may be
+    any length: it counts as :data:`LONG_SUM` terms at least, whatever its length at ``sizes``.
     """
     terms: dict[str, int] = {}
     for st in cdef.statements:
         if st.op in ("+=", "*=") and cdef.tensor(st.tensor).dtype.is_float:
-            n = (
-                math.prod(
-                    max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes)) for r in st.ranges[len(st.lhs_vars) :]
-                )
-                if st.plain_lhs
-                else math.prod(max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes)) for r in st.ranges)
-            )
+            ranges = st.ranges[len(st.lhs_vars) :] if st.plain_lhs else st.ranges
+            n = math.prod(max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes)) for r in ranges)
+            if any(not (r.hi - r.lo).symbols().isdisjoint(symbolic) for r in ranges):
+                n = max(n, LONG_SUM)  # unbounded: as long as any admissible value makes it
             terms[st.tensor] = terms.get(st.tensor, 0) + n
     wide = {}
     for name, n in terms.items():

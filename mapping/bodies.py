@@ -2,7 +2,8 @@
 mapping's redirection of references to buffers.
 
 :func:`lower_bodies` reads each checked TC statement and writes its body as IR values: every
-conversion explicit, sizes and extents as constants, each subscript marked where it is checked at
+conversion explicit, sizes and extents as constants (or read from a symbolic kernel's size
+arguments), each subscript marked where it is checked at
 run time. :func:`redirect` is an IR-to-IR pass: references the GPU mapping promoted read and write
 their buffers, and a block reduction's update writes the thread's partial result. The printers
 print bodies; none reads the TC statements.
@@ -16,10 +17,12 @@ from dataclasses import replace
 from ..polyhedral.errors import TCInternalError
 from ..polyhedral.lang import ast as A
 from ..polyhedral.lang.checked import CheckedDef, CheckedStatement
+from ..polyhedral.lang.sizes import SizeExpr, sym
 from ..polyhedral.lang.types import SCALAR_TYPES, ScalarType, common_type
 from ..polyhedral.scop import ScopStatement
 from . import ir_values as V
 from .gpu_ir import BlockReduction, Promoted
+from .layout import size_text
 
 __all__ = ["access_numbers", "lower_bodies", "read_accesses", "redirect", "rhs_accesses"]
 
@@ -55,17 +58,26 @@ def lower_bodies(
     sizes: Mapping[str, int],
     wide: Mapping[str, ScalarType],
     checked: frozenset[int],
+    symbolic: frozenset[str] = frozenset(),
 ) -> dict[str, V.Body]:
     """The body of every statement of ``statements``. ``wide``: tensors held wider than their type
-    (long sums); ``checked``: ``id()`` of the TC subscripts checked at run time."""
-    return {name: _Lowering(cdef, sizes, checked, s).body(wide) for name, s in statements.items()}
+    (long sums); ``checked``: ``id()`` of the TC subscripts checked at run time; ``symbolic``: the
+    sizes read from the kernel's size arguments (:mod:`.symbolic`), the others constants."""
+    return {name: _Lowering(cdef, sizes, checked, s, symbolic).body(wide) for name, s in statements.items()}
 
 
 class _Lowering:
     """Lowers one statement's TC expressions."""
 
-    def __init__(self, cdef: CheckedDef, sizes: Mapping[str, int], checked: frozenset[int], s: ScopStatement):
-        self.cdef, self.sizes, self.checked, self.s = cdef, sizes, checked, s
+    def __init__(
+        self,
+        cdef: CheckedDef,
+        sizes: Mapping[str, int],
+        checked: frozenset[int],
+        s: ScopStatement,
+        symbolic: frozenset[str] = frozenset(),
+    ):
+        self.cdef, self.sizes, self.checked, self.s, self.symbolic = cdef, sizes, checked, s, symbolic
         self.numbers = access_numbers(s.source)
 
     def body(self, wide: Mapping[str, ScalarType]) -> V.Body:
@@ -120,10 +132,10 @@ class _Lowering:
             if e.kind == "index":
                 return V.Convert(V.IndexVar(e.name), INT64, t)
             if e.kind == "size":
-                return self.literal(self.sizes[e.name], t)
+                return self.size(sym(e.name), t)
             return V.Convert(V.ScalarParam(e.name), self.cdef.scalars[e.name].dtype, t)
         if isinstance(e, A.DimSize):
-            return self.literal(self.cdef.tensor(e.tensor).shape[e.dim].evaluate(self.sizes), t)
+            return self.size(self.cdef.tensor(e.tensor).shape[e.dim], t)
         if isinstance(e, A.Access):
             s = e.span
             span = (s.start, s.end, s.line, s.col)
@@ -169,10 +181,22 @@ class _Lowering:
         if isinstance(e, A.Binary) and e.op in ("+", "-", "*", "/", "%") and e.dtype.is_integral:
             return V.SubArith(e.op, self.index(e.lhs), self.index(e.rhs))
         if isinstance(e, A.Ident) and e.kind == "size":
-            return V.SubConst(self.sizes[e.name])
+            return self.size_subscript(sym(e.name))
         if isinstance(e, A.DimSize):
-            return V.SubConst(self.cdef.tensor(e.tensor).shape[e.dim].evaluate(self.sizes))
+            return self.size_subscript(self.cdef.tensor(e.tensor).shape[e.dim])
         return V.SubValue(self.value(e))
+
+    def size(self, expr: SizeExpr, t: ScalarType) -> V.Value:
+        """A size expression's value as type ``t``: a literal, or read from the kernel's size
+        arguments where it depends on a symbolic size."""
+        value = size_text(expr, self.sizes, self.symbolic)
+        if isinstance(value, int):
+            return self.literal(value, t)
+        return V.Convert(V.SizeValue(value), INT64, t)
+
+    def size_subscript(self, expr: SizeExpr) -> V.Subscript:
+        value = size_text(expr, self.sizes, self.symbolic)
+        return V.SubConst(value) if isinstance(value, int) else V.SubValue(V.SizeValue(value))
 
 
 # ------------------------------------------------------------------------------------- redirection
@@ -227,7 +251,7 @@ class _Redirect:
         again = self.value
         if isinstance(v, V.Load):
             return V.Load(self.ref(v.ref), v.dtype)
-        if isinstance(v, (V.Literal, V.IndexVar, V.ScalarParam)):
+        if isinstance(v, (V.Literal, V.IndexVar, V.SizeValue, V.ScalarParam)):
             return v
         if isinstance(v, V.Convert):
             return V.Convert(again(v.arg), v.src, v.dst)

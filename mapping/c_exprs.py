@@ -175,6 +175,8 @@ class ExprPrinter:
             return self.p.float_literal(float(v.value), t)
         if isinstance(v, V.IndexVar):
             return f"i_{v.name}"
+        if isinstance(v, V.SizeValue):
+            return v.text
         if isinstance(v, V.ScalarParam):
             return f"s_{v.name}"
         if isinstance(v, V.Convert):
@@ -336,6 +338,24 @@ def upper_bound(loop: ir.For) -> str:
     """C for the last value of ``loop`` (``var <= e`` or ``var < e``; ``e`` may not be constant)."""
     bound, shift = loop.cond.args[1], (1 if loop.cond.op == "<" else 0)
     return f"({expr(bound)} - {shift})"
+
+
+def c_int(value: int | str) -> str:
+    """C ``int64_t`` for a value or for C text (a symbolic kernel's extents and strides)."""
+    return f"INT64_C({value})" if isinstance(value, int) else f"({value})"
+
+
+def c_product(values) -> int | str:
+    """The product of ``values`` (ints, or C text): an int where all are."""
+    number, texts = 1, []
+    for v in values:
+        if isinstance(v, int):
+            number *= v
+        else:
+            texts.append(f"({v})")
+    if not texts:
+        return number
+    return " * ".join(([] if number == 1 else [f"INT64_C({number})"]) + texts)
 
 
 def contiguous_layout(info, sizes: Mapping[str, int]) -> tuple[int, ...]:

@@ -5,18 +5,17 @@ its long sums' wide buffers, and the emulated target's race checks."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 
 from ..polyhedral.lang.checked import CheckedDef
 from ..polyhedral.lang.types import ScalarType
 from . import ir
 from . import ir_values as V
-from .c_exprs import BoundsCheck, CParam, c_compute_type, c_storage_type, contiguous_layout, convert
+from .c_exprs import BoundsCheck, CParam, c_compute_type, c_int, c_product, c_storage_type, convert
 from .c_panels import item_bytes, padded_elements, panel_code
 from .c_prelude import PRELUDE, prelude_piece
 from .c_printer import CPrinter
-from .layout import Pack, Part
+from .layout import Pack, Part, size_var
 
 __all__ = ["EMULATION_HELPERS", "KEPT_WORKSPACE_BYTES", "WORKSPACE_HELPERS", "print_kernel"]
 
@@ -40,6 +39,7 @@ def print_kernel(
     parts: Mapping[str, Part] | None = None,
     held: Mapping[str, int] | None = None,
     zeroed: frozenset[str] = frozenset(),
+    symbolic: frozenset[str] = frozenset(),
 ) -> tuple[str, tuple[BoundsCheck, ...]]:
     """The C source of one kernel and the run-time bounds checks it makes.
 
@@ -62,6 +62,10 @@ def print_kernel(
     the workspace (:data:`WORKSPACE_HELPERS`, kept between calls), sets those in ``zeroed`` to
     zero and calls the kernel's body, ``symbol_body``, which takes every tensor of ``params`` as
     a ``restrict`` parameter (:func:`_held_wrapper`).
+
+    ``symbolic``: sizes the kernel takes as ``int64_t`` parameters after ``params`` (in sorted
+    order, named :func:`~tcjit.mapping.symbolic.size_var`) instead of constants
+    (:mod:`.symbolic`).
     """
     wide = dict(wide or {})
     held = dict(held or {})
@@ -71,6 +75,8 @@ def print_kernel(
 
     p = (printer or CPrinter)(cdef, bodies, sizes, strides, wide)
     p.symbol = symbol
+    p.symbolic = frozenset(symbolic)
+    params = [*params, *(CParam(name, "size", "int64_t") for name in sorted(symbolic))]
     for q in params:
         if q.kind == "tensor" and q.name in parts:  # the tensor, and this thread's part buffer
             ct = c_storage_type(cdef.tensor(q.name).dtype)
@@ -90,9 +96,9 @@ def print_kernel(
             p.aliases.append(f"{q.ctype} t_{q.name} = {pointer};")
             p.signature.append(f"{q.ctype} t_{q.name}")
             p.arguments.append(pointer)
-        else:
-            p.signature.append(f"{q.ctype} s_{q.name}")
-            p.arguments.append(f"s_{q.name}")
+        else:  # scalars, symbolic sizes
+            p.signature.append(f"{q.ctype} {_cname(q)}")
+            p.arguments.append(_cname(q))
     for name, wt in wide.items():
         p.aliases.append(f"{c_compute_type(wt)} *restrict w_{name} = wp_{name};")
         p.signature.append(f"{c_compute_type(wt)} *restrict w_{name}")
@@ -325,23 +331,21 @@ def _wide_buffers(p: CPrinter, wide: Mapping[str, ScalarType], copy_in: frozense
     epilogue: list[str] = []
     for name, wt in wide.items():
         info = p.cdef.tensor(name)
-        shape = [s.evaluate(p.sizes) for s in info.shape]
-        count = math.prod(shape)
+        shape = p.shape(name)
+        count = c_product(shape)
         ct = c_compute_type(wt)
         loops, subs = [], []
         for k, n in enumerate(shape):
-            loops.append(f"for (int64_t e{k} = 0; e{k} < {n}; e{k} += 1)")
+            loops.append(f"for (int64_t e{k} = 0; e{k} < {n if isinstance(n, int) else f'({n})'}; e{k} += 1)")
             subs.append(f"e{k}")
-        dense = (
-            " + ".join(f"e{k} * INT64_C({st})" for k, st in enumerate(contiguous_layout(info, p.sizes)))
-            or "0"
-        )
-        actual = " + ".join(f"e{k} * INT64_C({st})" for k, st in enumerate(p.strides[name])) or "0"
+        dense = " + ".join(f"e{k} * {c_int(st)}" for k, st in enumerate(p.held_strides(name))) or "0"
+        actual = " + ".join(f"e{k} * {c_int(st)}" for k, st in enumerate(p.tensor_strides(name))) or "0"
         nest = " ".join(loops)
         prologue.append(
             f"  /* '{name}' is accumulated in {wt} (a long sum), stored as {info.dtype} at the end */"
         )
-        prologue.append(f"  {ct} *wp_{name} = ({ct} *)malloc(sizeof({ct}) * {max(count, 1)});")
+        elements = max(count, 1) if isinstance(count, int) else f"tc_max_i64(1, {count})"
+        prologue.append(f"  {ct} *wp_{name} = ({ct} *)malloc(sizeof({ct}) * {elements});")
         undo = cleanup + " " if cleanup else ""
         prologue.append(f"  if (!wp_{name}) {{ {undo}tc_errors[0] = -1; return; }}")
         if name in copy_in:
@@ -379,6 +383,8 @@ def _shadows(p: CPrinter) -> tuple[list[str], list[str]]:
 
 
 def _cname(q: CParam) -> str:
+    if q.kind == "size":
+        return size_var(q.name)
     return f"p_{q.name}" if q.kind == "tensor" else f"s_{q.name}"
 
 

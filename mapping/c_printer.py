@@ -35,9 +35,10 @@ from .c_exprs import (
     ExprPrinter,
     c_compute_type,
     c_float_literal,
+    c_int,
+    c_product,
     c_storage_type,
     combine_update,
-    contiguous_layout,
     convert,
     expr,
     reduction_identity,
@@ -45,7 +46,7 @@ from .c_exprs import (
 )
 from .c_panels import fetch_helper
 from .c_tiles import UNROLL_PRAGMA, Accumulator, TilePrinter
-from .layout import spanned_elements
+from .layout import size_text, spanned_elements, strides_text, symbolic_in
 
 __all__ = ["CPrinter"]
 
@@ -71,6 +72,9 @@ class CPrinter(TilePrinter):
         self.bodies = bodies  # every statement's body (:mod:`.bodies`)
         self.sizes = sizes
         self.strides = strides
+        self.symbolic: frozenset[str] = (
+            frozenset()
+        )  # sizes read from the kernel's arguments (set by print_kernel)
         self.checks: list[BoundsCheck] = []
         self.lines: list[str] = []
         self.aliases: list[str] = []  # restrict-qualified views of every pointer
@@ -106,22 +110,41 @@ class CPrinter(TilePrinter):
         ):
             sub = ex.index(arg)
             if checked:
-                n = info.shape[k].evaluate(self.sizes)
+                n = size_text(info.shape[k], self.sizes, self.symbolic)
                 self.checks.append(
-                    BoundsCheck(ref.tensor, k, n, ref.span, "writes" if ref.writes else "reads")
+                    BoundsCheck(
+                        ref.tensor,
+                        k,
+                        n if isinstance(n, int) else -1,
+                        ref.span,
+                        "writes" if ref.writes else "reads",
+                    )
                 )
-                sub = f"tc_checked({sub}, INT64_C({n}), {len(self.checks)}, tc_errors)"
+                sub = f"tc_checked({sub}, {c_int(n)}, {len(self.checks)}, tc_errors)"
             if stride == 0:
                 continue
-            terms.append(sub if stride == 1 else f"({sub}) * INT64_C({stride})")
+            terms.append(sub if stride == 1 else f"({sub}) * {c_int(stride)}")
         return " + ".join(terms) or "0"
 
-    def held_strides(self, tensor: str) -> tuple[int, ...]:
+    def held_strides(self, tensor: str) -> tuple[int | str, ...]:
         """The element strides of ``tensor``'s array as the kernel holds it: its wide buffer's
-        (contiguous) for a long sum, else the tensor's own."""
+        (contiguous) for a long sum, else the tensor's own; C text where one depends on a
+        symbolic size (such tensors are contiguous)."""
         if tensor in self.wide:
-            return contiguous_layout(self.cdef.tensor(tensor), self.sizes)
+            return strides_text(self.cdef.tensor(tensor), self.sizes, self.symbolic)
+        return self.tensor_strides(tensor)
+
+    def tensor_strides(self, tensor: str) -> tuple[int | str, ...]:
+        """The element strides of ``tensor`` itself: as given, or, where its shape depends on a
+        symbolic size (the tensor is then contiguous), C text."""
+        info = self.cdef.tensor(tensor)
+        if self.symbolic and any(symbolic_in(d, self.symbolic) for d in info.shape):
+            return strides_text(info, self.sizes, self.symbolic)
         return tuple(self.strides[tensor])
+
+    def shape(self, tensor: str) -> tuple[int | str, ...]:
+        """``tensor``'s extents: values, or C text where one depends on a symbolic size."""
+        return tuple(size_text(d, self.sizes, self.symbolic) for d in self.cdef.tensor(tensor).shape)
 
     def element_type(self, tensor: str) -> ScalarType:
         """The type a tensor's elements have inside the kernel (wider for long sums)."""
@@ -142,13 +165,14 @@ class CPrinter(TilePrinter):
             f" tc_phase, {code}, {addr}, tc_errors)"
         )
 
-    def span(self, tensor: str) -> int:
+    def span(self, tensor: str) -> int | str:
         """The element offsets ``tensor``'s array (its wide buffer, or its storage) spans: the
-        size of the emulated target's shadow of a written tensor."""
-        info = self.cdef.tensor(tensor)
-        shape = [s.evaluate(self.sizes) for s in info.shape]
-        strides = contiguous_layout(info, self.sizes) if tensor in self.wide else self.strides[tensor]
-        return max(1, spanned_elements(shape, strides))
+        size of the emulated target's shadow of a written tensor (C text where it depends on a
+        symbolic size: the tensor is contiguous)."""
+        shape, strides = self.shape(tensor), self.held_strides(tensor)
+        if all(isinstance(x, int) for x in (*shape, *strides)):
+            return max(1, spanned_elements(shape, strides))
+        return f"tc_max_i64(1, {c_int(c_product(shape))})"
 
     def access_value(self, load: V.Load, ex: ExprPrinter) -> str:
         """The value ``load`` reads (the GPU printers add references to buffers)."""

@@ -218,14 +218,17 @@ def map_cpu(
     sizes: Mapping[str, int],
     strides: Mapping[str, tuple[int, ...]],
     work: int,
+    symbolic: frozenset[str] = frozenset(),
 ) -> CpuPlan:
     """Mark the loops of ``sched`` (specialised and tiled) for the CPU.
 
     :arg options: the :class:`~tcjit.mapping.options.OptionValues` of the call.
     :arg strides: element strides of every tensor (inputs as passed, outputs as allocated).
     :arg work: the number of statement instances (decides whether threads pay off).
+    :arg symbolic: sizes the kernel serves at every value (:mod:`.symbolic`): choices are made at
+        ``sizes``, proofs for every value.
     """
-    m = _Mapper(scop, deps, sizes, strides)
+    m = _Mapper(scop, deps, sizes, strides, symbolic)
     try:
         sched = m._innermost(sched, options)
         if options.parallelize:

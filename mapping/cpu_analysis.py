@@ -19,8 +19,8 @@ import islpy as isl
 
 from ..polyhedral.lang import ast as A
 from ..polyhedral.lang.ranges import affine_form
-from ..polyhedral.names import isl_name
 from ..polyhedral.scop import Dependences, Scop
+from .symbolic import params_context
 from .tree_queries import carries_dependence, member_dim, statements_of
 
 __all__ = ["CpuAnalysis", "loop_mark"]
@@ -36,6 +36,7 @@ class CpuAnalysis:
         deps: Dependences,
         sizes: Mapping[str, int],
         strides: Mapping[str, tuple[int, ...]],
+        symbolic: frozenset[str] = frozenset(),
     ):
         self.scop = scop
         self.sizes = sizes
@@ -43,16 +44,10 @@ class CpuAnalysis:
         self.decisions: list[str] = []
         self.instances = {st.name: _count(scop, st.name, sizes) for st in scop.statements}
         self.legality_deps = deps
-        self.legality_sizes = {p: sizes[p] for p in scop.params} or None
-        ctx = scop.ctx
+        # proofs ("carries no dependence", legality) hold for every value of a symbolic size
+        self.legality_sizes = {p: sizes[p] for p in scop.params if p not in symbolic} or None
         if scop.params:
-            fixed = isl.Set.read_from_str(
-                ctx,
-                f"[{', '.join(map(isl_name, scop.params))}] -> {{ : "
-                + " and ".join(f"{isl_name(p)} = {sizes[p]}" for p in scop.params)
-                + " }",
-            )
-            self.deps = deps.all.intersect_params(fixed)
+            self.deps = deps.all.intersect_params(params_context(scop.ctx, scop.params, sizes, symbolic))
         else:
             self.deps = deps.all
 

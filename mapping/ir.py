@@ -393,13 +393,16 @@ _LOOP_MARKS = frozenset(LoopKind)  # the marks that give the loop below them a k
 _OP_NAMES = {getattr(isl.ast_expr_op_type, name): op for name, op in _OPS.items()}
 
 
-def _expr(e: isl.AstExpr, params: dict[str, int]) -> Expr:
+def _expr(e: isl.AstExpr, params: dict[str, int | str]) -> Expr:
     t = e.get_type()
     if t == isl.ast_expr_type.int:
         return Int(int(e.get_val().to_python()))
     if t == isl.ast_expr_type.id:
         name = e.get_id().get_name()
-        return Int(params[name]) if name in params else Var(name)
+        if name not in params:
+            return Var(name)
+        value = params[name]
+        return Var(value) if isinstance(value, str) else Int(value)
     op = _OP_NAMES.get(e.get_op_type())
     if op is None:
         raise TCInternalError(f"unexpected isl AST operation {e.get_op_type()} in {e.to_C_str()}")
@@ -412,12 +415,13 @@ def _expr(e: isl.AstExpr, params: dict[str, int]) -> Expr:
     return Op(op, args)
 
 
-def from_isl_ast(node: isl.AstNode, params: dict[str, int] | None = None) -> Node:
-    """The IR of isl AST ``node``; the sizes named in ``params`` (TC names) become their values."""
+def from_isl_ast(node: isl.AstNode, params: dict[str, int | str] | None = None) -> Node:
+    """The IR of isl AST ``node``; the sizes named in ``params`` (TC names) become their values,
+    an ``int``, or the variable a ``str`` names (a symbolic size's C name)."""
     return _from_ast(node, {isl_name(k): v for k, v in (params or {}).items()})
 
 
-def _from_ast(node: isl.AstNode, params: dict[str, int]) -> Node:
+def _from_ast(node: isl.AstNode, params: dict[str, int | str]) -> Node:
     t = node.get_type()
     if t == isl.ast_node_type.block:
         lst = node.block_get_children()

@@ -43,6 +43,7 @@ __all__ = [
     "Ref",
     "ScalarParam",
     "Select",
+    "SizeValue",
     "SubArith",
     "SubConst",
     "SubNeg",
@@ -157,6 +158,14 @@ class IndexVar:
 
 
 @dataclass(frozen=True)
+class SizeValue:
+    """A symbolic size's value (int64) at run time: ``text`` is C arithmetic of the kernel's size
+    arguments (:func:`~tcjit.mapping.symbolic.size_text`)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
 class ScalarParam:
     """The scalar argument ``name``, of its declared type."""
 
@@ -239,7 +248,19 @@ class Call:
 
 
 Value = (
-    Literal | IndexVar | ScalarParam | Load | Convert | Not | Negate | Arith | Compare | Logic | Select | Call
+    Literal
+    | IndexVar
+    | SizeValue
+    | ScalarParam
+    | Load
+    | Convert
+    | Not
+    | Negate
+    | Arith
+    | Compare
+    | Logic
+    | Select
+    | Call
 )
 
 

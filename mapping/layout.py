@@ -1,13 +1,26 @@
 """Element layouts: the strides of contiguous tensors, the elements a strided tensor spans, and
 the layouts of a packed input's transposed panel (:class:`Pack`) and of its part buffers
-(:class:`Part`), which :mod:`.packing` and :mod:`.parts` decide and the C printer fills."""
+(:class:`Part`), which :mod:`.packing` and :mod:`.parts` decide and the C printer fills; and a
+symbolic kernel's extents and strides as C text of its size arguments (:mod:`.symbolic`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Pack", "Part", "contiguous_layout", "contiguous_strides", "spanned_elements"]
+from ..polyhedral.lang.sizes import SizeExpr
+
+__all__ = [
+    "Pack",
+    "Part",
+    "contiguous_layout",
+    "contiguous_strides",
+    "size_text",
+    "size_var",
+    "spanned_elements",
+    "strides_text",
+    "symbolic_in",
+]
 
 
 @dataclass(frozen=True)
@@ -72,3 +85,35 @@ class Part:
     tensor: str
     shape: tuple[int, ...]
     strides: tuple[int, ...]
+
+
+# -------------------------------------------------------------------------------- symbolic sizes
+def size_var(name: str) -> str:
+    """The C name of symbolic size ``name`` in a kernel (an ``int64_t`` parameter)."""
+    return f"tc_z_{name}"
+
+
+def symbolic_in(expr: SizeExpr, symbolic: Collection[str]) -> bool:
+    """Whether size expression ``expr`` depends on a symbolic size."""
+    return not expr.symbols().isdisjoint(symbolic)
+
+
+def size_text(expr: SizeExpr, sizes: Mapping[str, int], symbolic: Collection[str]) -> int | str:
+    """``expr``'s value at ``sizes`` when it depends on no symbolic size, else C ``int64_t``
+    arithmetic of the kernel's size arguments (:func:`size_var`), the fixed sizes substituted."""
+    if not symbolic_in(expr, symbolic):
+        return expr.evaluate(sizes)
+    fixed = {s: v for s, v in sizes.items() if s not in symbolic}
+    return expr.substitute(fixed).to_c(size_var)
+
+
+def strides_text(info, sizes: Mapping[str, int], symbolic: Collection[str]) -> tuple[int | str, ...]:
+    """The contiguous (row-major) element strides of tensor ``info`` (a
+    :class:`~tcjit.polyhedral.lang.checked.TensorInfo`), each an ``int`` or, where it depends on
+    a symbolic size, C text (:func:`size_text`)."""
+    out: list[int | str] = []
+    stride: SizeExpr | None = None
+    for dim in reversed(info.shape):
+        out.append(1 if stride is None else size_text(stride, sizes, symbolic))
+        stride = dim if stride is None else stride * dim
+    return tuple(reversed(out))

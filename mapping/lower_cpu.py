@@ -31,12 +31,13 @@ from .bodies import lower_bodies
 from .c_exprs import BoundsCheck, CParam
 from .c_kernel import print_kernel
 from .cpu import map_cpu
-from .layout import spanned_elements
+from .layout import size_var, spanned_elements, symbolic_in
 from .openmp_teams import plan_teams
 from .packing import packed_operands
 from .parts import place_parts
 from .prepare import covered_initialisations, kernel_header, kernel_params, kernel_stages, prepare
 from .reduction_forms import folded_initialisations, plan_reductions, without_runs
+from .symbolic import check_symbolic
 from .tile_forms import TilingFacts
 
 __all__ = ["INIT_WINDOW", "CpuKernelSource", "lower_cpu"]
@@ -60,6 +61,8 @@ class CpuKernelSource:
         temporaries in the numbering of race reports.
     :ivar kernel_ir: the kernel IR the source was printed from, the passes' decisions in it (not
         stored with the source: a kernel loaded from the cache has none).
+    :ivar sizes: the symbolic sizes (:mod:`.symbolic`), which the C function takes as ``int64_t``
+        after ``params``, in this order; a call passes its values of them.
     """
 
     source: str
@@ -71,6 +74,7 @@ class CpuKernelSource:
     stages: Mapping[str, str] = field(default_factory=dict, compare=False)
     buffers: tuple[str, ...] = ()
     kernel_ir: ir.Node | None = field(default=None, compare=False, repr=False)
+    sizes: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
         out = {
@@ -82,6 +86,8 @@ class CpuKernelSource:
         }
         if self.buffers:
             out["buffers"] = list(self.buffers)
+        if self.sizes:
+            out["sizes"] = list(self.sizes)
         return out
 
 
@@ -98,6 +104,7 @@ def lower_cpu(
     *,
     symbol: str | None = None,
     vector_bytes: int = 32,
+    symbolic: frozenset[str] = frozenset(),
 ) -> CpuKernelSource:
     """The C source of ``cdef`` at ``sizes`` for tensors with element ``strides`` (every tensor).
 
@@ -107,23 +114,33 @@ def lower_cpu(
     With ``options.pack_operands`` the inputs :func:`~tcjit.mapping.packing.packed_operands` picks
     are read from transposed panels: the mapper and the printer see the panels' strides, and the
     printed kernel fills the panels first.
+
+    With ``symbolic`` sizes (:mod:`.symbolic`) the kernel serves every value >= 1 of each: its
+    C function takes them after the other parameters (:attr:`CpuKernelSource.sizes`); choices are
+    made at ``sizes``, every proof for all values, and tensors whose shape depends on a symbolic
+    size are neither packed, nor fetched ahead, nor held in the kernel's workspace.
     """
+    symbolic = check_symbolic(cdef, sizes, symbolic)
+    varying = frozenset(t.name for t in cdef.tensor_infos if any(symbolic_in(d, symbolic) for d in t.shape))
+    # what the proofs of the IR passes may rely on: the fixed sizes only
+    fixed_sizes = {s: v for s, v in sizes.items() if s not in symbolic}
     packs = packed_operands(cdef, sizes, strides) if options.pack_operands else {}
+    packs = {name: pack for name, pack in packs.items() if name not in varying}
     strides = {**strides, **{name: pack.strides for name, pack in packs.items()}}
     scop, deps, fixed, sched, checked, zero = prepare(
-        cdef, sizes, options, window=INIT_WINDOW, packed=frozenset(packs)
+        cdef, sizes, options, window=INIT_WINDOW, packed=frozenset(packs), symbolic=symbolic
     )
-    legal_sizes = {p: sizes[p] for p in scop.params} or None
+    legal_sizes = {p: sizes[p] for p in scop.params if p not in symbolic} or None
     work = sum(
         math.prod(max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes)) for r in st.ranges)
         for st in cdef.statements
     )
-    plan = map_cpu(scop, deps, sched, options, sizes, strides, work)
+    plan = map_cpu(scop, deps, sched, options, sizes, strides, work, symbolic)
     check_legality(plan.schedule, deps, sizes=legal_sizes)
 
     build = isl.AstBuild.from_context(fixed)
     ast = build.node_from_schedule(plan.schedule)
-    body = ir.from_isl_ast(ast, params={p: sizes[p] for p in scop.params})
+    body = ir.from_isl_ast(ast, params={p: size_var(p) if p in symbolic else sizes[p] for p in scop.params})
     statements = {s.name: s for s in scop.statements}
     items = {name: max(1, cdef.tensor(name).dtype.bits // 8) for name in packs}
     body, parts = place_parts(body, statements, packs, sizes, items)
@@ -132,17 +149,19 @@ def lower_cpu(
     params = kernel_params(cdef)
     # Temporaries live in the kernel's workspace, kept between calls: no tensor to allocate per
     # call, and memory the last call left in cache.
+    # (A temporary whose shape depends on a symbolic size is a parameter, allocated per call.)
     held = {
         name: spanned_elements([s.evaluate(sizes) for s in cdef.tensor(name).shape], strides[name])
         for name in cdef.temporaries
+        if name not in varying
     }
     symbol = symbol or entry_symbol(cdef.name)
-    wide = wide_accumulators(cdef, sizes)
+    wide = wide_accumulators(cdef, sizes, symbolic)
     header = kernel_header(cdef, f"options: {options!r}")
     facts = TilingFacts(
         cdef,
         statements,
-        sizes,
+        fixed_sizes,
         strides,
         checked,
         wide,
@@ -151,7 +170,9 @@ def lower_cpu(
     )
 
     def planned(tree: ir.Node) -> ir.Node:
-        return plan_reductions(plan_teams(tree, cdef, statements, sizes, strides, frozenset(packs)), facts)
+        return plan_reductions(
+            plan_teams(tree, cdef, statements, fixed_sizes, strides, frozenset(packs)), facts
+        )
 
     kernel = planned(body)
     # An initialisation is left out when every register tile of its update starts from zero and
@@ -162,10 +183,11 @@ def lower_cpu(
     text, checks = print_kernel(
         cdef,
         kernel,
-        lower_bodies(cdef, statements, sizes, wide, checked),
+        lower_bodies(cdef, statements, sizes, wide, checked, symbolic),
         symbol=symbol,
         params=params,
         sizes=sizes,
+        symbolic=symbolic,
         strides=strides,
         wide=wide,
         copy_in=frozenset(zero) & frozenset(wide),
@@ -187,4 +209,5 @@ def lower_cpu(
         tuple(wide),
         stages,
         kernel_ir=kernel,
+        sizes=tuple(sorted(symbolic)),
     )

@@ -99,13 +99,16 @@ def _fetches(
 ) -> dict[int, tuple[ir.Fetch, ...]]:
     """What each top-level parallel loop (by ``id()``) fetches for later ones
     (:func:`~tcjit.mapping.prefetch.plan_fetches`): inputs read in place (not from a packed
-    panel), whose last dimension has stride 1."""
+    panel), whose last dimension has stride 1, and whose shape ``sizes`` fixes (a symbolic
+    kernel's passes get only its fixed sizes)."""
     loops = [loop for loop in map(_top_loop, children) if loop is not None]
     shapes, unit_last, item_bytes = {}, {}, {}
     for name in cdef.params:
         info = cdef.tensors.get(name)  # rank-0 scalars are not tensors
         if info is None or not info.shape or name in packed or name not in strides:
             continue
+        if not all(d.symbols() <= sizes.keys() for d in info.shape):
+            continue  # its shape depends on a symbolic size (not in ``sizes``): not fetched
         shapes[name] = tuple(int(d.evaluate(sizes)) for d in info.shape)
         unit_last[name] = tuple(strides[name])[-1:] == (1,)
         item_bytes[name] = max(1, info.dtype.bits // 8)

@@ -35,6 +35,8 @@ from .cpu import hoist_initialisations, initialised_in_place
 from .distribution import distribute_bands, fuse_rows
 from .initialisations import fold_initialisations
 from .ir_text import render
+from .layout import symbolic_in
+from .symbolic import params_context
 
 __all__ = [
     "Prepared",
@@ -48,11 +50,8 @@ __all__ = [
 ]
 
 
-def _fixed(scop: Scop, sizes: Mapping[str, int]) -> isl.Set:
-    if not scop.params:
-        return isl.Set.universe(isl.Space.params_alloc(scop.ctx, 0))
-    cons = " and ".join(f"{isl_name(p)} = {sizes[p]}" for p in scop.params)
-    return isl.Set.read_from_str(scop.ctx, f"[{', '.join(map(isl_name, scop.params))}] -> {{ : {cons} }}")
+def _fixed(scop: Scop, sizes: Mapping[str, int], symbolic: frozenset[str] = frozenset()) -> isl.Set:
+    return params_context(scop.ctx, scop.params, sizes, symbolic)
 
 
 def _build_scop(cdef: CheckedDef, sizes: Mapping[str, int], fix: bool) -> Scop:
@@ -65,18 +64,36 @@ def _build_scop(cdef: CheckedDef, sizes: Mapping[str, int], fix: bool) -> Scop:
     return build_scop(cdef)
 
 
-def _box(ctx: isl.Context, tensor: str, shape: tuple[int, ...], params: tuple[str, ...]) -> isl.Set:
+def _box(ctx: isl.Context, tensor: str, shape: tuple[int | str, ...], params: tuple[str, ...]) -> isl.Set:
     names = [f"a{k}" for k in range(len(shape))]
     cons = " and ".join(f"0 <= {a} < {n}" for a, n in zip(names, shape)) or "0 = 0"
     head = f"[{', '.join(map(isl_name, params))}] -> " if params else ""
     return isl.Set.read_from_str(ctx, f"{head}{{ {isl_name(tensor)}[{', '.join(names)}] : {cons} }}")
 
 
+def _shapes(cdef: CheckedDef, sizes: Mapping[str, int], symbolic: frozenset[str]) -> dict:
+    """Every tensor's shape: values, or isl text of the symbolic sizes where one depends on them."""
+    fixed = {s: v for s, v in sizes.items() if s not in symbolic}
+    return {
+        t.name: tuple(
+            d.substitute(fixed).to_isl() if symbolic_in(d, symbolic) else d.evaluate(sizes) for d in t.shape
+        )
+        for t in cdef.tensor_infos
+    }
+
+
 def _prove_bounds(
-    scop: Scop, fixed: isl.Set, shapes: Mapping[str, tuple[int, ...]], sizes: Mapping[str, int]
+    scop: Scop,
+    fixed: isl.Set,
+    shapes: Mapping[str, tuple[int | str, ...]],
+    sizes: Mapping[str, int],
+    symbolic: frozenset[str] = frozenset(),
 ) -> frozenset[int]:
-    """Raise TCBoundsError for an affine access that leaves its tensor; return gather subscripts."""
+    """Raise TCBoundsError for an affine access that leaves its tensor; return the subscripts to
+    check at run time: gathers, guarded accesses that may leave it, and (with ``symbolic`` sizes)
+    accesses that stay inside at ``sizes`` but not at every admissible value."""
     cdef = scop.cdef
+    concrete = _fixed(scop, sizes)
     checked: set[int] = set()
     guarded = _guarded_accesses(cdef)
     for acc in scop.accesses:
@@ -104,6 +121,12 @@ def _prove_bounds(
         if id(acc.node) in guarded:  # maybe never evaluated out there: check as it runs
             checked.update(id(arg) for arg in args)
             continue
+        if symbolic:
+            outside = outside.intersect_params(concrete)
+            if outside.is_empty():  # only at other values of the symbolic sizes: check as it runs
+                checked.update(id(arg) for arg in args)
+                continue
+            shape = tuple(t.evaluate(sizes) for t in cdef.tensor(acc.tensor).shape)
         point = outside.sample_point()
         coords = [int(point.get_coordinate_val(isl.dim_type.set, k).to_python()) for k in range(len(shape))]
         k = next(k for k, (c, n) in enumerate(zip(coords, shape)) if not 0 <= c < n)
@@ -211,6 +234,7 @@ def tiled_schedule(
     packed: frozenset[str] = frozenset(),
     fold: bool = False,
     distribute: bool = False,
+    symbolic: frozenset[str] = frozenset(),
 ) -> tuple[Scop, Dependences, isl.Set, isl.Schedule]:
     """Steps 1 and 2 of the pipeline, common to every target: the Scop, its dependences, the
     parameters' values (a params set) and the schedule, specialised to ``sizes``, with the
@@ -223,16 +247,20 @@ def tiled_schedule(
     a band over the rows above one band per statement, before tiling
     (:func:`~tcjit.mapping.distribution.distribute_bands`: the GPU's form with block reductions),
     and with fusion ``Max`` kernels of the same rows become one
-    (:func:`~tcjit.mapping.distribution.fuse_rows`)."""
+    (:func:`~tcjit.mapping.distribution.fuse_rows`). With ``symbolic`` sizes (:mod:`.symbolic`),
+    the parameters' values leave those free (``>= 1``) and every proof holds for all of them."""
     # The parametric Scop assumes every size >= 1 (its context): at a size of 0 it would be empty,
     # and a '!' reduction over an empty range would lose its initialisation to the identity.
-    fix = options.fix_parameters_before_scheduling or any(sizes[s] == 0 for s in cdef.sizes)
+    # With symbolic sizes the Scop stays parametric (fix_parameters_before_scheduling is ignored).
+    fix = not symbolic and (
+        options.fix_parameters_before_scheduling or any(sizes[s] == 0 for s in cdef.sizes)
+    )
     scop = _build_scop(cdef, sizes, fix)
     deps = compute_dependences(scop)
     sched = schedule(scop, deps, fusion=options.outer_schedule_fusion_strategy)
-    fixed = _fixed(scop, sizes)
+    fixed = _fixed(scop, sizes, symbolic)
     sched = sched.intersect_domain(sched.get_domain().intersect_params(fixed))
-    legal_sizes = {p: sizes[p] for p in scop.params} or None
+    legal_sizes = {p: sizes[p] for p in scop.params if p not in symbolic} or None
     windows = initialised_in_place(scop, packed) if window else frozenset()
     if not fold:
         sched = hoist_initialisations(sched, deps, legal_sizes, window=window, windows=windows)
@@ -298,15 +326,23 @@ def prepare(
     packed: frozenset[str] = frozenset(),
     fold: bool = False,
     distribute: bool = False,
+    symbolic: frozenset[str] = frozenset(),
 ) -> Prepared:
     """:func:`tiled_schedule`, then the proofs on it: the affine accesses stay inside their
     tensors (:class:`TCBoundsError` otherwise), and which outputs must start zeroed (``window``,
-    ``packed``, ``fold``, ``distribute``: as :func:`tiled_schedule`'s)."""
-    shapes = {t.name: tuple(s.evaluate(sizes) for s in t.shape) for t in cdef.tensor_infos}
+    ``packed``, ``fold``, ``distribute``, ``symbolic``: as :func:`tiled_schedule`'s)."""
+    shapes = _shapes(cdef, sizes, symbolic)
     scop, deps, fixed, sched = tiled_schedule(
-        cdef, sizes, options, window=window, packed=packed, fold=fold, distribute=distribute
+        cdef,
+        sizes,
+        options,
+        window=window,
+        packed=packed,
+        fold=fold,
+        distribute=distribute,
+        symbolic=symbolic,
     )
-    checked = _prove_bounds(scop, fixed, shapes, sizes)
+    checked = _prove_bounds(scop, fixed, shapes, sizes, symbolic)
     return Prepared(scop, deps, fixed, sched, checked, _zero_init(scop, fixed, shapes))
 
 

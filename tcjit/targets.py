@@ -52,9 +52,19 @@ class Target:
         return self.name
 
     def lower(
-        self, cdef: CheckedDef, sizes: Mapping[str, int], strides: Mapping[str, tuple[int, ...]], values
+        self,
+        cdef: CheckedDef,
+        sizes: Mapping[str, int],
+        strides: Mapping[str, tuple[int, ...]],
+        values,
+        symbolic: frozenset[str] = frozenset(),
     ):
-        """The mapping's lowering for this target: the kernel source with its ``stages``."""
+        """The mapping's lowering for this target: the kernel source with its ``stages``.
+
+        ``symbolic``: sizes the kernel must serve at every value >= 1 (``mapping/symbolic.py``);
+        ``sizes`` then holds the representative values its choices are made at, and ``strides``
+        the strides at those sizes (tensors whose shape depends on a symbolic size are contiguous).
+        """
         raise NotImplementedError
 
     def build(self, cdef: CheckedDef, lowered) -> tuple[dict[str, bytes], dict]:
@@ -84,11 +94,11 @@ class CpuTarget(Target):
     name = "cpu"
     checked = ("kernel.so", "so_sha256")
 
-    def lower(self, cdef, sizes, strides, values):
+    def lower(self, cdef, sizes, strides, values, symbolic=frozenset()):
         from .cpu_runtime import vector_bytes
         from .mapping.lower_cpu import lower_cpu
 
-        return lower_cpu(cdef, dict(sizes), strides, values, vector_bytes=vector_bytes())
+        return lower_cpu(cdef, dict(sizes), strides, values, vector_bytes=vector_bytes(), symbolic=symbolic)
 
     def build(self, cdef, lowered):
         from .cpu_runtime import compile_c
@@ -113,9 +123,10 @@ class EmulatedTarget(CpuTarget):
 
     name = "cuda-emulated"
 
-    def lower(self, cdef, sizes, strides, values):
+    def lower(self, cdef, sizes, strides, values, symbolic=frozenset()):
         from .mapping.lower_gpu import lower_emulated
 
+        _concrete_only(self, symbolic)
         return lower_emulated(cdef, dict(sizes), strides, values)
 
 
@@ -141,9 +152,10 @@ class CudaTarget(Target):
         major, minor = torch.cuda.get_device_capability(binding.device)
         return f"cuda:sm_{major}{minor}:cupy-{cupy_module().__version__}"
 
-    def lower(self, cdef, sizes, strides, values):
+    def lower(self, cdef, sizes, strides, values, symbolic=frozenset()):
         from .mapping.lower_gpu import lower_cuda
 
+        _concrete_only(self, symbolic)
         return lower_cuda(cdef, dict(sizes), strides, values)
 
     def build(self, cdef, lowered):
@@ -159,6 +171,16 @@ class CudaTarget(Target):
 
         lowered = CudaKernelSource.from_json(metadata["cuda"], data.decode("utf-8"))
         return CudaSpecialization(cdef, binding, lowered, layouts=layouts, stages=stages, from_disk=from_disk)
+
+
+def _concrete_only(target: Target, symbolic) -> None:
+    """Refuse symbolic sizes on a target whose lowering does not take them yet."""
+    if symbolic:
+        from .polyhedral.errors import TCInternalError
+
+        raise TCInternalError(
+            f"target {target.name!r} compiles concrete sizes only (asked for {sorted(symbolic)})"
+        )
 
 
 #: Every target, by name.

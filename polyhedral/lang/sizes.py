@@ -214,6 +214,28 @@ class SizeExpr:
         names (:func:`~tcjit.polyhedral.names.isl_name`)."""
         return _render(self, _atom_isl)
 
+    def substitute(self, values: Mapping[str, int]) -> SizeExpr:
+        """This expression with the symbols ``values`` names replaced by their values (a partial
+        evaluation: ``(H - KH + 1).substitute({"KH": 3})`` is ``H - 2``)."""
+        out = const(self.const)
+        for a, k in self.terms:
+            out = out + _atom_substitute(a, values) * k
+        return out
+
+    def to_c(self, name) -> str:
+        """C ``int64_t`` arithmetic for this expression, each symbol printed as ``name(symbol)``
+        (an ``int64_t`` C expression); floor division and min/max through the C prelude's
+        ``tc_floordiv_i64``, ``tc_min_i64`` and ``tc_max_i64``."""
+        if self.is_const:
+            return str(self.const) if -(1 << 31) < self.const < (1 << 31) else f"INT64_C({self.const})"
+        terms = []
+        for a, k in self.terms:
+            text = _atom_c(a, name)
+            terms.append(text if k == 1 else f"{k} * {text}")
+        if self.const:
+            terms.append(str(self.const))
+        return "(" + " + ".join(terms) + ")"
+
 
 def _lift(x: SizeExpr | int) -> SizeExpr:
     if isinstance(x, SizeExpr):
@@ -320,6 +342,32 @@ def _atom_eval(a: _Atom, sizes: Mapping[str, int]) -> int:
     for f in a.factors:
         out *= _atom_eval(f, sizes)
     return out
+
+
+def _atom_substitute(a: _Atom, values: Mapping[str, int]) -> SizeExpr:
+    if isinstance(a, _Sym):
+        return const(values[a.name]) if a.name in values else SizeExpr(((a, 1),), 0)
+    if isinstance(a, _FloorDiv):
+        return a.num.substitute(values).floordiv(a.den)
+    if isinstance(a, _MinMax):
+        return _minmax(a.op, [x.substitute(values) for x in a.args])
+    out = const(1)
+    for f in a.factors:
+        out = out * _atom_substitute(f, values)
+    return out
+
+
+def _atom_c(a: _Atom, name) -> str:
+    if isinstance(a, _Sym):
+        return name(a.name)
+    if isinstance(a, _FloorDiv):
+        return f"tc_floordiv_i64({a.num.to_c(name)}, {a.den})"
+    if isinstance(a, _MinMax):
+        text = a.args[0].to_c(name)
+        for x in a.args[1:]:
+            text = f"tc_{a.op}_i64({text}, {x.to_c(name)})"
+        return text
+    return "(" + " * ".join(_atom_c(f, name) for f in a.factors) + ")"
 
 
 def _atom_tc(a: _Atom) -> tuple[str, bool]:

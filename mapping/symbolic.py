@@ -1,0 +1,67 @@
+"""Symbolic sizes: what a kernel compiled for every value of some size parameters needs.
+
+A kernel lowered with ``symbolic`` size names works for every value >= 1 of each of them (the
+other sizes stay fixed at their values). The mapping still makes its choices at concrete sizes:
+``sizes`` always holds a value for every size, the *representative* one for a symbolic size, and
+the cost-driven passes (tiles, parallel loops, register tiles) read it. What the code's
+correctness rests on is made for every admissible value instead:
+
+* isl's context leaves each symbolic size free (``>= 1``, :func:`params_context`): the legality
+  proofs, the proofs that accesses stay inside their tensors, the initialisations a kernel may
+  drop, and the generated loop bounds hold for every value;
+* the C kernel takes each symbolic size as an ``int64_t`` argument after its other parameters,
+  named :func:`~tcjit.mapping.layout.size_var`, and prints every shape, stride and extent that
+  depends on one as C arithmetic of those arguments (:func:`~tcjit.mapping.layout.size_text`).
+
+A size may be symbolic only where the Scop can be parametric in it
+(:func:`symbolic_candidates`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+
+import islpy as isl
+
+from ..polyhedral.errors import TCInternalError
+from ..polyhedral.lang.checked import CheckedDef
+from ..polyhedral.names import isl_name
+
+__all__ = ["check_symbolic", "params_context", "symbolic_candidates"]
+
+
+def symbolic_candidates(cdef: CheckedDef) -> frozenset[str]:
+    """The sizes of ``cdef`` a kernel may leave symbolic: every size, unless a range is not affine
+    in the sizes (a product of sizes, which isl cannot keep parametric), then none."""
+    for st in cdef.statements:
+        for r in st.ranges:
+            if "*" in r.lo.to_isl() or "*" in r.hi.to_isl():
+                return frozenset()
+    return frozenset(cdef.sizes)
+
+
+def check_symbolic(cdef: CheckedDef, sizes: Mapping[str, int], symbolic: Collection[str]) -> frozenset[str]:
+    """``symbolic`` as a frozenset, refused (:class:`TCInternalError`: the caller's policy must not
+    ask for it) where a name is not a size of ``cdef`` that may be symbolic, where a
+    representative value is below 1, or where a fixed size is 0 (empty tensors specialise)."""
+    symbolic = frozenset(symbolic)
+    if not symbolic:
+        return symbolic
+    bad = symbolic - symbolic_candidates(cdef)
+    if bad:
+        raise TCInternalError(f"{cdef.name}: sizes {sorted(bad)} cannot be symbolic")
+    if any(sizes[s] < 1 for s in symbolic) or any(sizes[s] == 0 for s in cdef.sizes):
+        raise TCInternalError(f"{cdef.name}: a symbolic kernel needs sizes >= 1, got {dict(sizes)}")
+    return symbolic
+
+
+def params_context(ctx: isl.Context, params: Collection[str], sizes: Mapping[str, int], symbolic) -> isl.Set:
+    """The parameters' values as an isl params set: each fixed size equal to its value, each
+    symbolic one ``>= 1``."""
+    params = tuple(params)
+    if not params:
+        return isl.Set.universe(isl.Space.params_alloc(ctx, 0))
+    cons = " and ".join(
+        f"{isl_name(p)} >= 1" if p in symbolic else f"{isl_name(p)} = {sizes[p]}" for p in params
+    )
+    return isl.Set.read_from_str(ctx, f"[{', '.join(map(isl_name, params))}] -> {{ : {cons} }}")

@@ -1,0 +1,177 @@
+"""Kernels lowered with symbolic sizes (mapping/symbolic.py): one compiled kernel, run at many
+values of its symbolic sizes, must compute what torch computes at each; the concrete kernels are
+unchanged (scripts/replay.py). The kernels here are run through ctypes directly, so that the
+lowering is tested apart from the runtime's policy of when to make a size symbolic."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+import torch
+
+import tcjit as tc
+from tcjit.cpu_runtime import compile_c, load, vector_bytes
+from tcjit.mapping.accumulation import LONG_SUM, wide_accumulators
+from tcjit.mapping.layout import contiguous_layout
+from tcjit.mapping.lower_cpu import lower_cpu
+from tcjit.mapping.options import MappingOptions
+from tcjit.mapping.symbolic import check_symbolic, symbolic_candidates
+from tcjit.pipeline import default_options
+from tcjit.polyhedral.errors import TCInternalError
+from tcjit.polyhedral.lang.sizes import smin, sym
+from tcjit.suite import SUITE
+
+DEFAULT_TIER = ("matmul", "fcrelu", "conv2d", "softmax", "bn_reduce", "maxpool2x2", "abs_sum")
+
+
+def _compile(cdef, rep, symbolic, options=None):
+    opts = (options or default_options(cdef, rep, "cpu")).validate("cpu")
+    low = lower_cpu(
+        cdef, rep, contiguous_layout(cdef, rep), opts.values, vector_bytes=vector_bytes(), symbolic=symbolic
+    )
+    assert low.sizes == tuple(sorted(symbolic))
+    fn = getattr(load(compile_c(low.source, name=cdef.name), name=cdef.name), low.symbol)
+    return low, fn
+
+
+def _run(cdef, low, fn, inputs, sizes):
+    """The kernel's outputs on ``inputs`` at ``sizes`` (the runtime's work, by hand)."""
+    shape = lambda name: tuple(d.evaluate(sizes) for d in cdef.tensor(name).shape)  # noqa: E731
+    outs = [torch.zeros(shape(o), dtype=inputs[0].dtype) for o in cdef.outputs]
+    kept, args = [], []
+    for q in low.params:
+        if q.name in cdef.params:
+            t = inputs[cdef.params.index(q.name)]
+        elif q.name in cdef.outputs:
+            t = outs[cdef.outputs.index(q.name)]
+        else:
+            t = torch.zeros(shape(q.name))
+            kept.append(t)
+        args.append(ctypes.c_void_p(t.data_ptr()))
+    args += [ctypes.c_int64(sizes[name]) for name in low.sizes]
+    errors = (ctypes.c_int64 * 3)()
+    fn(torch.get_num_threads(), errors, *args)
+    return outs, list(errors)
+
+
+def _sweep(name, symbolic_of, options=None):
+    k = SUITE[name]
+    cdef = k.checked
+    rep = dict(k.small_sizes[0])
+    lead = cdef.sizes[0]
+    symbolic = frozenset(symbolic_of(cdef))
+    if symbolic == {lead}:
+        points = [{**rep, lead: v} for v in sorted({1, 2, 7, rep[lead], rep[lead] + 5})]
+    else:
+        points = [dict(s) for s in k.small_sizes]
+    low, fn = _compile(cdef, rep, symbolic, options)
+    for sizes in points:
+        inputs = k.make_inputs(sizes, seed=1)
+        outs, errors = _run(cdef, low, fn, inputs, sizes)
+        assert errors[0] == 0, (sizes, errors)
+        tol = 1e-3 * max(1.0, k.reduction_length(sizes) ** 0.5 / 16)
+        for got, want in zip(outs, k.torch_ref(*inputs)):
+            torch.testing.assert_close(
+                got, want, rtol=tol, atol=tol, msg=lambda m, at=sizes: f"{name} at {at}: {m}"
+            )
+
+
+@pytest.mark.parametrize("name", DEFAULT_TIER)
+def test_a_kernel_with_a_symbolic_leading_size_computes_every_value(name) -> None:
+    """The batch size (the first size) symbolic: values 1, 2, 7 and around the representative."""
+    _sweep(name, lambda cdef: {cdef.sizes[0]})
+
+
+@pytest.mark.parametrize("name", DEFAULT_TIER)
+def test_a_kernel_with_every_size_symbolic_computes_the_small_sizes(name) -> None:
+    _sweep(name, lambda cdef: cdef.sizes)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("options", ("default", "naive", "mlp", "single_thread"))
+@pytest.mark.parametrize("which", ("lead", "all"))
+@pytest.mark.parametrize("name", sorted(SUITE))
+def test_every_suite_kernel_is_right_with_symbolic_sizes(name, which, options) -> None:
+    chosen = None if options == "default" else MappingOptions(options)
+    _sweep(name, (lambda cdef: {cdef.sizes[0]}) if which == "lead" else (lambda cdef: cdef.sizes), chosen)
+
+
+def test_sizes_read_in_a_statement_come_from_the_kernels_arguments() -> None:
+    """A size used as a value (``/ N``) and as a subscript (``N - 1 - i``) of a symbolic kernel."""
+    k = tc.define(
+        """
+def rev(float(N) X) -> (Y, Z) {
+    Y(i) = X(N - 1 - i) / N
+    Z(i) = X(i) * float(N)
+}"""
+    )
+    cdef = k.definition
+    low, fn = _compile(cdef, {"N": 8}, frozenset({"N"}))
+    assert "tc_z_N" in low.source
+    for n in (1, 3, 8, 33):
+        x = torch.randn(n)
+        (y, z), errors = _run(cdef, low, fn, (x,), {"N": n})
+        assert errors[0] == 0
+        torch.testing.assert_close(y, x.flip(0) / n)
+        torch.testing.assert_close(z, x * n)
+
+
+def test_a_long_sum_over_a_symbolic_size_accumulates_wide() -> None:
+    """float32 sums of LONG_SUM terms or more use a float64 accumulator; a sum whose length
+    depends on a symbolic size may be that long, whatever its length at the representative."""
+    k = tc.define("def s(float(N, K) A) -> (S) { S(n) +=! A(n, r_k) }")
+    cdef = k.definition
+    sizes = {"N": 4, "K": 10}
+    assert wide_accumulators(cdef, sizes) == {}
+    assert "S" in wide_accumulators(cdef, sizes, frozenset({"K"}))
+    assert wide_accumulators(cdef, sizes, frozenset({"N"})) == {}
+    low, fn = _compile(cdef, sizes, frozenset({"K"}))
+    assert low.wide == ("S",)
+    a = torch.full((2, LONG_SUM + 3), 0.1)
+    (s,), errors = _run(cdef, low, fn, (a,), {"N": 2, "K": LONG_SUM + 3})
+    assert errors[0] == 0
+    torch.testing.assert_close(s, a.double().sum(1).float(), rtol=1e-6, atol=0)
+
+
+def test_an_access_inside_only_at_the_representative_is_checked_when_it_runs() -> None:
+    """``W(n)`` with ``n < N`` reads inside ``W`` (size 8) at N = 8, not at every N: the
+    symbolic kernel checks it as it runs, and a call past it reports the subscript."""
+    k = tc.define("def f(float(N) X, float(8) W) -> (Y) { Y(n) = X(n) + W(n) where n in 0:N }")
+    cdef = k.definition
+    low, fn = _compile(cdef, {"N": 8}, frozenset({"N"}))
+    assert [(c.tensor, c.dim, c.size) for c in low.checks] == [("W", 0, 8)]
+    x, w = torch.randn(12), torch.randn(8)
+    (y,), errors = _run(cdef, low, fn, (x[:5], w), {"N": 5})
+    assert errors[0] == 0
+    torch.testing.assert_close(y, x[:5] + w[:5])
+    _, errors = _run(cdef, low, fn, (x, w), {"N": 12})
+    assert errors[0] == 1 and 8 <= errors[1] < 12  # check 1: a subscript of W past its end
+
+
+def test_which_sizes_may_be_symbolic() -> None:
+    k = tc.define("def f(float(M, N) A) -> (B) { B(i, j) = A(i, j) }")
+    assert symbolic_candidates(k.definition) == {"M", "N"}
+    with pytest.raises(TCInternalError):
+        check_symbolic(k.definition, {"M": 2, "N": 3}, {"K"})
+    with pytest.raises(TCInternalError):  # empty tensors specialise
+        check_symbolic(k.definition, {"M": 0, "N": 3}, {"N"})
+    assert check_symbolic(k.definition, {"M": 2, "N": 3}, ["N"]) == frozenset({"N"})
+
+
+def test_size_expressions_substitute_and_print_as_c() -> None:
+    h, kh, w = sym("H"), sym("KH"), sym("W")
+    e = (h - kh + 1) * w
+    assert e.substitute({"KH": 3}) == (h - 2) * w
+    assert e.substitute({"KH": 3, "H": 5, "W": 2}).const == 6
+    name = lambda s: f"z_{s}"  # noqa: E731
+    for expr, values in (
+        (e, {"H": 9, "KH": 3, "W": 4}),
+        ((h - kh).floordiv(2) + 1, {"H": 10, "KH": 3}),
+        (smin(h, w + 3) * 2, {"H": 4, "W": 7}),
+    ):
+        text = expr.to_c(name)
+        for s, v in values.items():
+            text = text.replace(name(s), str(v))
+        text = text.replace("tc_floordiv_i64", "fdiv").replace("tc_min_i64", "min")
+        assert eval(text, {"fdiv": lambda a, b: a // b, "min": min}) == expr.evaluate(values), text
