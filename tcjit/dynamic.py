@@ -24,9 +24,9 @@ contiguous (the kernel computes its strides from the sizes; torch's ``is_contigu
 ignores the strides of dimensions of size 1); every other tensor with the same shape and
 strides; the same value of every size that is not symbolic. A call with a non-contiguous tensor
 whose shape mentions a symbolic size (a transposed batch, an expanded view) gets a specialisation
-with concrete sizes instead, as with ``dynamic=False``. CUDA tensors are always specialised to
-concrete sizes (symbolic sizes on the CUDA target: not yet); the ``cpu`` and ``cuda-emulated``
-targets (:data:`SYMBOLIC_TARGETS`) have symbolic kernels.
+with concrete sizes instead, as with ``dynamic=False``. Only the ``cpu`` target has symbolic
+kernels (:data:`SYMBOLIC_TARGETS`): CUDA tensors and the ``cuda-emulated`` target are always
+specialised to concrete sizes (symbolic sizes in the CUDA mapping: not yet).
 
 **Representative sizes.** The mapping's choices (tiles, parallel and vector loops, wide
 accumulators) are made at one value of each symbolic size, the *representative*: when a family's
@@ -66,8 +66,8 @@ __all__ = [
     "normalise_dynamic",
 ]
 
-#: The targets whose kernels may have symbolic sizes (the CUDA runtime: not yet).
-SYMBOLIC_TARGETS = frozenset({"cpu", "cuda-emulated"})
+#: The targets whose kernels may have symbolic sizes (the CUDA mapping and runtime: not yet).
+SYMBOLIC_TARGETS = frozenset({"cpu"})
 
 #: How many distinct calls (their sizes) a :class:`SizePolicy` remembers to pick a representative.
 RECENT = 16

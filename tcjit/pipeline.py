@@ -92,7 +92,7 @@ def specialize(
     cdef = kernel.definition
     symbolic = frozenset() if family is None else family.symbolic
     if symbolic and target not in SYMBOLIC_TARGETS:
-        raise TCInternalError(f"{cdef.name}: symbolic sizes on the CUDA target are not supported yet")
+        raise TCInternalError(f"{cdef.name}: symbolic sizes on the {target} target are not supported yet")
     backend.check_device(binding)
     key = cache_key(
         kernel.canonical_source,

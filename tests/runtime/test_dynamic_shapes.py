@@ -173,15 +173,17 @@ def test_a_non_contiguous_tensor_with_a_symbolic_size_gets_a_concrete_specialisa
     assert len(made) == 4
 
 
-def test_cuda_tensors_stay_concrete(made):
+def test_cuda_targets_stay_concrete(made):
     k = tcjit.define(FCRELU, dynamic=True)
     inputs = fc(8)
     b = bind(k.definition, inputs)
     assert k._family(b, inputs, None, "cuda", observe=True) is None
-    family = k._family(b, inputs, None, "cuda-emulated", observe=True)
+    assert k._family(b, inputs, None, "cuda-emulated", observe=True) is None
+    family = k._family(b, inputs, None, "cpu", observe=True)
     assert family.symbolic == {"B", "M", "N"}
-    with pytest.raises(tcjit.TCInternalError, match="CUDA target are not supported yet"):
-        REAL_SPECIALIZE(k, b, inputs, None, tcjit.MappingOptions(), "cuda", family=family)
+    for target in ("cuda", "cuda-emulated"):
+        with pytest.raises(tcjit.TCInternalError, match=f"the {target} target are not supported yet"):
+            REAL_SPECIALIZE(k, b, inputs, None, tcjit.MappingOptions(), target, family=family)
 
 
 # ------------------------------------------------------------------ gradients, variants, records
