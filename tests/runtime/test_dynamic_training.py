@@ -70,3 +70,16 @@ def test_every_size_symbolic_from_the_first_call_matches_torch(tmp_path, monkeyp
         before = before or tcjit.compile_counts()
     assert tcjit.compile_counts() == before, "one kernel for every size"
     assert k(torch.randn(0, 4), torch.randn(3, 4), torch.randn(3)).shape == (0, 3), "0: its own"
+
+
+def test_a_gather_outside_a_symbolic_dimension_reports_the_calls_size(tmp_path, monkeypatch):
+    monkeypatch.setenv("TCJIT_CACHE_DIR", str(tmp_path / "kernels"))
+    k = tcjit.define("def gather(float(N) X, int64(K) idx) -> (Y) { Y(k) = X(idx(k)) }", dynamic=True)
+    x = torch.arange(7.0)
+    torch.testing.assert_close(k(x, torch.tensor([6, 0, 3])), torch.tensor([6.0, 0.0, 3.0]))
+    before = tcjit.compile_counts()
+    with pytest.raises(tcjit.TCBoundsError, match=r"element 9, outside \[0, 7\) \(dimension 0 has size 7\)"):
+        k(x, torch.tensor([1, 9]))
+    with pytest.raises(tcjit.TCBoundsError, match=r"element 12, outside \[0, 12\)"):
+        k(torch.arange(12.0), torch.tensor([12]))
+    assert tcjit.compile_counts() == before and k.symbolic_sizes == {"N", "K"}
