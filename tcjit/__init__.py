@@ -60,13 +60,16 @@ __all__ = [
     "__version__",
     "autotune",
     "compile",
+    "compile_counts",
     "define",
     "gpu_profile",
     "make_autograd",
 ]
 
 
-def define(source: str, name: str | None = None, *, backward: str | None = "auto", options=None):
+def define(
+    source: str, name: str | None = None, *, backward: str | None = "auto", options=None, dynamic=None
+):
     """Parse and check TC ``source`` now; return its entry point(s) as callable kernels.
 
     :arg source: TC text with one or more ``def``.
@@ -76,15 +79,27 @@ def define(source: str, name: str | None = None, *, backward: str | None = "auto
         entry of the same source taking the forward inputs followed by one gradient per output and
         returning one gradient per input, or ``None`` (forward only).
     :arg options: mapping options for every call (``None``: tuned options if stored, else defaults).
-    :raises TCError: a subclass with the source line, column and a caret for any mistake.
+    :arg dynamic: which size parameters calls leave symbolic, so that one compiled kernel serves
+        all their values. ``None`` (automatic, as torch.compile's automatic dynamic shapes): the
+        first call specialises to its sizes; a size parameter seen with a second value (>= 1)
+        becomes symbolic, and every later value reuses that kernel. ``True``: every size symbolic
+        from the first call; ``False``: never (one specialisation per shape); a collection of
+        size names (``{"B"}``): those symbolic from the first call, the others automatic. A
+        symbolic kernel serves every value >= 1, 1 included; a size of 0 (empty tensors) gets a
+        specialisation of its own. Tensors whose shape has a symbolic size must be contiguous to
+        share the symbolic kernel (others get a specialisation of their own); CUDA tensors and the
+        ``cuda-emulated`` target are always specialised (symbolic sizes on CUDA: not yet). The rules in full:
+        :mod:`tcjit.dynamic`.
+    :raises TCError: a subclass with the source line, column and a caret for any mistake
+        (``dynamic=`` naming no size parameter: :class:`TCNameError`).
 
     >>> k = define("def scale(float(N) X) -> (Y) { Y(i) = 2 * X(i) }")
     >>> k.signature
     'scale(float32(N) X) -> (float32(N) Y)'
     """
-    from .kernel import define as _define
+    from .definitions import define as _define
 
-    return _define(source, name, backward=backward, options=options)
+    return _define(source, name, backward=backward, options=options, dynamic=dynamic)
 
 
 def compile(kernel, *example_inputs, options=None, target: str | None = None, **named):
@@ -94,13 +109,33 @@ def compile(kernel, *example_inputs, options=None, target: str | None = None, **
     they then stand for CPU tensors. They may be passed by keyword, named after the kernel's
     parameters, as for a call (``options`` and ``target`` are this function's own keywords). Later
     calls of ``kernel`` with that layout use the result, as does a later process (through the
-    on-disk cache). The returned object is callable on inputs of exactly that layout.
+    on-disk cache). The returned object is callable on inputs of exactly that layout, or, when
+    the kernel leaves sizes symbolic (``define(..., dynamic=...)``), on any call of the family it
+    serves (:mod:`tcjit.dynamic`).
 
     :raises TCError: as a call would, before any code runs.
     """
-    from .kernel import compile as _compile
+    from .definitions import compile as _compile
 
     return _compile(kernel, *example_inputs, options=options, target=target, **named)
+
+
+def compile_counts() -> dict[str, int]:
+    """How many specialisations this process has compiled and loaded so far, as a new dict
+    ``{"compiled": n, "loaded": n}``: ``"compiled"`` counts each one lowered and built (isl, the
+    mapping and the C compiler: the cost of a call with a layout seen for the first time; a build
+    that fails counts too), ``"loaded"`` each one found in the on-disk kernel store instead.
+    Calls served by a specialisation the process already holds count nothing, whatever their
+    sizes. Thread-safe; reading it imports nothing heavy.
+
+    >>> before = compile_counts()["compiled"]
+    >>> y = fcrelu(x, w, b)                      # a layout this process has not seen
+    >>> compile_counts()["compiled"] - before    # 0 if the kernel store had it ("loaded" + 1)
+    1
+    """
+    from .counters import compile_counts as _compile_counts
+
+    return _compile_counts()
 
 
 def gpu_profile(kernel, *inputs, gpu: str = "h100", options=None):
@@ -125,7 +160,7 @@ def make_autograd(forward_kernel, backward_kernel):
 
     :raises TCCallError: an argument is not a kernel, or the two do not match in parameters.
     """
-    from .kernel import make_autograd as _make_autograd
+    from .definitions import make_autograd as _make_autograd
 
     return _make_autograd(forward_kernel, backward_kernel)
 

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .dynamic import mentions
 from .memory import SpecializationCache
 from .polyhedral.errors import TCCallError
 
@@ -102,7 +103,10 @@ class GradPlan:
         :attr:`grad_dtypes` where it differs. A derived backward is asked for without the ``None``
         ones and reads the others in the layout they arrive in: the gradient of ``out.sum()`` is
         an expanded tensor (every stride 0), which the backward kernel reads in place instead of
-        from a copy the size of the output. A user-supplied backward gets them made contiguous,
+        from a copy the size of the output, unless its shape has a size the kernel leaves
+        symbolic (:attr:`~tcjit.Kernel.symbolic_sizes`): a copy then lets the backward's symbolic
+        specialisation serve it (:mod:`tcjit.dynamic`: such tensors must be contiguous), where
+        its layout would cost a compilation per size. A user-supplied backward gets them made contiguous,
         and zeros for the ``None`` ones. When every one is ``None`` no kernel runs: the wanted
         gradients are zeros.
 
@@ -129,7 +133,9 @@ class GradPlan:
         for k, (dtype, g) in enumerate(zip(self.grad_dtypes, grad_outputs)):
             if g is not None:
                 g = g if g.dtype == dtype else g.to(dtype)
-                grads_out.append(g if self.derived else g.contiguous())
+                if not self.derived or (not g.is_contiguous() and self._symbolic_output(k)):
+                    g = g.contiguous()
+                grads_out.append(g)
             elif not self.derived:
                 grads_out.append(torch.zeros(shapes[k], dtype=dtype, device=_device(inputs)))
         args = (*inputs, *saved, *grads_out)
@@ -164,6 +170,11 @@ class GradPlan:
                 )
             out.append(g if g.dtype == x.dtype else g.to(x.dtype))
         return tuple(out)
+
+    def _symbolic_output(self, k: int) -> bool:
+        """Whether output ``k``'s shape has a size the kernel leaves symbolic now."""
+        symbolic = self.kernel.symbolic_sizes
+        return bool(symbolic) and mentions(self.kernel.definition, self.kernel.outputs[k], symbolic)
 
 
 _PRESENT: frozenset[str] = frozenset()  # no output's gradient is absent

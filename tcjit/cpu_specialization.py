@@ -14,10 +14,12 @@ from dataclasses import dataclass
 
 import torch
 
-from .binding import Binding, scalar_value
+from .binding import Binding, scalar_value, torch_dtype
+from .mapping.layout import contiguous_strides
 from .memory import BUDGET, LIBRARY_OVERHEAD
 from .polyhedral.errors import TCInternalError
 from .polyhedral.lang.checked import CheckedDef
+from .polyhedral.lang.sizes import SizeExpr, sym
 from .polyhedral.names import bounded
 from .runtime import Compiled, allocate, bounds_error, buffer_specs, check_aliasing
 
@@ -31,8 +33,9 @@ EMULATION_ORDER: contextvars.ContextVar[int] = contextvars.ContextVar("tcjit_emu
 @dataclass(frozen=True)
 class CpuKernelMeta:
     """What a loaded CPU kernel needs besides the code: its symbol, parameters, the buffers the
-    runtime zeroes, its run-time bounds checks, its wide accumulators and (emulated target) its
-    race-checked shared buffers. JSON-round-trippable (the kernel store keeps it)."""
+    runtime zeroes, its run-time bounds checks, its wide accumulators, (emulated target) its
+    race-checked shared buffers and its symbolic sizes, whose values it takes after the other
+    parameters, as ``int64_t``, in this order. JSON-round-trippable (the kernel store keeps it)."""
 
     symbol: str
     params: tuple[tuple[str, str, str], ...]
@@ -40,6 +43,7 @@ class CpuKernelMeta:
     checks: tuple[tuple, ...]
     wide: tuple[str, ...] = ()
     buffers: tuple[str, ...] = ()  # the emulated target's race-checked shared buffers
+    sizes: tuple[str, ...] = ()  # symbolic sizes (tcjit.dynamic); empty: every size fixed
 
     @staticmethod
     def from_json(d: Mapping) -> CpuKernelMeta:
@@ -51,14 +55,18 @@ class CpuKernelMeta:
             tuple(tuple(c) for c in d["checks"]),
             tuple(d.get("wide", ())),
             tuple(d.get("buffers", ())),
+            tuple(d.get("sizes", ())),
         )
 
 
 class Specialization(Compiled):
-    """One definition compiled for fixed shapes, dtypes, strides, target and options.
+    """One definition compiled for fixed shapes, dtypes, strides, target and options, or for a
+    family of layouts with symbolic sizes (``meta.sizes``; :mod:`tcjit.dynamic`).
 
     Calling it runs the kernel: ``spec(*inputs, outputs=None)``; the inputs must have the layout it
-    was compiled for (a mismatch raises :class:`TCCallError`).
+    was compiled for, or one of its family (a mismatch raises :class:`TCCallError`). With symbolic
+    sizes, each call reads the sizes from its inputs' shapes, allocates outputs and temporaries
+    of the shapes they give, and passes the symbolic sizes' values after the other arguments.
 
     :ivar source: the generated C. :ivar stages: readable intermediate forms when this process
         compiled it (empty after a disk hit). :ivar from_disk: whether it came from the kernel store.
@@ -88,13 +96,29 @@ class Specialization(Compiled):
         self.stages = dict(stages or {})
         self.from_disk = from_disk
         self.layouts = layouts
-        self._kernel = CpuKernel(load(blob, name=bounded(cdef.name)), meta.symbol, meta.params)
+        self.sizes = meta.sizes
+        params = meta.params + tuple((name, "scalar", "int64_t") for name in meta.sizes)
+        self._kernel = CpuKernel(load(blob, name=bounded(cdef.name)), meta.symbol, params)
         self._fn = self._kernel.fn
-        self._outputs = buffer_specs(cdef, binding, cdef.outputs, meta.zero_init)
         # the temporaries the kernel takes as parameters (a CPU kernel holds them itself)
         passed = {name for name, _, _ in meta.params}
         temporaries = [name for name in cdef.temporaries if name in passed]
-        self._temporaries = buffer_specs(cdef, binding, temporaries, meta.zero_init)
+        if meta.sizes:  # shapes per call: (input, dimension) each size is read from, in cdef.sizes order
+            self._size_at = _size_sources(cdef)
+            self._passed = tuple(cdef.sizes.index(name) for name in meta.sizes)  # the C order
+            self._last: tuple = (None, (), ())  # the last call's size values and buffer specs
+            tensors = cdef.tensors
+            self._buffers = tuple(
+                (
+                    tuple(_dimension(e, cdef.sizes) for e in tensors[n].shape),
+                    torch_dtype(tensors[n].dtype),
+                    n in meta.zero_init,
+                )
+                for n in (*cdef.outputs, *temporaries)
+            )
+        else:
+            self._outputs = buffer_specs(cdef, binding, cdef.outputs, meta.zero_init)
+            self._temporaries = buffer_specs(cdef, binding, temporaries, meta.zero_init)
         index = {name: i for i, name in enumerate(cdef.params)}
         n_out = len(cdef.outputs)
         plan = []
@@ -136,24 +160,48 @@ class Specialization(Compiled):
             _touch(self._token)  # the most recently used in the memory budget
         except KeyError:  # evicted, yet still called (a graph or a handle holds it): counted again
             BUDGET.admit(self)
+        if self.sizes:
+            values = [inputs[i].shape[d] for i, d in self._size_at]
+            memo = self._last  # one attribute read: another thread may replace it
+            if memo[0] != values:
+                memo = self._last = (values, *self._buffer_specs(values))
+            out_specs, temp_specs = memo[1], memo[2]
+        else:
+            values, out_specs, temp_specs = None, self._outputs, self._temporaries
         if outputs is None:
-            outs = allocate(self._outputs)
+            outs = allocate(out_specs)
         else:
             outs = list(outputs)
             check_aliasing(self.cdef, inputs, outs)
-        temps = allocate(self._temporaries)
+        temps = allocate(temp_specs)
         if self._pointers is not None:
             pools = (inputs, outs, temps)
             args = [pools[p][i].data_ptr() for p, i in self._pointers]
         else:
             args = self._arguments(inputs, outs, temps)
+        if values is not None:
+            args += [values[k] for k in self._passed]
         # error slots: bounds checks, a failed allocation of the workspace, the emulation's races
         # (slot 2: the emulated access was outside the tensor)
         errors = (ctypes.c_int64 * 3)()
         self._fn(torch.get_num_threads(), errors, *args)
         if errors[0]:
-            self._raise_errors(int(errors[0]), int(errors[1]), int(errors[2]))
+            sizes = None if values is None else dict(zip(self.cdef.sizes, values))
+            self._raise_errors(int(errors[0]), int(errors[1]), int(errors[2]), sizes)
         return tuple(outs)
+
+    def _buffer_specs(self, values: list[int]) -> tuple[tuple, tuple]:
+        """What :func:`~tcjit.runtime.allocate` takes for the outputs and the temporaries of a
+        call whose sizes have ``values`` (in ``cdef.sizes`` order)."""
+        sizes = dict(zip(self.cdef.sizes, values))
+        specs = []
+        for dims, dt, zero in self._buffers:
+            shape = tuple(
+                (d if d >= 0 else values[-1 - d]) if d.__class__ is int else d.evaluate(sizes) for d in dims
+            )
+            specs.append((shape, contiguous_strides(shape), dt, zero))
+        n_out = len(self.cdef.outputs)
+        return tuple(specs[:n_out]), tuple(specs[n_out:])
 
     def _arguments(self, inputs, outs, temps) -> list:
         """The kernel's arguments after ``nthreads`` and ``errors``: pointers and scalar values."""
@@ -172,10 +220,10 @@ class Specialization(Compiled):
                 args.append(scalar_value(self.cdef, name, inputs[i], self._scalar_types[i]))
         return args
 
-    def _raise_errors(self, code: int, value: int, outside: int = 0) -> None:
+    def _raise_errors(self, code: int, value: int, outside: int = 0, sizes=None) -> None:
         """The error the kernel reported in its error slots (``code`` non-zero; ``outside``: the
         emulated target's access at element offset ``value`` left tensor number ``outside - 1``,
-        counting the written tensors, then the inputs)."""
+        counting the written tensors, then the inputs; ``sizes``: the call's, with symbolic sizes)."""
         if code == -1:
             raise MemoryError(
                 f"{self.cdef.name}: the kernel could not allocate its work buffers (wide accumulators, "
@@ -199,10 +247,30 @@ class Specialization(Compiled):
                 f"{self.cdef.name}: the CUDA mapping lets two threads or blocks touch element offset "
                 f"{value} of {what} without a barrier between them (a race; emulated target)"
             )
-        self._raise_bounds(code, value)
+        self._raise_bounds(code, value, sizes)
 
-    def _raise_bounds(self, number: int, value: int) -> None:
-        raise bounds_error(self.cdef, self.meta.checks[number - 1], value)
+    def _raise_bounds(self, number: int, value: int, sizes=None) -> None:
+        raise bounds_error(self.cdef, self.meta.checks[number - 1], value, sizes)
+
+
+def _size_sources(cdef: CheckedDef) -> tuple[tuple[int, int], ...]:
+    """``(input, dimension)`` for every size of ``cdef``, in order: the first input dimension
+    written as that size, which a call's binding read it from (:func:`tcjit.binding.bind`)."""
+    out: dict[str, tuple[int, int]] = {}
+    for i, p in enumerate(cdef.ast.params):
+        for d, dim in enumerate(p.dims or ()):
+            if isinstance(dim.value, str) and dim.value not in out:
+                out[dim.value] = (i, d)
+    return tuple(out[name] for name in cdef.sizes)
+
+
+def _dimension(e: SizeExpr, names: tuple[str, ...]) -> int | SizeExpr:
+    """A dimension as :meth:`Specialization._buffer` reads it: its value if constant (>= 0),
+    ``-1 - k`` for size ``names[k]`` itself, else the expression."""
+    if e.is_const:
+        return e.const
+    (name,) = e.symbols() if len(e.symbols()) == 1 else (None,)
+    return -1 - names.index(name) if name is not None and e == sym(name) else e
 
 
 _touch = BUDGET.touch

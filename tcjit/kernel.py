@@ -2,25 +2,26 @@
 
 from __future__ import annotations
 
-import functools
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 
 from .arguments import bind_arguments, call_layouts, call_layouts_and_grad, check_target
+from .dynamic import SYMBOLIC_TARGETS, SizePolicy, family_inputs, family_of, normalise_dynamic
 from .memory import SpecializationCache
-from .polyhedral.errors import TCCallError, TCError, TCNameError, TCSemanticError, TCWarning
+from .polyhedral.errors import TCCallError, TCError, TCWarning
 from .polyhedral.lang.check import check_source
 from .polyhedral.lang.checked import CheckedDef, CheckedProgram
 from .polyhedral.lang.printer import def_to_tc
 
-__all__ = ["Definitions", "Kernel", "compile", "define", "make_autograd"]
+__all__ = ["Definitions", "Kernel"]
 
 
 class Kernel:
     """One entry point of a TC source, callable on torch tensors.
 
-    Calls run compiled code: C with OpenMP for CPU tensors, one specialisation per input layout
-    (see :meth:`__call__`). A call with other float dtypes than declared runs a *retyped variant*
+    Calls run compiled code: C with OpenMP for CPU tensors, one specialisation per input layout,
+    or one per family of layouts for sizes left symbolic (see :meth:`__call__`,
+    :mod:`tcjit.dynamic`). A call with other float dtypes than declared runs a *retyped variant*
     of the kernel (:meth:`variant_for`), itself a :class:`Kernel`, made once per retyping and kept.
 
     :ivar name: the entry's name.
@@ -32,19 +33,32 @@ class Kernel:
         ``None`` (forward only).
     :ivar retyping: for a variant, the float types it retypes (canonical names, e.g.
         ``{"float32": "float64"}``) relative to the kernel it was made from; ``{}`` otherwise.
+    :ivar dynamic: which sizes calls leave symbolic (:func:`~tcjit.define`'s ``dynamic=``:
+        ``None``, ``True``, ``False`` or a frozenset of size names; :mod:`tcjit.dynamic`).
     """
 
     def __init__(
-        self, program: CheckedProgram, name: str, *, backward: str | Kernel | None = "auto", options=None
+        self,
+        program: CheckedProgram,
+        name: str,
+        *,
+        backward: str | Kernel | None = "auto",
+        options=None,
+        dynamic=None,
     ):
         self.program = program
         self.definition: CheckedDef = program.get(name)  # type: ignore[assignment]
         self.name = name
         self.backward = backward
         self.options = options
-        # key -> specialisation, and differentiable calls: key -> tcjit.autograd.GradCall; the
-        # process's memory budget drops entries (tcjit.memory)
+        self.dynamic = normalise_dynamic(dynamic)
+        # the sizes seen, shared with the variants and the derived kernels (tcjit.dynamic)
+        self._policy = SizePolicy(self.dynamic)
+        # key -> specialisation (an alias of a family's, for symbolic sizes), and differentiable
+        # calls: key -> tcjit.autograd.GradCall; the process's memory budget drops entries
+        # (tcjit.memory)
         self._specializations = SpecializationCache()
+        self._families = SpecializationCache()  # (options, target, Family) -> specialisation
         self._plan = None  # the GradPlan (tcjit.autograd), made when a gradient is first needed
         self._grad_calls = SpecializationCache()
         self._variants: dict[tuple[tuple[str, str], ...], Kernel] = {}  # retyping -> variant
@@ -86,6 +100,12 @@ class Kernel:
         return self.definition.sizes
 
     @property
+    def symbolic_sizes(self) -> frozenset[str]:
+        """The size parameters that calls leave symbolic now: ``dynamic=``'s, and with automatic
+        dynamic shapes those seen with two values so far (:mod:`tcjit.dynamic`)."""
+        return self._policy.symbolic(self.sizes)
+
+    @property
     def symbolic_output_shapes(self) -> dict[str, tuple[str, ...]]:
         """Each output's shape as expressions of the size symbols (``'H - KH + 1'``)."""
         return {o: tuple(str(s) for s in self.definition.tensor(o).shape) for o in self.outputs}
@@ -118,13 +138,14 @@ class Kernel:
 
     def __reduce__(self):
         """Pickled as what defines it: the TC source, the entry's name, its backward (``"auto"``,
-        ``None``, an entry's name or a pickled :class:`Kernel`) and its options; a retyped variant
-        as its base kernel and the retyping. Unpickling checks the source again (no warnings)
-        and compiles nothing: the first call loads or compiles as in any process, so
-        ``torch.save(model)`` and multiprocessing work with kernels in the model."""
+        ``None``, an entry's name or a pickled :class:`Kernel`), its options and ``dynamic``; a
+        retyped variant as its base kernel and the retyping (the sizes seen are not kept).
+        Unpickling checks the source again (no warnings) and compiles nothing: the first call
+        loads or compiles as in any process, so ``torch.save(model)`` and multiprocessing work
+        with kernels in the model."""
         if self._base is not None:
             return (_rebuild_variant, (self._base, tuple(sorted(self.retyping.items()))))
-        return (_rebuild_kernel, (self.program.source, self.name, self.backward, self.options))
+        return (_rebuild_kernel, (self.program.source, self.name, self.backward, self.options, self.dynamic))
 
     # ------------------------------------------------------------------------------------- calling
     def __call__(
@@ -139,6 +160,11 @@ class Kernel:
 
         The first call with a new layout (shapes, dtypes, strides) compiles a specialisation, or
         loads it from the on-disk cache; later calls with that layout cost a dictionary lookup.
+        **Sizes** (``define(..., dynamic=...)``, :mod:`tcjit.dynamic`): by default the first call
+        specialises to its sizes; once a size parameter has had two values (>= 1), it is left
+        symbolic and one specialisation serves all its values >= 1, so a third batch size
+        compiles nothing. A size of 0 gets a specialisation of its own; tensors whose shape has
+        a symbolic size must be contiguous to share it (others get their own).
 
         **Float dtypes [ext].** Float types in the definition are defaults: tensors of another
         float dtype (float16, bfloat16, float32, float64) may be passed for parameters declared
@@ -194,7 +220,7 @@ class Kernel:
         spec = self._specializations.get(key)
         if spec is None:  # compiled (or loaded) once per layout; a retyped variant's if dtypes ask
             spec = self._specialize(inputs, outputs, options, target, key=key)
-            self._specializations.keep(key, spec)
+            _keep(self._specializations, key, spec)
         outs = spec.run(inputs, outputs)
         return outs[0] if len(outs) == 1 else outs
 
@@ -214,7 +240,7 @@ class Kernel:
 
             plan = self.variant_for(*inputs).grad_plan()
             spec = plan.forward._specialization(key, inputs, None, options, target)
-            call = self._grad_calls.keep(key, GradCall(plan, spec, inputs), spec)
+            call = _keep(self._grad_calls, key, GradCall(plan, spec, inputs), spec)
         return call.function.apply(call, *inputs)
 
     def grad_plan(self):
@@ -242,10 +268,17 @@ class Kernel:
         elif b == "auto":
             from .derived import derived_plan
 
-            self._plan = derived_plan(self, functools.partial(Kernel, backward=None))
+            self._plan = derived_plan(self, self._derived_kernel)
         else:
-            self._plan = user_plan(self, Kernel(self.program, b, backward=None))
+            self._plan = user_plan(self, Kernel(self.program, b, backward=None, dynamic=self.dynamic))
         return self._plan
+
+    def _derived_kernel(self, program: CheckedProgram, name: str) -> Kernel:
+        """A forward-only kernel of entry ``name`` of a program derived from this one (its
+        augmented forward, a backward), with this kernel's ``dynamic`` and record of sizes."""
+        kernel = Kernel(program, name, backward=None, dynamic=self.dynamic)
+        kernel._policy = self._policy
+        return kernel
 
     def options_for(self, *inputs, target: str | None = None, **named):
         """The :class:`~tcjit.MappingOptions` a call on ``inputs`` (keyword arguments as for a
@@ -261,6 +294,9 @@ class Kernel:
         kernel = self.variant_for(*inputs)
         b = bind(kernel.definition, inputs)
         target = target or ("cuda" if b.device.type == "cuda" else "cpu")
+        family = kernel._family(b, inputs, None, target, observe=False)
+        if family is not None:
+            return kernel._family_options(None, target, family, b.sizes, inputs)
         return kernel._resolve_options(None, b.sizes, target, inputs)
 
     # ------------------------------------------------------------------------------ float dtypes
@@ -324,7 +360,9 @@ class Kernel:
             self.name,
             backward=b._variant(sigma) if isinstance(b, Kernel) else b,
             options=self.options,
+            dynamic=self.dynamic,
         )
+        variant._policy = self._policy
         variant._base = self
         variant.retyping = sigma
         return variant
@@ -350,9 +388,9 @@ class Kernel:
         stack = [root]
         while stack:
             k = stack.pop()
-            for cache in (k._specializations, k._grad_calls):  # in place: the budget holds them
+            for cache in (k._specializations, k._families, k._grad_calls):  # in place: the budget holds them
                 for key in [key for key in cache if key[0] is None]:
-                    del cache[key]
+                    cache.drop(key)
             stack.extend(v for v in k._variants.values() if v is not k)
 
     def _specialization(self, key, inputs, outputs, options, target, *, allow_meta: bool = False):
@@ -361,12 +399,12 @@ class Kernel:
         spec = self._specializations.get(key)
         if spec is None:
             spec = self._specialize(inputs, outputs, options, target, key=key, allow_meta=allow_meta)
-            self._specializations.keep(key, spec)
+            _keep(self._specializations, key, spec)
         return spec
 
     def _specialize(self, inputs, outputs, options, target, *, key=None, allow_meta: bool = False):
-        """A new specialisation for this call (of the variant its dtypes ask for, which keeps it
-        under ``key`` as well)."""
+        """A specialisation for this call (of the variant its dtypes ask for, which keeps it under
+        ``key`` as well): made for its layout, or its family's (symbolic sizes), found or made."""
         from .binding import bind
         from .pipeline import specialize
 
@@ -389,8 +427,42 @@ class Kernel:
                 "tcjit.compile() accepts meta tensors; calls need real ones",
             )
         target = target or ("cuda" if b.device.type == "cuda" else "cpu")
-        chosen = self._resolve_options(options, b.sizes, target, inputs)
-        return specialize(self, b, inputs, outputs, chosen, target)
+        family = self._family(b, inputs, outputs, target, observe=True)
+        if family is None:
+            chosen = self._resolve_options(options, b.sizes, target, inputs)
+            return specialize(self, b, inputs, outputs, chosen, target)
+        family_key = (options, target, family)
+        spec = self._families.get(family_key)
+        if spec is None:
+            rep = self._policy.seen(self.definition, family, b.sizes)[0]
+            chosen = self._family_options(options, target, family, b.sizes, inputs)
+            spec = specialize(self, b, inputs, outputs, chosen, target, family=family, representative=rep)
+            self._families.keep(family_key, spec)
+        return spec
+
+    def _family(self, binding, inputs, outputs, target: str, *, observe: bool):
+        """The :class:`~tcjit.dynamic.Family` of a call (``binding``: its sizes) on ``target``, or
+        None for concrete sizes; ``observe``: record the call's sizes first."""
+        if target not in SYMBOLIC_TARGETS:
+            return None
+        policy = self._policy
+        symbolic = policy.observe(binding.sizes) if observe else policy.symbolic(self.sizes)
+        return family_of(self.definition, binding.sizes, inputs, outputs, symbolic) if symbolic else None
+
+    def _family_options(self, options, target: str, family, sizes, inputs):
+        """The options of ``family``'s kernel (:mod:`tcjit.dynamic`, "Options"): ``options``, else
+        define()'s, else those tuned for one of the family's calls seen, largest first, else the
+        defaults at the representative sizes. ``sizes`` and ``inputs``: the call at hand."""
+        chosen = options if options is not None else self.options
+        seen = self._policy.seen(self.definition, family, sizes)
+        if chosen is None:
+            from .tuned import stored_options
+
+            for call in seen:
+                chosen = stored_options(self, family_inputs(self.definition, family, call, inputs), target)
+                if chosen is not None:
+                    break
+        return self._resolve_options(chosen, seen[0], target, inputs)
 
     def _resolve_options(self, options, sizes, target: str, inputs=()):
         """``options``, else those given to define(), else options tuned for exactly this layout
@@ -409,6 +481,14 @@ class Kernel:
         if not isinstance(chosen, MappingOptions):
             raise TCCallError(f"options must be tcjit.MappingOptions, got {type(chosen).__name__}")
         return chosen.validate(target)
+
+
+def _keep(cache: SpecializationCache, key, value, spec=None):
+    """``cache.keep(key, value, spec)``; an alias (:meth:`~tcjit.memory.SpecializationCache.keep_alias`)
+    when the specialisation has symbolic sizes, so that new sizes do not accumulate entries."""
+    if getattr(value if spec is None else spec, "sizes", ()):
+        return cache.keep_alias(key, value, spec)
+    return cache.keep(key, value, spec)
 
 
 def _refuse_transforms(name: str, inputs) -> None:
@@ -481,96 +561,15 @@ class Definitions:
         return "<tcjit.Definitions " + ", ".join(self._kernels) + ">"
 
 
-def _rebuild_kernel(source: str, name: str, backward, options) -> Kernel:
+def _rebuild_kernel(source: str, name: str, backward, options, dynamic=None) -> Kernel:
     """A pickled :class:`Kernel` (:meth:`Kernel.__reduce__`): its source checked again, quietly
     (its warnings were given when it was defined)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TCWarning)
         program = check_source(source)
-    return Kernel(program, name, backward=backward, options=options)
+    return Kernel(program, name, backward=backward, options=options, dynamic=dynamic)
 
 
 def _rebuild_variant(base: Kernel, retyping: tuple[tuple[str, str], ...]) -> Kernel:
     """A pickled retyped variant: ``base``'s variant for ``retyping``."""
     return base._variant(dict(retyping))
-
-
-def backward_arity_problem(fwd: CheckedDef, bwd: CheckedDef) -> str | None:
-    """Why ``bwd`` cannot be the backward of ``fwd`` (it must take the forward inputs followed by one
-    gradient per output and return one gradient per input), or ``None``."""
-    want = len(fwd.params) + len(fwd.outputs)
-    if len(bwd.params) == want and len(bwd.outputs) == len(fwd.params):
-        return None
-    return (
-        f"backward '{bwd.name}' must take the {len(fwd.params)} inputs of '{fwd.name}' followed by "
-        f"{len(fwd.outputs)} output gradient(s) ({want} in all) and return {len(fwd.params)} "
-        f"gradient(s), one per input; it takes {len(bwd.params)} and returns {len(bwd.outputs)}"
-    )
-
-
-def _check_backward(program: CheckedProgram, fwd: CheckedDef, backward: str) -> None:
-    bwd = program.get(backward)
-    if bwd is None:
-        raise TCNameError(
-            f"backward entry '{backward}' is not defined in the source; it defines {', '.join(program.names)}"
-        )
-    problem = backward_arity_problem(fwd, bwd)
-    if problem is not None:
-        raise TCSemanticError(problem, source=program.source, span=bwd.ast.name_span, where=backward)
-
-
-def define(source: str, name: str | None = None, *, backward: str | None = "auto", options=None):
-    """See :func:`tcjit.define`."""
-    program = check_source(source)
-    if not program.defs:
-        raise TCNameError("the source defines no entry point ('def name(...) -> (...) { ... }')")
-    if name is not None:
-        program.entry(name)  # raises for an unknown name
-    if backward not in (None, "auto"):
-        if not isinstance(backward, str):
-            raise TCCallError(f"backward must be 'auto', None or an entry name, got {backward!r}")
-        targets = [name] if name is not None else list(program.names)
-        if len(targets) != 1:
-            raise TCCallError("backward= names the backward of one entry: pass name= as well")
-        _check_backward(program, program.get(targets[0]), backward)
-    if name is not None or len(program.defs) == 1:
-        return Kernel(program, name or program.defs[0].name, backward=backward, options=options)
-    return Definitions({d.name: Kernel(program, d.name, options=options) for d in program.defs})
-
-
-def make_autograd(forward_kernel, backward_kernel):
-    """A kernel that runs ``forward_kernel`` and differentiates it with ``backward_kernel`` (TC's
-    ``make_autograd``): the backward takes the forward inputs followed by one gradient per output
-    and returns one gradient per input.
-
-    Example::
-
-        mm = tcjit.define("def mm(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, r_k) * B(r_k, n) }")
-        mm_grad = tcjit.define('''def mm_grad(float(M,K) A, float(K,N) B, float(M,N) dC) -> (dA, dB) {
-            dA(m, k) +=! dC(m, r_n) * B(k, r_n)
-            dB(k, n) +=! dC(r_m, n) * A(r_m, k)
-        }''')
-        mm = tcjit.make_autograd(mm, mm_grad)
-
-    :returns: a :class:`~tcjit.Kernel` sharing ``forward_kernel``'s definition and options.
-    :raises TCCallError: an argument is not a kernel, or the backward's parameters and outputs do
-        not match the forward's.
-    """
-    for what, k in (("forward_kernel", forward_kernel), ("backward_kernel", backward_kernel)):
-        if not isinstance(k, Kernel):
-            raise TCCallError(f"make_autograd: {what} must be a tcjit Kernel, got {type(k).__name__}")
-    problem = backward_arity_problem(forward_kernel.definition, backward_kernel.definition)
-    if problem is not None:
-        raise TCCallError(problem)
-    return Kernel(
-        forward_kernel.program, forward_kernel.name, backward=backward_kernel, options=forward_kernel.options
-    )
-
-
-def compile(kernel: Kernel, *example_inputs, options=None, target: str | None = None, **named):
-    """See :func:`tcjit.compile`."""
-    if not isinstance(kernel, Kernel):
-        raise TCCallError(f"tcjit.compile takes a Kernel (from tcjit.define), got {type(kernel).__name__}")
-    example_inputs = bind_arguments(kernel.definition, example_inputs, named)
-    key = (options, target, call_layouts(example_inputs, meta_as="cpu"), None)
-    return kernel._specialization(key, example_inputs, None, options, target, allow_meta=True)

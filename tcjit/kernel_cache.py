@@ -62,16 +62,35 @@ def cache_key(
     outputs: Sequence[torch.Tensor] | None,
     target: str,
     options_json: str,
+    *,
+    symbolic: Mapping | None = None,
 ) -> str:
-    """The text every cache of compiled kernels is keyed by (see DESIGN.md, "Cache key")."""
+    """The text every cache of compiled kernels is keyed by (see DESIGN.md, "Cache key").
+
+    ``symbolic``: for a kernel with symbolic sizes, :func:`tcjit.dynamic.key_part` of its family.
+    The key then holds it under ``"symbolic"`` (the symbolic sizes, their admissible values
+    ``">= 1"`` and the other sizes' values), and each tensor whose shape mentions a symbolic size
+    as ``[dtype, dimensions, "contiguous"]``, its dimensions numbers or expressions of the sizes
+    (``["B", 64]``): no symbolic size's value is in the key. Nor are the representative sizes the
+    code was mapped at (:mod:`tcjit.dynamic`): two processes may store different code under one
+    key, each correct for every admissible size, and the store keeps the first.
+    """
     from .cache import FORMAT_VERSION
     from .cpu_runtime import toolchain_identity
+
+    def layouts(tensors, dims) -> list:
+        return [
+            ("scalar" if not isinstance(x, torch.Tensor) else _layout(x))
+            if d is None
+            else [str(x.dtype).removeprefix("torch."), d, "contiguous"]
+            for x, d in zip(tensors, dims or [None] * len(tensors))
+        ]
 
     key = {
         "source": canonical_source,
         "entry": entry,
-        "inputs": [_layout(x) if isinstance(x, torch.Tensor) else "scalar" for x in inputs],
-        "outputs": None if outputs is None else [_layout(t) for t in outputs],
+        "inputs": layouts(inputs, symbolic and symbolic["inputs"]),
+        "outputs": None if outputs is None else layouts(outputs, symbolic and symbolic["outputs"]),
         "target": target,
         "toolchain": toolchain_identity(),
         "options": json.loads(options_json),
@@ -79,6 +98,8 @@ def cache_key(
         "code": code_identity(),
         "format": FORMAT_VERSION,
     }
+    if symbolic is not None:
+        key["symbolic"] = {k: symbolic[k] for k in ("sizes", "admissible", "fixed")}
     return json.dumps(key, sort_keys=True, separators=(",", ":"))
 
 

@@ -21,6 +21,12 @@ and its workspace kept) when it next runs. A library is unloaded when its last r
 may be captured in CUDA graphs and are never unloaded implicitly.
 
 Calls touch their specialisation (:meth:`Budget.touch`): one ``OrderedDict.move_to_end``.
+
+A specialisation with symbolic sizes serves calls of many layouts; a cache keeps it under each
+layout seen as an *alias* (:meth:`SpecializationCache.keep_alias`), so that a repeated layout
+stays a dict lookup. It is counted once whatever the number of aliases, and a cache keeps at most
+:data:`ALIASES_PER_CACHE` aliases, dropping the oldest (the next call of that layout finds the
+specialisation again without compiling): new sizes do not accumulate entries.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from dataclasses import dataclass, field
 from .polyhedral.errors import TCWarning
 
 __all__ = [
+    "ALIASES_PER_CACHE",
     "BUDGET",
     "DEFAULT_BUDGET",
     "LIBRARY_OVERHEAD",
@@ -51,6 +58,10 @@ DEFAULT_BUDGET = 256 << 20
 #: specialisation's Python objects and generated source (about 20 KB per small kernel, measured
 #: with bench/memory.py), rounded up.
 LIBRARY_OVERHEAD = 32 << 10
+
+#: The aliases a :class:`SpecializationCache` keeps (layouts served by a specialisation with
+#: symbolic sizes), most recently added last; older ones are dropped.
+ALIASES_PER_CACHE = 64
 
 _warned: set[str] = set()
 
@@ -82,27 +93,64 @@ def budget_limit() -> int:
 @dataclass(eq=False)
 class _Entry:
     """A specialisation in the budget: a weak reference to it, its bytes, and the caches that
-    keep it (each a weak reference to a :class:`SpecializationCache` and the key there)."""
+    keep it: ``(id(cache), key) -> weak reference to the cache`` (:class:`SpecializationCache`),
+    pruned of collected caches as it grows (``prune_at``)."""
 
     ref: weakref.ref
     nbytes: int
-    holders: list = field(default_factory=list)
+    holders: dict = field(default_factory=dict)
+    prune_at: int = 16
 
 
 class SpecializationCache(dict):
     """A dict whose entries the budget drops when it evicts the specialisation they depend on.
 
-    Lookups are plain ``dict`` lookups; entries are added with :meth:`keep`.
+    Lookups are plain ``dict`` lookups; entries are added with :meth:`keep` or
+    :meth:`keep_alias`, removed with :meth:`drop`.
     """
 
-    __slots__ = ("__weakref__",)
+    __slots__ = ("__weakref__", "_aliases")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._aliases: OrderedDict = OrderedDict()  # alias key -> the specialisation it depends on
 
     def keep(self, key, value, spec=None):
         """``self[key] = value``, dropped when ``spec`` (default: ``value``, a specialisation) is
         evicted. Returns ``value``."""
+        replaced = self._aliases.pop(key, None)
+        if replaced is not None:
+            BUDGET.unhold(replaced, self, key)
         self[key] = value
         BUDGET.hold(value if spec is None else spec, self, key)
         return value
+
+    def keep_alias(self, key, value, spec=None):
+        """:meth:`keep`, for a key among many that share ``spec`` (a specialisation with symbolic
+        sizes): the cache keeps the :data:`ALIASES_PER_CACHE` most recently added aliases and
+        drops the oldest. Returns ``value``."""
+        spec = value if spec is None else spec
+        with BUDGET.lock:
+            self[key] = value
+            BUDGET.hold(spec, self, key)
+            self._aliases[key] = spec
+            self._aliases.move_to_end(key)
+            while len(self._aliases) > ALIASES_PER_CACHE:
+                old, old_spec = self._aliases.popitem(last=False)
+                if old in self:
+                    del self[old]
+                BUDGET.unhold(old_spec, self, old)
+        return value
+
+    @property
+    def aliases(self) -> int:
+        """How many entries are aliases (:meth:`keep_alias`)."""
+        return len(self._aliases)
+
+    def drop(self, key) -> None:
+        """Remove ``key`` (if present), alias or not."""
+        self.pop(key, None)
+        self._aliases.pop(key, None)
 
 
 class Budget:
@@ -113,6 +161,8 @@ class Budget:
 
     def __init__(self) -> None:
         self._lock = threading.RLock()  # reentrant: a weakref callback may fire while it is held
+        #: the budget's lock (reentrant), for callers that update a cache and the budget together
+        self.lock = self._lock
         self._recent: OrderedDict[int, _Entry] = OrderedDict()  # id(spec) -> entry, oldest first
         self.used = 0
         #: ``move_to_end(id(spec))``: marks a specialisation in the budget as just used (a
@@ -152,7 +202,25 @@ class Budget:
             if entry is None or entry.ref() is not spec:
                 self.admit(spec)
                 entry = self._recent[id(spec)]
-            entry.holders.append((weakref.ref(cache), key))
+            entry.holders[(id(cache), key)] = weakref.ref(cache)
+            if len(entry.holders) > entry.prune_at:  # caches collected since (a dropped GradCall's)
+                entry.holders = {h: r for h, r in entry.holders.items() if r() is not None}
+                entry.prune_at = max(16, 2 * len(entry.holders))
+
+    def unhold(self, spec, cache: SpecializationCache, key) -> None:
+        """Undo :meth:`hold` (``cache[key]`` no longer depends on ``spec``)."""
+        with self._lock:
+            entry = self._recent.get(id(spec))
+            if entry is not None and entry.ref() is spec:
+                entry.holders.pop((id(cache), key), None)
+
+    def holders(self, spec) -> int:
+        """How many cache entries depend on ``spec`` (0 when it is not in the budget)."""
+        with self._lock:
+            entry = self._recent.get(id(spec))
+            if entry is None or entry.ref() is not spec:
+                return 0
+            return sum(1 for r in entry.holders.values() if r() is not None)
 
     def trim(self, limit: int | None = None) -> int:
         """Evict least recently used specialisations until at most ``limit`` bytes (default:
@@ -166,10 +234,10 @@ class Budget:
             _, entry = self._recent.popitem(last=False)
             self.used -= entry.nbytes
             spec = entry.ref()
-            for cache_ref, key in entry.holders:
+            for (_, key), cache_ref in entry.holders.items():
                 cache = cache_ref()
                 if cache is not None:
-                    cache.pop(key, None)
+                    cache.drop(key)
             if spec is not None:
                 spec.release()
             del spec  # the last reference may go here: the library is unloaded

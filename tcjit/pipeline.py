@@ -6,7 +6,8 @@ runnable specialisation.
 2. **bind** (:func:`tcjit.binding.bind`): the call's tensors give the sizes, dtypes and strides;
    the options are the call's, a tuned record's or the defaults (:mod:`tcjit.kernel`);
 3. **find**: the kernel store (:mod:`tcjit.kernel_cache`) under the key of DESIGN.md; a hit skips
-   to 6 without importing isl or running a compiler;
+   to 6 without importing isl or running a compiler (and counts as ``"loaded"`` in
+   :func:`tcjit.compile_counts`; stages 4 and 5 count as ``"compiled"``);
 4. **lower** (:meth:`Target.lower <tcjit.targets.Target.lower>`, ``mapping/``): Scop, schedule,
    tiling and legality proofs, the target's mapping, kernel IR, and its printing as source;
    :func:`lowered` returns this stage alone, with its readable intermediate forms (``stages``);
@@ -27,15 +28,26 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 
 from .binding import Binding
+from .counters import count
+from .dynamic import SYMBOLIC_TARGETS, Family, key_part, mentions
 from .kernel_cache import BUILD_LOCK, cache_key, kernel_store, load_stored, save_stored
 from .mapping.layout import contiguous_layout, contiguous_strides
 from .mapping.options import MappingOptions
+from .polyhedral.errors import TCInternalError
 from .polyhedral.lang.checked import CheckedDef
 from .runtime import Compiled, call_layout, out_layouts
 from .stages import DEFAULT_FUSION, FRONT_STAGES, checked_text
 from .targets import TARGETS
 
-__all__ = ["FRONT_STAGES", "call_strides", "default_options", "front_stage", "lowered", "specialize"]
+__all__ = [
+    "FRONT_STAGES",
+    "call_strides",
+    "default_options",
+    "front_stage",
+    "lowered",
+    "representative_strides",
+    "specialize",
+]
 
 
 def default_options(cdef: CheckedDef, sizes: Mapping[str, int], target: str):
@@ -57,16 +69,41 @@ def default_choice(cdef: CheckedDef, sizes: Mapping[str, int], target: str):
     return choose(cdef, sizes, target)
 
 
-def specialize(kernel, binding: Binding, inputs, outputs, options, target: str) -> Compiled:
+def specialize(
+    kernel,
+    binding: Binding,
+    inputs,
+    outputs,
+    options,
+    target: str,
+    *,
+    family: Family | None = None,
+    representative: Mapping[str, int] | None = None,
+) -> Compiled:
     """Find or build the specialisation of ``kernel`` for this call (``binding``: checked by
-    ``bind``), with ``options`` (validated) on ``target``."""
+    ``bind``), with ``options`` (validated) on ``target``.
+
+    With a ``family`` (:mod:`tcjit.dynamic`), the specialisation leaves ``family.symbolic``
+    symbolic and serves every call of the family; it is keyed without their values and mapped at
+    the ``representative`` sizes (a call of the family seen: every size, the others' values
+    ``binding``'s).
+    """
     backend = TARGETS[target]
     cdef = kernel.definition
+    symbolic = frozenset() if family is None else family.symbolic
+    if symbolic and target not in SYMBOLIC_TARGETS:
+        raise TCInternalError(f"{cdef.name}: symbolic sizes on the {target} target are not supported yet")
     backend.check_device(binding)
     key = cache_key(
-        kernel.canonical_source, cdef.name, inputs, outputs, backend.identity(binding), options.to_json()
+        kernel.canonical_source,
+        cdef.name,
+        inputs,
+        outputs,
+        backend.identity(binding),
+        options.to_json(),
+        symbolic=None if family is None else key_part(cdef, family),
     )
-    layouts = (tuple(call_layout(x) for x in inputs), out_layouts(outputs))
+    layouts = family if family is not None else (tuple(call_layout(x) for x in inputs), out_layouts(outputs))
     store = kernel_store()
     found = load_stored(
         store,
@@ -77,9 +114,18 @@ def specialize(kernel, binding: Binding, inputs, outputs, options, target: str) 
         ),
     )
     if found is not None:
-        return found
+        count("loaded")
+        return _checked_sizes(found, symbolic)
     with BUILD_LOCK:
-        lowering = backend.lower(cdef, binding.sizes, call_strides(cdef, binding, outputs), options.values)
+        count("compiled")  # before lowering: a build that fails counts too
+        if symbolic:
+            sizes = dict(representative or binding.sizes)
+            strides = representative_strides(cdef, binding, outputs, sizes, symbolic)
+            lowering = backend.lower(cdef, sizes, strides, options.values, symbolic=symbolic)
+        else:
+            lowering = backend.lower(
+                cdef, binding.sizes, call_strides(cdef, binding, outputs), options.values
+            )
         files, metadata = backend.build(cdef, lowering)
     spec = backend.load(
         cdef,
@@ -90,7 +136,19 @@ def specialize(kernel, binding: Binding, inputs, outputs, options, target: str) 
         layouts=layouts,
         stages=lowering.stages,
     )
+    _checked_sizes(spec, symbolic)
     save_stored(store, key, files, metadata)  # once it has loaded
+    return spec
+
+
+def _checked_sizes(spec: Compiled, symbolic: frozenset[str]) -> Compiled:
+    """``spec``, once its symbolic sizes are those asked for (a kernel that takes other sizes
+    would be passed the wrong arguments)."""
+    if frozenset(spec.sizes) != symbolic:
+        raise TCInternalError(
+            f"{spec.cdef.name}: the kernel takes the symbolic sizes {sorted(spec.sizes)}, "
+            f"{sorted(symbolic)} were asked for"
+        )
     return spec
 
 
@@ -164,6 +222,23 @@ def front_stage(
     if tiles is None:
         tiles = () if options is None else options.get("tile")
     return schedule_text(tile(schedule(scop, compute_dependences(scop), fusion=fusion), tiles)) + "\n"
+
+
+def representative_strides(
+    cdef: CheckedDef, binding: Binding, outputs, sizes: Mapping[str, int], symbolic: Collection[str]
+) -> dict[str, tuple[int, ...]]:
+    """Element strides of every tensor of a call of a family (:mod:`tcjit.dynamic`) at the
+    representative ``sizes``: contiguous for the tensors whose shape mentions a ``symbolic`` size
+    and for those tcjit allocates, as passed (the family's own) for the others."""
+    given = dict(zip(cdef.outputs, outputs)) if outputs is not None else {}
+    strides = {}
+    for t in cdef.tensor_infos:
+        passed = binding.tensors.get(t.name, given.get(t.name))
+        if passed is not None and not mentions(cdef, t.name, symbolic):
+            strides[t.name] = tuple(passed.stride())
+        else:
+            strides[t.name] = contiguous_strides(tuple(e.evaluate(sizes) for e in t.shape))
+    return strides
 
 
 def call_strides(cdef: CheckedDef, binding: Binding, outputs) -> dict[str, tuple[int, ...]]:

@@ -8,7 +8,7 @@ The CPU's :class:`~tcjit.cpu_specialization.Specialization` and the GPU's
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import torch
 
@@ -32,21 +32,45 @@ class Compiled:
     """What every compiled specialisation shares: the call with a check of the arguments' layout.
 
     A subclass sets :attr:`cdef` and :attr:`layouts` (the inputs' and the outputs' layouts it was
-    compiled for: :func:`call_layout`, :func:`out_layouts`) and implements :meth:`run`."""
+    compiled for: :func:`call_layout`, :func:`out_layouts`; for symbolic sizes, the
+    :class:`~tcjit.dynamic.Family` it serves) and :attr:`sizes`, and implements :meth:`run`.
+
+    :ivar sizes: the symbolic sizes, in the order the kernel takes their values (empty: every
+        size is fixed).
+    """
 
     cdef: CheckedDef
     layouts: tuple
+    sizes: tuple[str, ...] = ()
 
     def __call__(self, *inputs, outputs: Sequence[torch.Tensor] | None = None):
-        layouts = tuple(call_layout(x) for x in inputs)
-        if layouts != self.layouts[0] or out_layouts(outputs) != self.layouts[1]:
-            raise TCCallError(
-                f"{self.cdef.name}: these arguments do not have the shapes, dtypes and strides this "
-                "specialisation was compiled for",
-                hint="call the Kernel itself: it compiles one specialisation per layout",
-            )
+        if self.sizes:
+            self._check_family(inputs, outputs)
+        else:
+            layouts = tuple(call_layout(x) for x in inputs)
+            if layouts != self.layouts[0] or out_layouts(outputs) != self.layouts[1]:
+                raise TCCallError(
+                    f"{self.cdef.name}: these arguments do not have the shapes, dtypes and strides "
+                    "this specialisation was compiled for",
+                    hint="call the Kernel itself: it compiles one specialisation per layout",
+                )
         outs = self.run(inputs, outputs)
         return outs[0] if len(outs) == 1 else outs
+
+    def _check_family(self, inputs, outputs) -> None:
+        """Refuse a call that the family of this specialisation with symbolic sizes does not
+        hold (:mod:`tcjit.dynamic`), after checking it as a kernel call does (:func:`bind`)."""
+        from .binding import bind
+        from .dynamic import family_of
+
+        b = bind(self.cdef, inputs, outputs)
+        if family_of(self.cdef, b.sizes, inputs, outputs, self.layouts.symbolic) != self.layouts:
+            raise TCCallError(
+                f"{self.cdef.name}: these arguments are not of the layouts this specialisation serves "
+                f"(sizes {', '.join(sorted(self.sizes))} >= 1 and the tensors they shape contiguous; "
+                "the other sizes, shapes, strides and the dtypes as compiled)",
+                hint="call the Kernel itself: it finds or compiles the specialisation a call needs",
+            )
 
     def run(
         self, inputs: Sequence[object], outputs: Sequence[torch.Tensor] | None
@@ -100,10 +124,14 @@ def allocate(specs: Sequence[tuple], device: torch.device | None = None) -> list
     ]
 
 
-def bounds_error(cdef, check, value: int) -> TCBoundsError:
+def bounds_error(cdef, check, value: int, sizes: Mapping[str, int] | None = None) -> TCBoundsError:
     """The error of a failed run-time bounds check: ``check`` is ``(tensor, dim, size, span, verb)``
-    (a stored check, or the printer's ``BoundsCheck`` as a tuple); ``value`` is the subscript's value."""
+    (a stored check, or the printer's ``BoundsCheck`` as a tuple); ``value`` is the subscript's value.
+    A ``size`` of -1 is a dimension of symbolic size: its size is the tensor's at the call's
+    ``sizes`` (every size of ``cdef``)."""
     tensor, dim, size, span, verb = check
+    if size == -1:
+        size = cdef.tensor(tensor).shape[dim].evaluate(sizes) if sizes is not None else "?"
     return TCBoundsError(
         f"subscript {dim} of '{tensor}' {verb} element {value}, outside [0, {size}) "
         f"(dimension {dim} has size {size})",

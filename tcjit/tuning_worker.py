@@ -79,7 +79,7 @@ def _load_context(blob: bytes) -> WorkerState:
         return state
     import torch
 
-    from . import kernel as kernels
+    from . import definitions as kernels
 
     ctx: _Context = torch.load(io.BytesIO(blob), weights_only=False)
     torch.set_num_threads(max(1, ctx.threads))
@@ -105,7 +105,7 @@ def _worker_state() -> WorkerState:
 def compile_candidate(options):
     """Compile ``options`` into the run's kernel store (a worker's compile phase); returns them."""
     state = _worker_state()
-    from . import kernel as kernels
+    from . import definitions as kernels
 
     kernels.compile(state.kernel, *state.inputs, options=options, target=state.target)
     return options
@@ -117,7 +117,7 @@ def measure_candidate(arg):
 
     options, best = arg
     state = _worker_state()
-    from . import kernel as kernels
+    from . import definitions as kernels
 
     spec = kernels.compile(state.kernel, *state.inputs, options=options, target=state.target)
     return check_and_time(spec, state, best, Measurement)
@@ -139,7 +139,7 @@ def ray_task(blob: bytes, arch: str, arg):
     if here.arch != arch:
         detail = f"measured nothing: this node is {here.arch}, not {arch}"
         return located(Measurement(None, "skipped", detail), here)
-    from . import kernel as kernels
+    from . import definitions as kernels
 
     try:
         spec = kernels.compile(state.kernel, *state.inputs, options=options, target=state.target)
@@ -170,7 +170,7 @@ def _confirm_in(state: WorkerState, finalists, budget: float | None) -> list:
     computed a wrong answer (:func:`~tcjit.tuning_confirm.interleaved_rounds`)."""
     import torch
 
-    from . import kernel as kernels
+    from . import definitions as kernels
     from .testing import compare_outputs
     from .tuning_confirm import interleaved_rounds
 

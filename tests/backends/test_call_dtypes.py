@@ -72,8 +72,8 @@ def count_specialize(monkeypatch) -> list:
     calls: list = []
     real = tcjit.pipeline.specialize
 
-    def counting(kernel, binding, inputs, outputs, options, target):
-        spec = real(kernel, binding, inputs, outputs, options, target)
+    def counting(kernel, binding, inputs, outputs, options, target, **symbolic):
+        spec = real(kernel, binding, inputs, outputs, options, target, **symbolic)
         calls.append((kernel, spec))
         return spec
 

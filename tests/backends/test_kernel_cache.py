@@ -289,8 +289,8 @@ def count_specialize(monkeypatch) -> list:
     calls: list = []
     real = tcjit.pipeline.specialize
 
-    def counting(kernel, binding, inputs, outputs, options, target):
-        spec = real(kernel, binding, inputs, outputs, options, target)
+    def counting(kernel, binding, inputs, outputs, options, target, **symbolic):
+        spec = real(kernel, binding, inputs, outputs, options, target, **symbolic)
         calls.append(spec)
         return spec
 
@@ -312,7 +312,7 @@ def test_a_repeated_layout_is_a_lookup(count_specialize):
 
 
 def test_a_new_shape_stride_or_options_is_a_new_specialization(count_specialize):
-    k = tcjit.define(FCRELU)
+    k = tcjit.define(FCRELU, dynamic=False)  # with symbolic sizes: tests/runtime/test_dynamic_shapes.py
     x, w, b = _fc_inputs()
     k(x, w, b)
     seen = 1
@@ -333,6 +333,23 @@ def test_a_new_shape_stride_or_options_is_a_new_specialization(count_specialize)
     k(x, w, b, options=tcjit.MappingOptions().tile(4, 4).parallelize(False))
     assert len(count_specialize) == seen
     assert len({s.source for s in count_specialize}) == len(count_specialize)
+
+
+def test_compile_counts_count_builds_and_disk_hits(monkeypatch):
+    x, w, b = _fc_inputs(b=5)
+    before = tcjit.compile_counts()
+    k = tcjit.define(FCRELU)
+    k(x, w, b)
+    assert tcjit.compile_counts() == {"compiled": before["compiled"] + 1, "loaded": before["loaded"]}
+    k(x, w, b)
+    snapshot = tcjit.compile_counts()
+    assert snapshot == {"compiled": before["compiled"] + 1, "loaded": before["loaded"]}, "a lookup"
+    tcjit.define(FCRELU)(x, w, b)  # a new kernel object: found in the store
+    assert tcjit.compile_counts() == {"compiled": before["compiled"] + 1, "loaded": before["loaded"] + 1}
+    monkeypatch.setenv("TCJIT_CACHE_DIR", "")
+    tcjit.define(FCRELU)(x, w, b)  # no store: built again
+    assert tcjit.compile_counts() == {"compiled": before["compiled"] + 2, "loaded": before["loaded"] + 1}
+    assert snapshot["compiled"] == before["compiled"] + 1, "a snapshot does not change"
 
 
 def test_a_wrong_dtype_is_refused_before_compiling(count_specialize):

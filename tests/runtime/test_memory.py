@@ -2,6 +2,9 @@
 given back, libraries unloaded when nothing can call them (issue 29, "Memory that is never given
 back").
 
+Kernels whose point is one specialisation per shape are defined with ``dynamic=False`` (by
+default a second size makes a size symbolic: one specialisation for every size, tcjit/dynamic.py).
+
 Figures are read from the process itself: its resident set (``VmRSS``) and the kernel libraries
 mapped into it (/proc/self/maps: files under the temporary directory, where the runtime writes
 the libraries it loads, or under the kernel store).
@@ -91,10 +94,10 @@ def _shapes_figure(shapes: int, n: int, limit: int) -> None:
     the growth stays within the budget while the kernel lives and is given back once it is gone."""
     a, bs = torch.randn(n), [torch.randn(n + s) for s in range(shapes)]
     wants = [_outer_reference(a, b) for b in bs]  # torch's products are not counted either
-    k = tcjit.define(OUTER)
+    k = tcjit.define(OUTER, dynamic=False)
     for b in bs:  # compiled (or found in the store) first: the compiler's own heap is not counted
         k(a, b)
-    k = tcjit.define(OUTER)
+    k = tcjit.define(OUTER, dynamic=False)
     # the runtime, OpenMP and torch.testing (tens of MB of modules) loaded before the start
     torch.testing.assert_close(k(torch.ones(4), torch.ones(4)), torch.full((4,), 4.0))
     _settle()
@@ -157,7 +160,7 @@ def test_an_evicted_specialisation_is_loaded_again_from_disk(budget, tmp_path, m
     loads the library from the kernel store (no compilation) and computes the same result."""
     monkeypatch.setenv("TCJIT_CACHE_DIR", str(tmp_path / "kernels"))
     budget(0)  # nothing but the most recent specialisation
-    k = tcjit.define(OUTER)
+    k = tcjit.define(OUTER, dynamic=False)
     a, b, c = torch.randn(64), torch.randn(100), torch.randn(101)
     first = k(a, b)
     (spec,) = k._specializations.values()
@@ -180,7 +183,7 @@ def test_backward_runs_after_its_forwards_specialisation_was_evicted(budget) -> 
     (and the backward's): the graph still holds the forward's code and the backward is loaded
     again; the gradients are torch's."""
     budget(0)
-    k = tcjit.define(SQUARES)
+    k = tcjit.define(SQUARES, dynamic=False)
     a, w = torch.randn(300, requires_grad=True), torch.randn(300, requires_grad=True)
     k(a, w).sum().backward()  # compiles the backward too
     a.grad = w.grad = None
@@ -226,7 +229,7 @@ def test_a_compiled_function_keeps_calling_a_deleted_kernel_under_the_budget(bud
     each shape's specialisation is evicted by the next under a tiny budget (no more libraries
     stay loaded than the budget allows) and loaded again when its graph runs."""
     budget(0)
-    k = tcjit.define(OUTER)
+    k = tcjit.define(OUTER, dynamic=False)
     f = torch.compile(_twice(k), fullgraph=True, backend="aot_eager", dynamic=False)
     a = torch.randn(32)
     bs = [torch.randn(n) for n in (40, 41, 42)]
@@ -299,3 +302,43 @@ def test_evicting_and_unloading_while_other_threads_call_kernels(tmp_path) -> No
         [sys.executable, "-c", _STRESS], env=env, capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
+
+
+class _FakeSpec:
+    """What the budget needs of a specialisation: its bytes and ``release``."""
+
+    memory_bytes = 1000
+
+    def __init__(self) -> None:
+        self.released = 0
+
+    def release(self) -> None:
+        self.released += 1
+
+
+def test_aliases_of_one_specialisation_count_once_and_stay_bounded() -> None:
+    from tcjit.memory import ALIASES_PER_CACHE, SpecializationCache
+
+    spec, newer = _FakeSpec(), _FakeSpec()
+    BUDGET.admit(spec)
+    used = BUDGET.used
+    cache = SpecializationCache()
+    cache.keep("family", spec)
+    n = 3 * ALIASES_PER_CACHE
+    for i in range(n):  # one size after another, served by one symbolic specialisation
+        cache.keep_alias(("layout", i), spec)
+    assert BUDGET.used == used, "counted once, whatever its aliases"
+    assert cache.aliases == ALIASES_PER_CACHE and len(cache) == ALIASES_PER_CACHE + 1
+    assert ("layout", n - 1) in cache and ("layout", 0) not in cache, "the oldest go"
+    assert BUDGET.holders(spec) == ALIASES_PER_CACHE + 1, "dropped aliases no longer hold it"
+    cache.keep_alias(("layout", n - 1), spec)  # again: no second holder, no second alias
+    assert BUDGET.holders(spec) == ALIASES_PER_CACHE + 1 and cache.aliases == ALIASES_PER_CACHE
+    for i in range(200):  # caches that go away (a dropped GradCall's) leave no holder behind
+        other = SpecializationCache()
+        other.keep(("grad", i), spec)
+        del other
+    assert len(BUDGET._recent[id(spec)].holders) <= 2 * (ALIASES_PER_CACHE + 1) + 16
+    BUDGET.admit(newer)
+    BUDGET.trim(newer.memory_bytes)  # evicts ``spec``: the family and every alias are dropped
+    assert len(cache) == 0 and cache.aliases == 0 and spec.released == 1
+    BUDGET.trim(DEFAULT_BUDGET)

@@ -1,0 +1,85 @@
+"""Issue 34 end to end: a training loop whose batch size changes (32, 17, 32, 5, 1: a short last
+batch, an evaluation batch) computes what torch computes, and after the second distinct batch
+size compiles nothing more, forward, derived backward or evaluation, by tcjit's own counter
+(:func:`tcjit.compile_counts`). Real symbolic kernels: the mapping's lowering with symbolic sizes,
+the C compiler, the runtime passing each call's sizes.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tcjit
+
+FCRELU = """
+def fcrelu(float(B,M) I, float(N,M) W, float(N) bias) -> (O) {
+    O(b, n) +=! I(b, r_m) * W(n, r_m)
+    O(b, n)  = fmax(O(b, n) + bias(n), 0)
+}
+"""
+
+BATCHES = (32, 17, 32, 5, 1)
+
+
+def _close(got, want):
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("loss", ["mean square", "sum"])  # a dense and an expanded gradient
+def test_a_training_loop_compiles_nothing_after_the_second_batch_size(tmp_path, monkeypatch, loss):
+    monkeypatch.setenv("TCJIT_CACHE_DIR", str(tmp_path / "kernels"))  # built, not found on disk
+    g = torch.Generator().manual_seed(0)
+    layer1, layer2 = tcjit.define(FCRELU), tcjit.define(FCRELU)
+    w1 = (torch.randn(16, 24, generator=g) / 5).requires_grad_()
+    b1 = torch.randn(16, generator=g).requires_grad_()
+    w2 = (torch.randn(8, 16, generator=g) / 4).requires_grad_()
+    b2 = torch.randn(8, generator=g).requires_grad_()
+    params = (w1, b1, w2, b2)
+    counts = []
+    for batch in BATCHES:
+        x, t = torch.randn(batch, 24, generator=g), torch.randn(batch, 8, generator=g)
+        y = layer2(layer1(x, w1, b1), w2, b2)
+        want = torch.relu(torch.relu(x @ w1.T + b1) @ w2.T + b2)
+        _close(y, want)
+        if loss == "sum":
+            got_grads = torch.autograd.grad(y.sum(), params)
+            want_grads = torch.autograd.grad(want.sum(), params)
+        else:
+            got_grads = torch.autograd.grad(((y - t) ** 2).mean(), params)
+            want_grads = torch.autograd.grad(((want - t) ** 2).mean(), params)
+        for got, wanted in zip(got_grads, want_grads):
+            _close(got, wanted)
+        with torch.no_grad():  # an evaluation call: the kernel itself, not its augmented forward
+            _close(layer2(layer1(x, w1, b1), w2, b2), want)
+        counts.append(tcjit.compile_counts())
+    assert counts[1]["compiled"] > counts[0]["compiled"], "the second size compiles symbolic kernels"
+    assert counts[-1] == counts[1], f"no compilation or load after the second size: {counts}"
+    assert layer1.symbolic_sizes == layer2.symbolic_sizes == {"B"}
+    for layer in (layer1, layer2):
+        assert len(layer._families) == 1 and len(layer.grad_plan().forward._families) == 1
+
+
+def test_every_size_symbolic_from_the_first_call_matches_torch(tmp_path, monkeypatch):
+    monkeypatch.setenv("TCJIT_CACHE_DIR", str(tmp_path / "kernels"))
+    k = tcjit.define(FCRELU, dynamic=True)
+    before = None
+    for b, m, n in ((32, 24, 16), (17, 7, 3), (1, 1, 1), (5, 40, 9)):
+        x, w, bias = torch.randn(b, m), torch.randn(n, m), torch.randn(n)
+        _close(k(x, w, bias), torch.relu(x @ w.T + bias))
+        before = before or tcjit.compile_counts()
+    assert tcjit.compile_counts() == before, "one kernel for every size"
+    assert k(torch.randn(0, 4), torch.randn(3, 4), torch.randn(3)).shape == (0, 3), "0: its own"
+
+
+def test_a_gather_outside_a_symbolic_dimension_reports_the_calls_size(tmp_path, monkeypatch):
+    monkeypatch.setenv("TCJIT_CACHE_DIR", str(tmp_path / "kernels"))
+    k = tcjit.define("def gather(float(N) X, int64(K) idx) -> (Y) { Y(k) = X(idx(k)) }", dynamic=True)
+    x = torch.arange(7.0)
+    torch.testing.assert_close(k(x, torch.tensor([6, 0, 3])), torch.tensor([6.0, 0.0, 3.0]))
+    before = tcjit.compile_counts()
+    with pytest.raises(tcjit.TCBoundsError, match=r"element 9, outside \[0, 7\) \(dimension 0 has size 7\)"):
+        k(x, torch.tensor([1, 9]))
+    with pytest.raises(tcjit.TCBoundsError, match=r"element 12, outside \[0, 12\)"):
+        k(torch.arange(12.0), torch.tensor([12]))
+    assert tcjit.compile_counts() == before and k.symbolic_sizes == {"N", "K"}
