@@ -13,15 +13,43 @@ from collections.abc import Mapping
 from ..polyhedral.lang.checked import CheckedDef
 from ..polyhedral.lang.types import SCALAR_TYPES, ScalarType
 
-__all__ = ["LONG_SUM", "wide_accumulators"]
+__all__ = ["LONG_SUM", "long_sums", "sum_lengths", "wide_accumulators"]
 
 #: Sums of at least this many terms per element accumulate float32 in float64.
 LONG_SUM = 1 << 14
 
 
-def wide_accumulators(
-    cdef: CheckedDef, sizes: Mapping[str, int], symbolic: frozenset[str] = frozenset()
-) -> dict[str, ScalarType]:
+def sum_lengths(cdef: CheckedDef, sizes: Mapping[str, int]) -> dict[str, tuple[int, frozenset[str]]]:
+    """Each tensor a float ``+=`` or ``*=`` accumulates into: how many terms an element's sum has
+    at ``sizes`` (its statements' together), and the sizes that number depends on."""
+    out: dict[str, tuple[int, frozenset[str]]] = {}
+    for st in cdef.statements:
+        if st.op in ("+=", "*=") and cdef.tensor(st.tensor).dtype.is_float:
+            ranges = st.ranges[len(st.lhs_vars) :] if st.plain_lhs else st.ranges
+            n = math.prod(max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes)) for r in ranges)
+            on = frozenset().union(*((r.hi - r.lo).symbols() for r in ranges))
+            before, known = out.get(st.tensor, (0, frozenset()))
+            out[st.tensor] = (before + n, known | on)
+    return out
+
+
+def long_sums(cdef: CheckedDef, sizes: Mapping[str, int], symbolic: frozenset[str]) -> frozenset[str]:
+    """The tensors whose sums have :data:`LONG_SUM` terms or more at ``sizes`` and a length that
+    depends on a size of ``symbolic``.
+
+    A kernel with symbolic sizes accumulates as :func:`wide_accumulators` decides at its
+    representative sizes, so it serves only calls on the same side of :data:`LONG_SUM`: calls
+    whose ``long_sums`` equal its representative's (the dispatch keeps the two kinds apart,
+    :mod:`tcjit.dynamic`). A batch size thus gets at most two kernels, and every call accumulates
+    in the type a kernel specialised to its sizes would use."""
+    return frozenset(
+        name
+        for name, (n, on) in sum_lengths(cdef, sizes).items()
+        if n >= LONG_SUM and not on.isdisjoint(symbolic)
+    )
+
+
+def wide_accumulators(cdef: CheckedDef, sizes: Mapping[str, int]) -> dict[str, ScalarType]:
     """Tensors whose sums the kernel accumulates in a wider type than they are stored in.
 
     float16 and bfloat16 targets of ``+=``/``*=`` accumulate in float32, float32 targets of sums
@@ -36,19 +64,11 @@ def wide_accumulators(
     then no longer than the sums this rule leaves in float32 anywhere else, and the long sum is
     carried in float64, so the accuracy argument above holds for it too.
 
-    With ``symbolic`` sizes (:mod:`.symbolic`), a sum whose number of terms depends on one may be
-    any length: it counts as :data:`LONG_SUM` terms at least, whatever its length at ``sizes``.
+    A kernel with symbolic sizes applies the rule at its representative sizes and serves only
+    calls whose sums fall on the same side of :data:`LONG_SUM` (:func:`long_sums`).
     """
-    terms: dict[str, int] = {}
-    for st in cdef.statements:
-        if st.op in ("+=", "*=") and cdef.tensor(st.tensor).dtype.is_float:
-            ranges = st.ranges[len(st.lhs_vars) :] if st.plain_lhs else st.ranges
-            n = math.prod(max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes)) for r in ranges)
-            if any(not (r.hi - r.lo).symbols().isdisjoint(symbolic) for r in ranges):
-                n = max(n, LONG_SUM)  # unbounded: as long as any admissible value makes it
-            terms[st.tensor] = terms.get(st.tensor, 0) + n
     wide = {}
-    for name, n in terms.items():
+    for name, (n, _) in sum_lengths(cdef, sizes).items():
         t = cdef.tensor(name).dtype
         if t.is_half:
             wide[name] = SCALAR_TYPES["float32"] if n < LONG_SUM else SCALAR_TYPES["float64"]

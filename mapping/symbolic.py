@@ -26,8 +26,13 @@ import islpy as isl
 from ..polyhedral.errors import TCInternalError
 from ..polyhedral.lang.checked import CheckedDef
 from ..polyhedral.names import isl_name
+from .layout import contiguous_strides, symbolic_in
 
-__all__ = ["check_symbolic", "params_context", "symbolic_candidates"]
+__all__ = ["GENERIC_SIZE", "check_symbolic", "generic_strides", "params_context", "symbolic_candidates"]
+
+#: The value a symbolic size takes in the strides the mapping's passes see
+#: (:func:`generic_strides`): a prime, so that no product of sizes is 0 or 1 or equals another.
+GENERIC_SIZE = 4099
 
 
 def symbolic_candidates(cdef: CheckedDef) -> frozenset[str]:
@@ -53,6 +58,23 @@ def check_symbolic(cdef: CheckedDef, sizes: Mapping[str, int], symbolic: Collect
     if any(sizes[s] < 1 for s in symbolic) or any(sizes[s] == 0 for s in cdef.sizes):
         raise TCInternalError(f"{cdef.name}: a symbolic kernel needs sizes >= 1, got {dict(sizes)}")
     return symbolic
+
+
+def generic_strides(cdef: CheckedDef, sizes: Mapping[str, int], symbolic: Collection[str]) -> dict:
+    """The contiguous strides of every tensor whose shape depends on a symbolic size, with each
+    symbolic size at :data:`GENERIC_SIZE` and the others at ``sizes``: what the passes' choices
+    read. At the representative sizes a stride may be 1 by accident (``I(B, M)`` at ``M = 1``
+    walks ``B`` with stride 1) and a pass would make the loop over it a vector loop; at the
+    generic size such a stride is never 0 or 1 (the printers print the true strides,
+    :func:`~tcjit.mapping.layout.strides_text`)."""
+    if not symbolic:
+        return {}
+    generic = {**sizes, **{s: GENERIC_SIZE for s in symbolic}}
+    return {
+        t.name: contiguous_strides(tuple(d.evaluate(generic) for d in t.shape))
+        for t in cdef.tensor_infos
+        if any(symbolic_in(d, symbolic) for d in t.shape)
+    }
 
 
 def params_context(ctx: isl.Context, params: Collection[str], sizes: Mapping[str, int], symbolic) -> isl.Set:

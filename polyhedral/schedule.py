@@ -95,8 +95,14 @@ def check_legality(sched: isl.Schedule, deps: Dependences, *, sizes: Mapping[str
     all be lexicographically positive: a union of ``n`` simple pieces, far cheaper for isl than the
     lexicographic order between the schedule's instances when tiles add floor divisions.
 
-    :arg sizes: concrete values for the size parameters. Compilation always has them (kernels are
-        specialised); with floor divisions from tiling, a proof over all sizes can take isl minutes.
+    :arg sizes: concrete values for size parameters. With floor divisions from tiling, a proof
+        parametric in the sizes can take isl minutes (hours, for a backward kernel with every
+        size symbolic): the sizes left free (a kernel with symbolic sizes) are projected out of
+        the dependences and of the schedule instead. The distances then range over every value of
+        them at once, a superset of each value's (the schedule's functions do not depend on the
+        sizes, only its domain does): a proof for all values, as cheap as one for concrete sizes.
+        Where the superset is not positive (a schedule that depends on a size), the parametric
+        proof decides.
     """
     smap = sched.get_map()
     dep = deps.all
@@ -108,6 +114,24 @@ def check_legality(sched: isl.Schedule, deps: Dependences, *, sizes: Mapping[str
         smap = smap.intersect_params(fixed)
     if dep.is_empty():
         return
+    fixed_names = {isl_name(k) for k in sizes or ()}
+    free = [
+        m.get_space().get_dim_name(isl.dim_type.param, i)
+        for m in (dep, smap)
+        for i in range(m.dim(isl.dim_type.param))
+    ]
+    if any(name not in fixed_names for name in free):
+        try:
+            _check_distances(dep.project_out_all_params(), smap.project_out_all_params(), sched.get_ctx())
+            return
+        except TCInternalError:
+            pass  # maybe spurious: the parametric proof decides
+    _check_distances(dep, smap, sched.get_ctx())
+
+
+def _check_distances(dep: isl.UnionMap, smap: isl.UnionMap, ctx: isl.Context) -> None:
+    """Raise :class:`TCInternalError` unless ``dep`` mapped by ``smap`` has only lexicographically
+    positive distance vectors (:func:`check_legality`)."""
     distances = dep.apply_domain(smap).apply_range(smap).deltas()
     lst = distances.get_set_list()
     for i in range(lst.n_set()):
@@ -116,7 +140,7 @@ def check_legality(sched: isl.Schedule, deps: Dependences, *, sizes: Mapping[str
         names = [f"x{k}" for k in range(n)]
         pieces = [" and ".join([*(f"{names[j]} = 0" for j in range(k)), f"{names[k]} > 0"]) for k in range(n)]
         positive = isl.Set.read_from_str(
-            sched.get_ctx(), f"{{ [{', '.join(names)}] : {' or '.join(pieces) or 'false'} }}"
+            ctx, f"{{ [{', '.join(names)}] : {' or '.join(pieces) or 'false'} }}"
         )
         positive = positive.align_params(d.get_space()) if d.dim(isl.dim_type.param) else positive
         bad = d.subtract(positive)

@@ -12,7 +12,7 @@ import torch
 
 import tcjit as tc
 from tcjit.cpu_runtime import compile_c, load, vector_bytes
-from tcjit.mapping.accumulation import LONG_SUM, wide_accumulators
+from tcjit.mapping.accumulation import LONG_SUM, long_sums
 from tcjit.mapping.layout import contiguous_layout
 from tcjit.mapping.lower_cpu import lower_cpu
 from tcjit.mapping.options import MappingOptions
@@ -55,10 +55,12 @@ def _run(cdef, low, fn, inputs, sizes):
     return outs, list(errors)
 
 
-def _sweep(name, symbolic_of, options=None):
+def _sweep(name, symbolic_of, options=None, rep_index=0):
+    """The kernel lowered at small size ``rep_index`` (often every size 1: strides and extents
+    that are 1 there only by accident), run at the others."""
     k = SUITE[name]
     cdef = k.checked
-    rep = dict(k.small_sizes[0])
+    rep = dict(k.small_sizes[rep_index])
     lead = cdef.sizes[0]
     symbolic = frozenset(symbolic_of(cdef))
     if symbolic == {lead}:
@@ -88,13 +90,25 @@ def test_a_kernel_with_every_size_symbolic_computes_the_small_sizes(name) -> Non
     _sweep(name, lambda cdef: cdef.sizes)
 
 
+@pytest.mark.parametrize("name", ("fcrelu", "conv2d", "layernorm"))
+def test_a_kernel_mapped_at_other_sizes_computes_every_value(name) -> None:
+    """Every size symbolic, mapped at the second small size, run at all of them (sizes 1 too)."""
+    _sweep(name, lambda cdef: cdef.sizes, rep_index=1)
+
+
 @pytest.mark.full
+@pytest.mark.parametrize("rep_index", (0, 1))
 @pytest.mark.parametrize("options", ("default", "naive", "mlp", "single_thread"))
 @pytest.mark.parametrize("which", ("lead", "all"))
 @pytest.mark.parametrize("name", sorted(SUITE))
-def test_every_suite_kernel_is_right_with_symbolic_sizes(name, which, options) -> None:
+def test_every_suite_kernel_is_right_with_symbolic_sizes(name, which, options, rep_index) -> None:
     chosen = None if options == "default" else MappingOptions(options)
-    _sweep(name, (lambda cdef: {cdef.sizes[0]}) if which == "lead" else (lambda cdef: cdef.sizes), chosen)
+    _sweep(
+        name,
+        (lambda cdef: {cdef.sizes[0]}) if which == "lead" else (lambda cdef: cdef.sizes),
+        chosen,
+        rep_index=min(rep_index, len(SUITE[name].small_sizes) - 1),
+    )
 
 
 def test_sizes_read_in_a_statement_come_from_the_kernels_arguments() -> None:
@@ -117,19 +131,22 @@ def rev(float(N) X) -> (Y, Z) {
         torch.testing.assert_close(z, x * n)
 
 
-def test_a_long_sum_over_a_symbolic_size_accumulates_wide() -> None:
-    """float32 sums of LONG_SUM terms or more use a float64 accumulator; a sum whose length
-    depends on a symbolic size may be that long, whatever its length at the representative."""
+def test_a_symbolic_kernel_accumulates_as_at_its_representative_sizes() -> None:
+    """float32 sums of LONG_SUM terms or more use a float64 accumulator. A symbolic kernel applies
+    the rule at its representative sizes, and serves only sizes on the same side of LONG_SUM
+    (long_sums tells the two apart; tests/runtime/test_dynamic_shapes.py: the dispatch)."""
     k = tc.define("def s(float(N, K) A) -> (S) { S(n) +=! A(n, r_k) }")
     cdef = k.definition
-    sizes = {"N": 4, "K": 10}
-    assert wide_accumulators(cdef, sizes) == {}
-    assert "S" in wide_accumulators(cdef, sizes, frozenset({"K"}))
-    assert wide_accumulators(cdef, sizes, frozenset({"N"})) == {}
-    low, fn = _compile(cdef, sizes, frozenset({"K"}))
+    short, long = {"N": 4, "K": 10}, {"N": 4, "K": LONG_SUM + 3}
+    assert long_sums(cdef, short, frozenset({"K"})) == frozenset()
+    assert long_sums(cdef, long, frozenset({"K"})) == {"S"}
+    assert long_sums(cdef, long, frozenset({"N"})) == frozenset()  # its length depends on K only
+    low, _ = _compile(cdef, short, frozenset({"K"}))
+    assert low.wide == ()
+    low, fn = _compile(cdef, long, frozenset({"K"}))
     assert low.wide == ("S",)
-    a = torch.full((2, LONG_SUM + 3), 0.1)
-    (s,), errors = _run(cdef, low, fn, (a,), {"N": 2, "K": LONG_SUM + 3})
+    a = torch.full((2, LONG_SUM + 40), 0.1)
+    (s,), errors = _run(cdef, low, fn, (a,), {"N": 2, "K": LONG_SUM + 40})
     assert errors[0] == 0
     torch.testing.assert_close(s, a.double().sum(1).float(), rtol=1e-6, atol=0)
 
