@@ -19,7 +19,10 @@ A call where a symbolic size is 0 (an empty tensor) gets a specialisation with c
 its own, and a 0 is never counted as a value seen.
 
 **Families.** One symbolic specialisation serves the calls of one :class:`Family`: the same
-options, target, dtypes and devices; every tensor whose shape mentions a symbolic size
+options, target, dtypes and devices; sums whose length depends on a symbolic size on the same
+side of 16384 terms, from which float32 sums accumulate in float64 (``long_sums``: so a kernel
+accumulates every call's sums in the type a kernel specialised to its sizes would, and a size
+gets at most two symbolic kernels); every tensor whose shape mentions a symbolic size
 contiguous (the kernel computes its strides from the sizes; torch's ``is_contiguous``, which
 ignores the strides of dimensions of size 1); every other tensor with the same shape and
 strides; the same value of every size that is not symbolic. A call with a non-contiguous tensor
@@ -49,6 +52,7 @@ from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+from .mapping.accumulation import long_sums
 from .polyhedral.errors import TCCallError, TCNameError
 from .polyhedral.lang.checked import CheckedDef, CheckedProgram
 
@@ -145,12 +149,17 @@ class Family:
         symbolic size, ``(dtype, shape, strides, device)`` for another tensor, the Python type of
         a number.
     :ivar outputs: the same for ``outputs=`` tensors, or None without them.
+    :ivar long_sums: the tensors whose sums depend on a symbolic size and have 16384 terms or more
+        (:func:`~tcjit.mapping.accumulation.long_sums`): the kernel accumulates them in float64,
+        the others in their own type, as a kernel specialised to the call's sizes would; calls
+        on the other side of that length belong to another family.
     """
 
     symbolic: frozenset[str]
     fixed: tuple[tuple[str, int], ...]
     inputs: tuple
     outputs: tuple | None
+    long_sums: frozenset[str] = frozenset()
 
 
 def _pattern(cdef: CheckedDef, name: str, x, symbolic: frozenset[str]):
@@ -188,7 +197,7 @@ def family_of(
         if None in outs:
             return None
     fixed = tuple((n, sizes[n]) for n in cdef.sizes if n not in symbolic)
-    return Family(symbolic, fixed, ins, outs)
+    return Family(symbolic, fixed, ins, outs, long_sums(cdef, sizes, symbolic))
 
 
 def key_part(cdef: CheckedDef, family: Family) -> dict:
@@ -209,6 +218,7 @@ def key_part(cdef: CheckedDef, family: Family) -> dict:
     return {
         "sizes": sorted(family.symbolic),
         "admissible": ">= 1",
+        "long_sums": sorted(family.long_sums),
         "fixed": fixed,
         "inputs": [None if p in cdef.scalars else dims(p) for p in cdef.params],
         "outputs": None if family.outputs is None else [dims(o) for o in cdef.outputs],
@@ -292,7 +302,11 @@ class SizePolicy:
         calls = []
         for s in [*recorded, dict(sizes)]:
             if set(s) == names and all(s[n] == v for n, v in fixed.items()):
-                if all(s[n] >= 1 for n in family.symbolic) and s not in calls:
+                if (
+                    all(s[n] >= 1 for n in family.symbolic)
+                    and long_sums(cdef, s, family.symbolic) == family.long_sums
+                    and s not in calls
+                ):
                     calls.append(s)
         calls.sort(key=lambda s: elements(cdef, s), reverse=True)  # stable: ties keep the earliest
         return calls

@@ -69,8 +69,9 @@ def cache_key(
 
     ``symbolic``: for a kernel with symbolic sizes, :func:`tcjit.dynamic.key_part` of its family.
     The key then holds it under ``"symbolic"`` (the symbolic sizes, their admissible values
-    ``">= 1"`` and the other sizes' values), and each tensor whose shape mentions a symbolic size
-    as ``[dtype, dimensions, "contiguous"]``, its dimensions numbers or expressions of the sizes
+    ``">= 1"``, the sums on the long side of 16384 terms and the other sizes' values), and each
+    tensor whose shape mentions a symbolic size as ``[dtype, dimensions, "contiguous"]``, its
+    dimensions numbers or expressions of the sizes
     (``["B", 64]``): no symbolic size's value is in the key. Nor are the representative sizes the
     code was mapped at (:mod:`tcjit.dynamic`): two processes may store different code under one
     key, each correct for every admissible size, and the store keeps the first.
@@ -99,7 +100,7 @@ def cache_key(
         "format": FORMAT_VERSION,
     }
     if symbolic is not None:
-        key["symbolic"] = {k: symbolic[k] for k in ("sizes", "admissible", "fixed")}
+        key["symbolic"] = {k: v for k, v in symbolic.items() if k not in ("inputs", "outputs")}
     return json.dumps(key, sort_keys=True, separators=(",", ":"))
 
 

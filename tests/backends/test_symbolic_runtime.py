@@ -154,7 +154,12 @@ def test_the_key_of_a_family_holds_which_sizes_are_symbolic_not_their_values():
     assert key(977) == key(613)
     assert "977" not in key(977)
     parsed = json.loads(key(977))
-    assert parsed["symbolic"] == {"sizes": ["B"], "admissible": ">= 1", "fixed": {"M": 16, "N": 4}}
+    assert parsed["symbolic"] == {
+        "sizes": ["B"],
+        "admissible": ">= 1",
+        "long_sums": [],
+        "fixed": {"M": 16, "N": 4},
+    }
     assert parsed["inputs"] == [["float32", ["B", 16], "contiguous"], ["float32", [4, 16], [16, 1]]]
     assert key(977, m=8) != key(977), "the other sizes' values are in the key"
     assert key(977, symbolic=("B", "M")) != key(977), "so is which sizes are symbolic"

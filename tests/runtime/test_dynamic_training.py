@@ -83,3 +83,24 @@ def test_a_gather_outside_a_symbolic_dimension_reports_the_calls_size(tmp_path, 
     with pytest.raises(tcjit.TCBoundsError, match=r"element 12, outside \[0, 12\)"):
         k(torch.arange(12.0), torch.tensor([12]))
     assert tcjit.compile_counts() == before and k.symbolic_sizes == {"N", "K"}
+
+
+def test_long_and_short_sums_over_a_symbolic_size_get_a_kernel_each(tmp_path, monkeypatch):
+    """A float32 sum of 16384 terms or more accumulates in float64, as a kernel specialised to the
+    call's sizes would: sums over a symbolic size shorter than that share one kernel (float32
+    accumulators, as fast as a specialised kernel), longer ones another (float64), and no
+    further size compiles anything. The long sum keeps float64's accuracy (0.1 is not a float32:
+    a float32 accumulator drifts far from the exact sum)."""
+    from tcjit.mapping.accumulation import LONG_SUM
+
+    monkeypatch.setenv("TCJIT_CACHE_DIR", str(tmp_path / "kernels"))
+    k = tcjit.define("def rowsum(float(N, K) A) -> (S) { S(n) +=! A(n, r_k) }", dynamic={"K"})
+    counts = []
+    for length in (10, 20, LONG_SUM + 3, LONG_SUM + 100, 30, 4 * LONG_SUM):
+        a = torch.full((2, length), 0.1)
+        torch.testing.assert_close(k(a), a.double().sum(1).float(), rtol=1e-6, atol=0)
+        counts.append(tcjit.compile_counts()["compiled"])
+    assert counts[1] == counts[0], "one kernel for the short sums"
+    assert counts[2] == counts[0] + 1, "one more for the long sums"
+    assert counts[-1] == counts[2], "no further compilation"
+    assert len(k._families) == 2
