@@ -450,6 +450,37 @@ def test_compile_latency_runs(bench, tmp_path: Path) -> None:
     assert k["cold_target_s"] == 1.5 and k["disk_hit_target_s"] == 0.05
 
 
+def test_symbolic_sizes_runs(bench, tmp_path: Path) -> None:
+    """bench/symbolic_sizes.py at small sizes: every contender checked and timed at both points,
+    and the symbolic kernels compile nothing at the size they were not mapped at."""
+    symbolic_sizes = bench("symbolic_sizes")
+    out = tmp_path / "symbolic_sizes"
+    argv = [
+        "--kernels",
+        "matmul,softmax",
+        "--sizes",
+        "small",
+        "--no-compile",
+        "--budget",
+        "0.02",
+        "--repeat",
+        "3",
+    ]
+    assert symbolic_sizes.main([*argv, "--out", str(out)]) == 0
+    doc = json.loads(out.with_suffix(".json").read_text())
+    assert [k["kernel"] for k in doc["kernels"]] == ["matmul", "softmax"]
+    for k in doc["kernels"]:
+        for point in ("at", "off"):
+            contenders = k["points"][point]["contenders"]
+            assert set(contenders) == {"specialised", "batch", "all", "eager"}
+            assert all(c["correct"] and c["timing"]["median_s"] > 0 for c in contenders.values()), contenders
+        assert k["points"]["off"]["contenders"]["batch"]["compiled"] == 0
+        assert k["points"]["off"]["contenders"]["specialised"]["compiled"] == 1
+    assert doc["symbolic_compiled_off_representative"] == 0
+    assert set(doc["geomean_over_specialised"]["at"]) == {"batch", "all", "eager", "compile"}
+    assert "geomean" in out.with_suffix(".md").read_text()
+
+
 def test_training_step_runs(bench, tmp_path: Path) -> None:
     """bench/training_step.py at the small sizes: every contender's gradients checked, steps and
     breakdown timed, the derived TC recorded (torch.compile left out: it costs tens of seconds)."""
