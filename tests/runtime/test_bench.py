@@ -481,6 +481,19 @@ def test_symbolic_sizes_runs(bench, tmp_path: Path) -> None:
     assert "geomean" in out.with_suffix(".md").read_text()
 
 
+def test_dynamic_batches_runs(bench, tmp_path: Path) -> None:
+    """bench/dynamic_batches.py: every phase recorded, and nothing compiled after the second size."""
+    dynamic_batches = bench("dynamic_batches")
+    out = tmp_path / "dynamic_batches"
+    assert dynamic_batches.main(["--batches", "4,3,4,2", "--steps", "2", "--out", str(out)]) == 0
+    doc = json.loads(out.with_suffix(".json").read_text())
+    assert [p["batch"] for p in doc["tcjit"]] == [p["batch"] for p in doc["torch"]] == [4, 3, 4, 2]
+    compiled = [p["compile_counts"]["compiled"] for p in doc["tcjit"]]
+    assert compiled[0] < compiled[1] == compiled[2] == compiled[3], compiled
+    assert all(len(p["steps_s"]) == 2 and p["first_excess_s"] is not None for p in doc["tcjit"])
+    assert "first - median ms" in out.with_suffix(".md").read_text()
+
+
 def test_training_step_runs(bench, tmp_path: Path) -> None:
     """bench/training_step.py at the small sizes: every contender's gradients checked, steps and
     breakdown timed, the derived TC recorded (torch.compile left out: it costs tens of seconds)."""
