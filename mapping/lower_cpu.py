@@ -153,7 +153,9 @@ def lower_cpu(
     body = ir.from_isl_ast(ast, params={p: size_var(p) if p in symbolic else sizes[p] for p in scop.params})
     statements = {s.name: s for s in scop.statements}
     items = {name: max(1, cdef.tensor(name).dtype.bits // 8) for name in packs}
-    body, parts = place_parts(body, statements, packs, sizes, items)
+    body, parts = place_parts(
+        body, statements, packs, fixed_sizes, items, representative={size_var(z): sizes[z] for z in symbolic}
+    )
     strides = {**strides, **{name: part.strides for name, part in parts.items()}}
 
     params = kernel_params(cdef)

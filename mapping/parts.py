@@ -96,6 +96,13 @@ def _interval(e: ir.Expr, env: Mapping[str, Interval]) -> Interval:
         else:
             return None, None
         return (_times(lo, k), _times(hi, k)) if k >= 0 else (_times(hi, k), _times(lo, k))
+    if e.op in ("floordiv", "div") and len(args) == 2:  # of constants only
+        (alo, ahi), (blo, bhi) = args
+        if alo is not None and alo == ahi and not alo[0] and blo is not None and blo == bhi and not blo[0]:
+            if blo[1] > 0 and (e.op == "floordiv" or alo[1] >= 0):
+                c = _aff({}, alo[1] // blo[1])
+                return c, c
+        return None, None
     if e.op in ("min", "max"):
         # each operand bounds the result on one side: prefer the one moving as its other bound
         (alo, ahi), (blo, bhi) = args
@@ -303,6 +310,7 @@ def place_parts(
     packs: Mapping[str, Pack],
     sizes: Mapping[str, int],
     item_bytes: Mapping[str, int],
+    representative: Mapping[str, int] | None = None,
 ) -> tuple[ir.Node, dict[str, Part]]:
     """Where to fill each packed input a part at a time (:data:`PART_BYTES`), instead of whole
     before the kernel: ``body`` with a :class:`~tcjit.mapping.ir.PartFill` mark (``part<k>``)
@@ -319,11 +327,18 @@ def place_parts(
     enclosing loops' variables, of the same extent in every iteration (that of the largest; the
     fill clamps it to the tensor). An input read anywhere without such a site above it is filled
     whole, before the kernel's loops.
+
+    A kernel with symbolic sizes passes only its fixed ``sizes`` (a bound that depends on a
+    symbolic one is unknown: no box rests on it) and ``representative``: the variables of its
+    symbolic sizes in the IR with their representative values, which count the iterations of a
+    loop whose bounds depend on them (a cost, never a box).
     """
     parts: dict[str, Part] = {}
     sites: dict[str, ir.Site] = {}
     for name, pack in packs.items():
-        marks = _sites(body, name, statements, sizes, pack.shape, PART_BYTES // max(1, item_bytes[name]))
+        marks = _sites(
+            body, name, statements, sizes, pack.shape, PART_BYTES // max(1, item_bytes[name]), representative
+        )
         if not marks:
             continue
         extent = tuple(max(e[d] for _, e in marks.values()) for d in range(len(pack.shape)))
@@ -344,10 +359,12 @@ def _sites(
     sizes: Mapping[str, int],
     shape: tuple[int, ...],
     limit: int,
+    representative: Mapping[str, int] | None = None,
 ) -> dict[int, tuple[tuple[_Aff, ...], tuple[int, ...]]]:
     """The loops (by ``id``) that fill parts of ``tensor`` (:func:`place_parts`), each with its
     part's origin and extent; empty if some read would be left without one."""
     total = math.prod(shape)
+    counted = {v: (_aff({}, n), _aff({}, n)) for v, n in (representative or {}).items()}
     Marks = dict[int, tuple[tuple[_Aff, ...], tuple[int, ...]]]
 
     def visit(node: ir.Node | None, env: dict[str, Interval], trips: int, marks: Marks) -> int | None:
@@ -366,6 +383,9 @@ def _sites(
             return None  # a reduction, vector or register-tile loop: no fill inside it
         iv = _loop_interval(node, env)
         count = _trips(iv, node.step) if iv is not None else None
+        if count is None and counted:  # bounds of symbolic sizes: counted at their representative
+            iv = _loop_interval(node, {**env, **counted})
+            count = _trips(iv, node.step) if iv is not None else None
         if iv is None or count is None:
             return None
         fixed = {**env, node.var: (_aff({node.var: 1}, 0),) * 2}
