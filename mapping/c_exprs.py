@@ -20,7 +20,6 @@ from ..polyhedral.lang.types import ScalarType
 from . import ir
 from . import ir_values as V
 from .c_prelude import builtin_callee, int_suffix
-from .layout import contiguous_strides
 
 __all__ = [
     "BoundsCheck",
@@ -32,7 +31,6 @@ __all__ = [
     "c_int_literal",
     "c_storage_type",
     "combine_update",
-    "contiguous_layout",
     "convert",
     "expr",
     "fold_lanes",
@@ -356,7 +354,3 @@ def c_product(values) -> int | str:
     if not texts:
         return number
     return " * ".join(([] if number == 1 else [f"INT64_C({number})"]) + texts)
-
-
-def contiguous_layout(info, sizes: Mapping[str, int]) -> tuple[int, ...]:
-    return contiguous_strides(tuple(s.evaluate(sizes) for s in info.shape))

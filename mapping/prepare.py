@@ -36,7 +36,7 @@ from .distribution import distribute_bands, fuse_rows
 from .initialisations import fold_initialisations
 from .ir_text import render
 from .layout import symbolic_in
-from .symbolic import params_context
+from .symbolic import affine_in_sizes, params_context
 
 __all__ = [
     "Prepared",
@@ -55,12 +55,8 @@ def _fixed(scop: Scop, sizes: Mapping[str, int], symbolic: frozenset[str] = froz
 
 
 def _build_scop(cdef: CheckedDef, sizes: Mapping[str, int], fix: bool) -> Scop:
-    if fix:
+    if fix or not affine_in_sizes(cdef):  # not affine in the sizes: isl needs numbers
         return build_scop(cdef, sizes)
-    for st in cdef.statements:
-        for r in st.ranges:
-            if "*" in r.lo.to_isl() or "*" in r.hi.to_isl():
-                return build_scop(cdef, sizes)  # not affine in the sizes: isl needs numbers
     return build_scop(cdef)
 
 

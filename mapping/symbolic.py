@@ -28,21 +28,30 @@ from ..polyhedral.lang.checked import CheckedDef
 from ..polyhedral.names import isl_name
 from .layout import contiguous_strides, symbolic_in
 
-__all__ = ["GENERIC_SIZE", "check_symbolic", "generic_strides", "params_context", "symbolic_candidates"]
+__all__ = [
+    "GENERIC_SIZE",
+    "affine_in_sizes",
+    "check_symbolic",
+    "generic_strides",
+    "params_context",
+    "symbolic_candidates",
+]
 
 #: The value a symbolic size takes in the strides the mapping's passes see
 #: (:func:`generic_strides`): a prime, so that no product of sizes is 0 or 1 or equals another.
 GENERIC_SIZE = 4099
 
 
+def affine_in_sizes(cdef: CheckedDef) -> bool:
+    """Whether every range of ``cdef`` is affine in the sizes (no product of sizes), so that isl
+    can keep the Scop parametric."""
+    return not any("*" in r.lo.to_isl() or "*" in r.hi.to_isl() for st in cdef.statements for r in st.ranges)
+
+
 def symbolic_candidates(cdef: CheckedDef) -> frozenset[str]:
-    """The sizes of ``cdef`` a kernel may leave symbolic: every size, unless a range is not affine
-    in the sizes (a product of sizes, which isl cannot keep parametric), then none."""
-    for st in cdef.statements:
-        for r in st.ranges:
-            if "*" in r.lo.to_isl() or "*" in r.hi.to_isl():
-                return frozenset()
-    return frozenset(cdef.sizes)
+    """The sizes of ``cdef`` a kernel may leave symbolic: every size where the Scop can be
+    parametric (:func:`affine_in_sizes`), else none."""
+    return frozenset(cdef.sizes) if affine_in_sizes(cdef) else frozenset()
 
 
 def check_symbolic(cdef: CheckedDef, sizes: Mapping[str, int], symbolic: Collection[str]) -> frozenset[str]:

@@ -170,16 +170,20 @@ class SizeExpr:
 
     def evaluate(self, sizes: Mapping[str, int]) -> int:
         """The value for concrete ``sizes``; raises ``KeyError`` naming a missing symbol."""
-        return self.const + sum(k * _atom_eval(a, sizes) for a, k in self.terms)
+        return self._value(sizes, min, max, int)
 
     def evaluate_with(self, sizes: Mapping[str, object], minimum, maximum):
         """The value for ``sizes`` that may be symbolic integers (torch's ``SymInt``, as a traced
         shape holds): no conversion to ``int`` (which would fix a traced size), ``+ - * //`` as
         the values define them, and ``min``/``max`` by ``minimum``/``maximum``
         (``torch.sym_min``, ``torch.sym_max``)."""
+        return self._value(sizes, minimum, maximum, _itself)
+
+    def _value(self, sizes, minimum, maximum, read):
+        """The value, each symbol's ``read(sizes[name])``, min and max by ``minimum``/``maximum``."""
         out = self.const
         for a, k in self.terms:
-            out = out + k * _atom_with(a, sizes, minimum, maximum)
+            out = out + k * _atom_value(a, sizes, minimum, maximum, read)
         return out
 
     def bounds(self) -> tuple[float, float]:
@@ -340,20 +344,6 @@ def _atom_bounds(a: _Atom) -> tuple[float, float]:
     return lo, hi
 
 
-def _atom_eval(a: _Atom, sizes: Mapping[str, int]) -> int:
-    if isinstance(a, _Sym):
-        return int(sizes[a.name])
-    if isinstance(a, _FloorDiv):
-        return a.num.evaluate(sizes) // a.den
-    if isinstance(a, _MinMax):
-        vals = [x.evaluate(sizes) for x in a.args]
-        return min(vals) if a.op == "min" else max(vals)
-    out = 1
-    for f in a.factors:
-        out *= _atom_eval(f, sizes)
-    return out
-
-
 def _atom_substitute(a: _Atom, values: Mapping[str, int]) -> SizeExpr:
     if isinstance(a, _Sym):
         return const(values[a.name]) if a.name in values else SizeExpr(((a, 1),), 0)
@@ -380,20 +370,25 @@ def _atom_c(a: _Atom, name) -> str:
     return "(" + " * ".join(_atom_c(f, name) for f in a.factors) + ")"
 
 
-def _atom_with(a: _Atom, sizes: Mapping[str, object], minimum, maximum):
+def _itself(x):
+    return x
+
+
+def _atom_value(a: _Atom, sizes: Mapping[str, object], minimum, maximum, read):
+    """An atom's value (:meth:`SizeExpr._value`)."""
     if isinstance(a, _Sym):
-        return sizes[a.name]
+        return read(sizes[a.name])
     if isinstance(a, _FloorDiv):
-        return a.num.evaluate_with(sizes, minimum, maximum) // a.den
+        return a.num._value(sizes, minimum, maximum, read) // a.den
     if isinstance(a, _MinMax):
         pick = minimum if a.op == "min" else maximum
-        out = a.args[0].evaluate_with(sizes, minimum, maximum)
+        out = a.args[0]._value(sizes, minimum, maximum, read)
         for x in a.args[1:]:
-            out = pick(out, x.evaluate_with(sizes, minimum, maximum))
+            out = pick(out, x._value(sizes, minimum, maximum, read))
         return out
     out = 1
     for f in a.factors:
-        out = out * _atom_with(f, sizes, minimum, maximum)
+        out = out * _atom_value(f, sizes, minimum, maximum, read)
     return out
 
 
