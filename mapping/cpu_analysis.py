@@ -21,7 +21,7 @@ from ..polyhedral.lang import ast as A
 from ..polyhedral.lang.ranges import affine_form
 from ..polyhedral.scop import Dependences, Scop
 from .symbolic import params_context
-from .tree_queries import carries_dependence, member_dim, statements_of
+from .tree_queries import carries_dependence, member_dim, member_spread, statements_of
 
 __all__ = ["CpuAnalysis", "loop_mark"]
 
@@ -50,6 +50,17 @@ class CpuAnalysis:
             self.deps = deps.all.intersect_params(params_context(scop.ctx, scop.params, sizes, symbolic))
         else:
             self.deps = deps.all
+        # choices (which loop runs in threads, register tile sizes) count iterations at the
+        # representative sizes; proofs and unrolling (a loop's exact values) count them for all
+        self.representative = (
+            params_context(scop.ctx, scop.params, sizes, frozenset()) if symbolic and scop.params else None
+        )
+
+    def spread(self, node: isl.ScheduleNode, member: int) -> int | None:
+        """How many values band member ``member`` takes for fixed outer loops, at the sizes the
+        choices are made at (the representative ones for a symbolic size; None if unbounded):
+        what the cost-driven passes read, never what a proof or an unrolled loop rests on."""
+        return member_spread(node, member, self.representative)
 
     # --------------------------------------------------------------------------------- scoring
     def access_steps(self, stmt: str, var: str) -> list[int | None]:

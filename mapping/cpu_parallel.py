@@ -17,7 +17,7 @@ import islpy as isl
 
 from ..polyhedral.schedule import rewrite_outermost_bands
 from .cpu_analysis import CpuAnalysis, loop_mark
-from .tree_queries import carries_dependence, member_dim, member_spread, statements_of
+from .tree_queries import carries_dependence, member_dim, statements_of
 
 __all__ = ["MIN_PARALLEL_WORK", "ParallelLoops"]
 
@@ -33,7 +33,7 @@ class ParallelLoops(CpuAnalysis):
         threads: ``parallel`` if it carries no dependence, ``parallel_reduction`` if it walks a
         reduction dimension of the band's only statement (see :meth:`_reduction_only`)."""
         for j in range(node.band_n_member()):
-            if (member_spread(node, j) or 2) > 1:
+            if (self.spread(node, j) or 2) > 1:
                 if not carries_dependence(node, j, self.deps):
                     return j, "parallel"
                 return (j, "parallel_reduction") if self._reduction_only(node, j) else None

@@ -205,7 +205,7 @@ class RegisterTiles(CpuAnalysis):
         # a weight gradient's batch loop n then walks d_O and I one image at a time, which stays
         # in cache for every tile, and the tiles' sums are added into the outputs once per image.
         # The band's first free member stays outermost (the parallel loop; a group's g).
-        below = math.prod(member_spread(b, j) or 2 for b in path[:-1] for j in range(b.band_n_member()))
+        below = math.prod(self.spread(b, j) or 2 for b in path[:-1] for j in range(b.band_n_member()))
         hoist = bool(reductions) and top is not node and len(free) > 2 and below >= HOIST_CHAIN_TERMS
         if hoist:
             order = free[:1] + reductions + free[1:]
@@ -289,7 +289,7 @@ class RegisterTiles(CpuAnalysis):
                 extents.append(1)
                 continue
             moves.append([s != 0 for s in self.access_steps(stmt, st.dims[k])[1:]])
-            extents.append(member_spread(node, j) or 1)
+            extents.append(self.spread(node, j) or 1)
         if not nops:
             return None
         choices = [range(1, min(DOT_TILE + 1, e) + 1) for e in extents]

@@ -71,12 +71,16 @@ def carries_dependence(node: isl.ScheduleNode, member: int, deps: isl.UnionMap) 
     return False
 
 
-def member_spread(node: isl.ScheduleNode, member: int) -> int | None:
-    """Most values member ``member`` takes for fixed outer loops (None if unbounded)."""
+def member_spread(node: isl.ScheduleNode, member: int, at: isl.Set | None = None) -> int | None:
+    """Most values member ``member`` takes for fixed outer loops (None if unbounded); ``at``: a
+    params set the parameters are restricted to first (a kernel with symbolic sizes makes its
+    choices at the representative sizes, :mod:`.symbolic`)."""
     outer = member_map(node, range(member))
     mupa = node.band_get_partial_schedule()
     this = isl.UnionMap.from_union_pw_aff(mupa.get_union_pw_aff(member)).intersect_domain(node.get_domain())
     rel = outer.reverse().apply_range(this)  # outer values -> member values
+    if at is not None:
+        rel = rel.intersect_params(at)
     pairs = rel.reverse().apply_range(rel)  # member values sharing outer values
     if pairs.is_empty():
         return 1
