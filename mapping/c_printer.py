@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 from ..polyhedral.errors import TCInternalError
 from ..polyhedral.lang.checked import CheckedDef
@@ -43,6 +44,7 @@ from .c_exprs import (
     expr,
     reduction_identity,
     stack_array,
+    upper_bound,
 )
 from .c_panels import fetch_helper
 from .c_tiles import UNROLL_PRAGMA, Accumulator, TilePrinter
@@ -526,6 +528,36 @@ class CPrinter(TilePrinter):
             self.lines.append(f"{indent}{call};")
         return call
 
+    def chunked_reduction(
+        self, loop: ir.For, first: ir.Run, count: int, ct: str, identity: str, clauses, indent
+    ):
+        """The threads' loop of a chunked parallel reduction (:meth:`parallel_reduction`): chunk
+        ``tc_c`` of ``count`` runs the iterations ``tc_c * tc_n / count`` up to (not including)
+        ``(tc_c + 1) * tc_n / count`` of ``loop``'s ``tc_n``, in a function of its own
+        (:meth:`region`) that returns their partial result, stored in ``tc_part[tc_c]``."""
+        self.lines.append(
+            f"{indent}  const int64_t tc_lo = {expr(loop.init)},"
+            f" tc_n = tc_max_i64(0, tc_floordiv_i64({upper_bound(loop)} - tc_lo, {loop.step}) + 1);"
+        )
+        self.lines.append(f"{indent}  #pragma omp parallel for {clauses}")
+        self.lines.append(f"{indent}  for (int64_t tc_c = 0; tc_c < {count}; tc_c++) {{")
+        lo, n = ir.Var("tc_lo"), ir.Var("tc_n")
+
+        def start(c: ir.Expr) -> ir.Expr:  # the first iteration of chunk c: lo + (c * n / count) * step
+            runs = ir.Op("div", (ir.Op("*", (c, n)), ir.Int(count)))
+            return ir.Op("+", (lo, ir.Op("*", (runs, ir.Int(loop.step))) if loop.step > 1 else runs))
+
+        tc_c = ir.Var("tc_c")
+        after = start(ir.Op("+", (tc_c, ir.Int(1))))
+        chunk = replace(loop, init=start(tc_c), cond=ir.Op("<", (ir.Var(loop.var), after)), kinds=frozenset())
+        self.enclosing += ["tc_c", "tc_lo", "tc_n"]
+        self.accumulator = Accumulator(first.statement, "tc_p")
+        call = self.region(replace(loop, body=chunk), indent + "    ", result=(ct, "tc_p", identity))
+        self.accumulator = None
+        del self.enclosing[-3:]
+        self.lines.append(f"{indent}    tc_part[tc_c] = {call};")
+        self.lines.append(f"{indent}  }}")
+
     def parallel_reduction(self, n: ir.ParallelReduction, indent: str) -> None:
         """A reduction loop run by threads (:mod:`.reduction_forms`). Each iteration, a function of
         its own (:meth:`region`), reduces its part into a local variable it returns; the partial
@@ -538,29 +570,33 @@ class CPrinter(TilePrinter):
         ct = c_compute_type(et)
         identity = reduction_identity(st.op, et)
         addr = self.address(st.target, ExprPrinter(self))
+        over = f"chunks of loop {loop.var} (its trip count is symbolic)" if n.chunked else f"loop {loop.var}"
         self.lines.append(
-            f"{indent}{{ /* parallel reduction: '{st.tensor}' in {count} partial results over loop"
-            f" {loop.var}, combined in order */"
+            f"{indent}{{ /* parallel reduction: '{st.tensor}' in {count} partial results over {over},"
+            " combined in order */"
         )
         self.lines.append(f"{indent}  {stack_array(ct, f'tc_part[{count}]')}")
         self.lines.append(
             f"{indent}  for (int64_t tc_k = 0; tc_k < {count}; tc_k++) tc_part[tc_k] = {identity};"
         )
         clauses = "num_threads(nthreads) if(nthreads > 1) schedule(static)"
-        self.lines.append(f"{indent}  #pragma omp parallel for {clauses}")
-        self.lines.append(f"{indent}  {self.loop_header(loop)} {{")
-        self.enclosing.append(loop.var)
-        self.accumulator = Accumulator(first.statement, "tc_p")
-        call = self.region(loop, indent + "    ", result=(ct, "tc_p", identity))
-        self.accumulator = None
-        self.enclosing.pop()
-        slot = (
-            f"({loop.var} - {loop.init.value}) / {loop.step}"
-            if loop.init.value or loop.step > 1
-            else loop.var
-        )
-        self.lines.append(f"{indent}    tc_part[{slot}] = {call};")
-        self.lines.append(f"{indent}  }}")
+        if n.chunked:
+            self.chunked_reduction(loop, first, count, ct, identity, clauses, indent)
+        else:
+            self.lines.append(f"{indent}  #pragma omp parallel for {clauses}")
+            self.lines.append(f"{indent}  {self.loop_header(loop)} {{")
+            self.enclosing.append(loop.var)
+            self.accumulator = Accumulator(first.statement, "tc_p")
+            call = self.region(loop, indent + "    ", result=(ct, "tc_p", identity))
+            self.accumulator = None
+            self.enclosing.pop()
+            slot = (
+                f"({loop.var} - {loop.init.value}) / {loop.step}"
+                if loop.init.value or loop.step > 1
+                else loop.var
+            )
+            self.lines.append(f"{indent}    tc_part[{slot}] = {call};")
+            self.lines.append(f"{indent}  }}")
         combine = combine_update(st.op, "tc_s", "tc_part[tc_k]", et)
         self.lines.append(
             f"{indent}  {{ {self.bindings(first.statement, first.args, set(st.lhs_vars))}"

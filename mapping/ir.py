@@ -330,11 +330,14 @@ class ParallelReduction:
     """``loop`` run by threads, each iteration reducing the instances below it, which all
     update the element ``first`` updates, into a partial result of its own; the ``count``
     partial results are combined into the element in iteration order after the loop
-    (:mod:`.reduction_forms` decides)."""
+    (:mod:`.reduction_forms` decides). ``chunked``: the loop's trip count is symbolic, and
+    its iterations are shared out in ``count`` runs of consecutive ones (some perhaps empty),
+    each reduced into a partial result, combined in order."""
 
     loop: For
     first: Run
     count: int
+    chunked: bool = False
 
 
 @dataclass(frozen=True)

@@ -101,7 +101,10 @@ def render(node: ir.Node | None, indent: str = "") -> str:
                 lines.append(f"{pad}  sums start from zero where {where}, else load")
             visit(n.compute if n.compute is not None else n.body, pad + "  ")
         elif isinstance(n, ir.ParallelReduction):
-            lines.append(f"{pad}parallel reduction of {n.first.statement}, {n.count} partial results:")
+            chunks = " over chunks of the loop" if n.chunked else ""
+            lines.append(
+                f"{pad}parallel reduction of {n.first.statement}, {n.count} partial results{chunks}:"
+            )
             visit(n.loop, pad + "  ")
         elif isinstance(n, ir.Accumulation):
             how = f"a vector reduction of {n.lanes} lanes" if n.vector else "a register"

@@ -179,6 +179,7 @@ def lower_cpu(
         wide,
         vector_bytes,
         foldable=frozenset(name.removesuffix("_init") for name in covered_initialisations(scop, fixed)),
+        size_vars=frozenset(size_var(z) for z in symbolic),
     )
 
     def planned(tree: ir.Node) -> ir.Node:

@@ -36,6 +36,11 @@ __all__ = ["MAX_PARTIALS", "folded_initialisations", "plan_reductions", "without
 #: The most iterations (partial results, on the stack) of a loop run as a parallel reduction.
 MAX_PARTIALS = 4096
 
+#: The partial results of a parallel reduction over a loop whose trip count is symbolic: its
+#: iterations are shared out in this many runs of consecutive ones, so the order of the sum
+#: depends on the sizes only, never on the number of threads (enough runs for 64 threads).
+CHUNKS = 256
+
 
 def plan_reductions(tree: ir.Node, facts: TilingFacts) -> ir.Node:
     """``tree`` with its marked reduction loops in the forms that fit them (module docstring)."""
@@ -100,11 +105,17 @@ class _Planner:
         serially) unless every statement instance below ``loop`` updates one element, the same
         for all, by an associative and commutative operator, and ``loop`` has a constant start and
         at most :data:`MAX_PARTIALS` iterations. The result does not depend on the number of
-        threads: the partial results are combined in iteration order."""
+        threads: the partial results are combined in iteration order.
+
+        A loop whose bound depends on a symbolic size (``var <= e`` or ``var < e``, ``e`` free of
+        ``var``, as is its start) is shared out in :data:`CHUNKS` runs of consecutive
+        iterations instead, each reduced into a partial result (``chunked``)."""
         runs = ir.runs(loop.body)
         st = self.facts.one_element_update(runs, {loop.var} | _loop_vars(loop.body))
         if st is None or st.op not in ASSOCIATIVE:
             return None
+        if self.chunkable(loop):
+            return ir.ParallelReduction(replace(loop, body=self.node(loop.body, True)), runs[0], CHUNKS, True)
         hi = constant_upper_bound(loop.cond, loop.var)
         if not isinstance(loop.init, ir.Int) or loop.step < 1 or hi is None or hi < loop.init.value:
             return None
@@ -112,6 +123,19 @@ class _Planner:
         if count > MAX_PARTIALS:
             return None
         return ir.ParallelReduction(replace(loop, body=self.node(loop.body, True)), runs[0], count)
+
+    def chunkable(self, loop: ir.For) -> bool:
+        """Whether ``loop`` runs up to a bound that mentions a symbolic size, in the form
+        ``var <= e`` / ``var < e`` with ``e`` and the start free of ``var``."""
+        c = loop.cond
+        return (
+            isinstance(c, ir.Op)
+            and c.op in ("<", "<=")
+            and c.args[0] == ir.Var(loop.var)
+            and loop.step >= 1
+            and loop.var not in ir.free_vars(c.args[1]) | ir.free_vars(loop.init)
+            and not self.facts.size_vars.isdisjoint(ir.free_vars(c.args[1]))
+        )
 
     def accumulation(self, loop: ir.For, *, vector: bool) -> ir.Accumulation | None:
         """A reduction into a register across ``loop``; None if its body is not one instance of an

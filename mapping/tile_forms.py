@@ -87,6 +87,8 @@ class TilingFacts:
     :ivar foldable: updates (``S0``) whose ``!`` initialisation may be left out where every register
         tile of the update starts its sums from zero (:func:`~tcjit.mapping.lower_cpu.lower_cpu`).
     :ivar emulated: the emulated CUDA target, which checks races per element (no vector forms).
+    :ivar size_vars: the variables of the kernel's symbolic sizes (:func:`~.layout.size_var`),
+        which loop bounds may mention (:mod:`.symbolic`).
     """
 
     cdef: CheckedDef
@@ -98,6 +100,7 @@ class TilingFacts:
     vector_bytes: int
     foldable: frozenset[str] = frozenset()
     emulated: bool = False
+    size_vars: frozenset[str] = frozenset()
 
     def element_type(self, tensor: str) -> ScalarType:
         """The type a tensor's elements have inside the kernel (wider for long sums)."""

@@ -17,6 +17,7 @@ from tcjit.mapping.accumulation import LONG_SUM, long_sums
 from tcjit.mapping.layout import contiguous_layout
 from tcjit.mapping.lower_cpu import lower_cpu
 from tcjit.mapping.options import MappingOptions
+from tcjit.mapping.reduction_forms import CHUNKS
 from tcjit.mapping.symbolic import check_symbolic, symbolic_candidates
 from tcjit.pipeline import default_options
 from tcjit.polyhedral.errors import TCInternalError
@@ -36,8 +37,9 @@ def _compile(cdef, rep, symbolic, options=None):
     return low, fn
 
 
-def _run(cdef, low, fn, inputs, sizes):
-    """The kernel's outputs on ``inputs`` at ``sizes`` (the runtime's work, by hand)."""
+def _run(cdef, low, fn, inputs, sizes, threads=None):
+    """The kernel's outputs on ``inputs`` at ``sizes`` (the runtime's work, by hand), on
+    ``threads`` threads (default: torch's)."""
     shape = lambda name: tuple(d.evaluate(sizes) for d in cdef.tensor(name).shape)  # noqa: E731
     outs = [torch.zeros(shape(o), dtype=inputs[0].dtype) for o in cdef.outputs]
     kept, args = [], []
@@ -52,7 +54,7 @@ def _run(cdef, low, fn, inputs, sizes):
         args.append(ctypes.c_void_p(t.data_ptr()))
     args += [ctypes.c_int64(sizes[name]) for name in low.sizes]
     errors = (ctypes.c_int64 * 3)()
-    fn(torch.get_num_threads(), errors, *args)
+    fn(threads or torch.get_num_threads(), errors, *args)
     return outs, list(errors)
 
 
@@ -163,6 +165,28 @@ def test_a_symbolic_kernel_makes_the_concrete_kernels_choices_at_its_representat
     suite's sizes map as the concrete kernel does, with the batch size symbolic."""
     lead = SUITE[name].checked.sizes[0]
     assert _choices(name, frozenset({lead})) == _choices(name, frozenset())
+
+
+def test_a_reduction_over_a_symbolic_trip_count_runs_in_threads_in_chunks() -> None:
+    """abs_sum at M=512 sums 8 tiles of 64 rows as a parallel reduction; with M symbolic the
+    tile loop's trip count is symbolic, and its iterations are shared out in CHUNKS runs of
+    consecutive ones, each summed into a partial result, combined in order: right at every
+    value (one row, a chunk boundary, more tiles than chunks), and the same bits on 1 and 2
+    threads (the order of the sum depends on the sizes only)."""
+    k = SUITE["abs_sum"]
+    cdef = k.checked
+    low, fn = _compile(cdef, {"M": 512, "N": 333}, frozenset({"M"}))
+    reductions = [n for n in ir.nodes(low.kernel_ir) if isinstance(n, ir.ParallelReduction)]
+    assert reductions and all(n.chunked and n.count == CHUNKS for n in reductions)
+    for m in (1, 2, 63, 64, 65, 513, 64 * CHUNKS, 64 * CHUNKS + 1, 64 * 2 * CHUNKS + 67):
+        sizes = {"M": m, "N": 333}
+        (a,) = k.make_inputs(sizes, seed=m)
+        (one,), errors = _run(cdef, low, fn, (a,), sizes, threads=1)
+        (two,), errors2 = _run(cdef, low, fn, (a,), sizes, threads=2)
+        assert errors == errors2 == [0, 0, 0]
+        want = a.double().abs().sum().float()
+        torch.testing.assert_close(one, want, rtol=1e-6, atol=0, msg=lambda msg, m=m: f"M={m}: {msg}")
+        assert torch.equal(one, two), (m, one, two)
 
 
 def test_sizes_read_in_a_statement_come_from_the_kernels_arguments() -> None:
