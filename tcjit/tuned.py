@@ -7,6 +7,8 @@
 * :func:`stored_options` finds the options tuned for exactly that key, for a call to use;
   :func:`lookup_options` finds them with the record they come from (what ``tcjit run`` reports). A
   call never fails because of the database: problems cost a :class:`~tcjit.TCWarning` and ``None``.
+* :func:`range_key` is the key of options tuned for a range of sizes (``autotune(...,
+  size_ranges=...)``): the sizes left symbolic with their bounds in place of their values.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ import os
 import sqlite3
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .cache import OptionsDatabase, TuningKey
+from .dynamic import Family, key_part
 from .mapping.option_values import TARGETS
 from .polyhedral.errors import TCCallError, TCError, TCWarning
 
@@ -28,6 +31,7 @@ __all__ = [
     "device_arch",
     "lookup_options",
     "options_database",
+    "range_key",
     "stored_options",
     "tuning_key",
 ]
@@ -189,3 +193,53 @@ def _warn_once(db: OptionsDatabase, key: TuningKey, message: str) -> None:
             return
         _WARNED.add((str(db.path), key.digest))
     warnings.warn(message, TCWarning, stacklevel=3)
+
+
+# ------------------------------------------------------------------------- ranges of sizes
+def _range_fields(cdef, family: Family) -> dict:
+    """The parts of a range layout (:func:`~tcjit.cache.parse_range_layout`) that a family fixes:
+    the other sizes' values and each input's dtype and dimensions (or shape and strides)."""
+    dims = key_part(cdef, family)["inputs"]
+    inputs: list = []
+    for pattern, shape in zip(family.inputs, dims):
+        if isinstance(pattern, type):
+            inputs.append("scalar")
+            continue
+        dtype = str(pattern[0]).removeprefix("torch.")
+        if len(pattern) == 2:  # contiguous, its shape mentions a symbolic size
+            inputs.append([dtype, shape, "contiguous"])
+        else:
+            inputs.append([dtype, list(pattern[1]), list(pattern[2])])
+    return {"fixed": dict(family.fixed), "inputs": inputs}
+
+
+def range_key(
+    kernel, family: Family, ranges: Mapping[str, tuple[int, int]], target: str, inputs: Sequence[object]
+) -> TuningKey:
+    """The key options tuned for ``kernel`` over a range of sizes are stored under: its layout
+    holds the family's symbolic sizes with their inclusive ``ranges`` (``{"B": (1, 64)}``, one
+    per symbolic size), the other sizes' values, and per input its dtype and dimensions (see
+    :func:`~tcjit.cache.parse_range_layout`); never a symbolic size's value.
+
+    :arg family: the :class:`~tcjit.dynamic.Family` of the calls tuned for (any call in range).
+    :arg inputs: a call's arguments (for the device's architecture).
+
+    >>> range_key(fcrelu, family, {"B": (1, 64)}, "cpu", (x, w, b)).layout
+    '{"fixed":{"M":128,"N":64},"inputs":[["float32",["B",128],"contiguous"],...],"ranges":{"B":[1,64]}}'
+    """
+    from .version import __version__
+
+    if set(ranges) != set(family.symbolic):
+        raise TCCallError(
+            f"ranges {sorted(ranges)} do not name the family's symbolic sizes {sorted(family.symbolic)}"
+        )
+    fields = _range_fields(kernel.definition, family)
+    fields["ranges"] = {n: [int(lo), int(hi)] for n, (lo, hi) in ranges.items()}
+    return TuningKey(
+        source=kernel.canonical_source,
+        entry=kernel.name,
+        layout=json.dumps(fields, sort_keys=True, separators=(",", ":")),
+        target=target,
+        arch=device_arch(inputs, target),
+        version=__version__,
+    )
