@@ -210,8 +210,8 @@ def autotune(
     :arg settings: ``size_ranges`` (None): tune for a range of sizes instead of the inputs' own,
         ``{"B": (1, 64)}`` (bounds included, from 1; the inputs at the upper bounds): each
         candidate is compiled once with those sizes symbolic and timed at the bounds and two
-        sizes between them (geometric mean); stored under the range (:mod:`tcjit.tuning_range`,
-        docs/tuning.md).
+        sizes between them (geometric mean); kernels with those sizes symbolic then use the
+        result for calls in the range (:mod:`tcjit.tuning_range`, docs/tuning.md).
         ``crossover_rate`` (0.8), ``mutation_rate`` (0.1 per gene), ``elites`` (2),
         ``workers`` (parallel compilations; default the CPU count, at most 8),
         ``compile_timeout`` (120 s) and ``run_timeout`` (30 s) per candidate, ``resume`` (True),

@@ -1,6 +1,9 @@
-"""Tuning for a range of sizes (``autotune(..., size_ranges=...)``, ``tcjit tune --sizes B=1..64``):
-tcjit/tuning_range.py and the key it stores under (tcjit.tuned.range_key). The tuner is tested
-for real, tiny.
+"""Tuning for a range of sizes (``autotune(..., size_ranges=...)``, ``tcjit tune --sizes B=1..64``)
+and the rule by which kernels with symbolic sizes use what it stores (tcjit/tuning_range.py,
+tcjit.tuned.range_key and lookup_range_options, Kernel._family_choice).
+
+The rule is tested with the pipeline faked (test_dynamic_shapes' ``made``): which options and
+representative sizes each symbolic kernel was built with. The tuner is tested for real, tiny.
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ import json
 
 import pytest
 import torch
-from test_dynamic_shapes import FCRELU, fc
+from test_dynamic_shapes import FCRELU, fc, made  # noqa: F401 (made: a fixture)
 
 import tcjit
 import tcjit.pipeline
@@ -19,7 +22,7 @@ from tcjit.cache import USE_DEFAULTS, parse_range_layout
 from tcjit.cli import main
 from tcjit.dynamic import family_of
 from tcjit.mapping.options import MappingOptions
-from tcjit.tuned import options_database, range_key
+from tcjit.tuned import options_database, range_key, tuning_key
 
 MATMUL = """
 def matmul(float(M,K) A, float(K,N) B) -> (C) {
@@ -48,8 +51,70 @@ def _store_range(kernel, lo: int, hi: int, options, n: int = 4):
     return key
 
 
+def _defaults(sizes):
+    return tcjit.pipeline.default_options(tcjit.define(FCRELU).definition, sizes, "cpu")
+
+
+# ------------------------------------------------------------------------- the rule for calls
+def test_range_tuned_options_serve_symbolic_calls_inside_the_range_only(made):  # noqa: F811
+    k = tcjit.define(FCRELU, dynamic=True)
+    wide = MappingOptions().tile(8, 8).validate("cpu")
+    narrow = MappingOptions().tile(4, 4).validate("cpu")
+    exact = MappingOptions().tile(2, 2).validate("cpu")
+    key = _store_range(k, 1, 64, wide)
+    _store_range(k, 1, 16, narrow)
+    options_database().put(tuning_key(k, fc(5), "cpu"), exact.to_json(), 1e-4, baseline=3e-4)
+    assert json.loads(key.layout) == {
+        "fixed": {"M": 16, "N": 4},
+        "inputs": [
+            ["float32", ["B", 16], "contiguous"],
+            ["float32", [4, 16], [16, 1]],
+            ["float32", [4], [1]],
+        ],
+        "ranges": {"B": [1, 64]},
+    }
+
+    k(*fc(5))  # never seen by a tuner: inside both ranges, the narrowest wins over the exact record
+    assert made[-1].symbolic == {"B", "M", "N"} and made[-1].options == narrow
+    assert made[-1].representative == {"B": 16, "M": 16, "N": 4}, "mapped at the range's upper bound"
+    assert k.options_for(*fc(11)) == narrow
+    k40 = tcjit.define(FCRELU, dynamic={"B"})
+    k40(*fc(40))
+    assert made[-1].options == wide and made[-1].representative == {"B": 64, "M": 16, "N": 4}
+    k100 = tcjit.define(FCRELU, dynamic=True)
+    k100(*fc(100))  # outside every range: the defaults at the call's sizes
+    assert made[-1].options == _defaults({"B": 100, "M": 16, "N": 4})
+    assert made[-1].options not in (wide, narrow)
+    other = tcjit.define(FCRELU, dynamic={"B"})
+    assert other.options_for(*fc(5, n=3)) == _defaults({"B": 5, "M": 16, "N": 3}), "N=3: not the record's"
+
+    # Automatic dynamic shapes: the range must hold every call of the family seen.
+    auto = tcjit.define(FCRELU)
+    auto(*fc(5))
+    assert made[-1].symbolic == frozenset() and made[-1].options == exact, "concrete: exact records only"
+    auto(*fc(40))
+    assert made[-1].symbolic == {"B"} and made[-1].options == wide, "5 and 40: only 1..64 holds both"
+    concrete = tcjit.define(FCRELU, dynamic=False)
+    concrete(*fc(7))
+    assert made[-1].options == _defaults({"B": 7, "M": 16, "N": 4}), "concrete calls ignore ranges"
+
+
+def test_a_range_record_that_says_use_the_defaults_means_the_defaults_at_its_upper_bound(made):  # noqa: F811
+    k = tcjit.define(FCRELU, dynamic=True)
+    options_database().put(
+        tuning_key(k, fc(3), "cpu"), MappingOptions().tile(2, 2).to_json(), 1e-4, baseline=3e-4
+    )
+    _store_range(k, 2, 8, None)
+    k(*fc(3))
+    assert made[-1].options == _defaults({"B": 8, "M": 16, "N": 4})
+    assert made[-1].representative == {"B": 8, "M": 16, "N": 4}
+    k1 = tcjit.define(FCRELU, dynamic=True)
+    k1(*fc(1))  # below the range: not covered; the exact record is for 3, not seen
+    assert made[-1].options == _defaults({"B": 1, "M": 16, "N": 4})
+
+
 # ------------------------------------------------------------------------------ the tuner
-def test_a_range_tune_stores_one_record_under_its_ranges(db):
+def test_a_range_tune_stores_one_record_that_symbolic_calls_in_the_range_use(db):
     from tcjit.tuning import tune_kernel
 
     kernel = tcjit.define(MATMUL)
@@ -60,6 +125,18 @@ def test_a_range_tune_stores_one_record_under_its_ranges(db):
     assert parse_range_layout(report.stored.key.layout)["ranges"] == {"M": [1, 16]}
     assert [r.key for r in options_database().records()] == [report.stored.key], "one record, no exact one"
     assert report.stored.evaluations == len(report.result.measured) + 1
+
+    fresh = tcjit.define(MATMUL, dynamic=True)
+    a7 = torch.randn(7, 8, generator=g)
+    assert fresh.options_for(a7, b) == report.best_options, "M=7 was never measured"
+    torch.testing.assert_close(fresh(a7, b), a7 @ b)
+    compiled = tcjit.compile_counts()["compiled"]
+    a13 = torch.randn(13, 8, generator=g)
+    torch.testing.assert_close(fresh(a13, b), a13 @ b)
+    assert tcjit.compile_counts()["compiled"] == compiled
+    outside = tcjit.define(MATMUL, dynamic=True)
+    want = tcjit.pipeline.default_options(kernel.definition, {"M": 40, "K": 8, "N": 12}, "cpu")
+    assert outside.options_for(torch.randn(40, 8), b) == want
 
 
 def test_a_candidate_is_compiled_once_and_checked_and_timed_at_every_point(db):
