@@ -10,7 +10,7 @@ May import tcjit.polyhedral (errors), tcjit.mapping (the options type) and the s
 
 from .options_db import SCHEMA_VERSION, Measured, OptionsDatabase, TunedOptions, TuningKey
 from .store import FORMAT_VERSION, Entry, KernelStore, StoredEntry
-from .tuning_records import USE_DEFAULTS
+from .tuning_records import USE_DEFAULTS, parse_range_layout
 
 __all__ = [
     "FORMAT_VERSION",
@@ -23,4 +23,5 @@ __all__ = [
     "StoredEntry",
     "TunedOptions",
     "TuningKey",
+    "parse_range_layout",
 ]

@@ -3,7 +3,8 @@
 :class:`TuningKey` (what options are stored under), :class:`TunedOptions` (a stored record),
 :class:`Measured` (one candidate a tuning run measured); :func:`checked_values` and
 :func:`validate_import` check what a caller or an imported file hands in; :func:`layout_distance`
-orders other layouts of a kernel by how close their sizes are (:meth:`OptionsDatabase.nearest`).
+orders other layouts of a kernel by how close their sizes are (:meth:`OptionsDatabase.nearest`);
+:func:`parse_range_layout` reads the layout of a key tuned for a range of sizes.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ __all__ = [
     "checked_values",
     "layout_distance",
     "parse_layout",
+    "parse_range_layout",
     "validate_import",
 ]
 
@@ -48,7 +50,8 @@ class TuningKey:
     :ivar source: canonical TC text of the entry and what it depends on (``Kernel.canonical_source``).
     :ivar entry: the entry's name.
     :ivar layout: canonical JSON, one item per input: ``["float32", [64, 32], [32, 1]]`` (dtype,
-        shape, strides) or ``"scalar"``.
+        shape, strides) or ``"scalar"``; for options tuned for a range of sizes (symbolic sizes,
+        ``tcjit tune --sizes B=1..64``), an object instead (:func:`parse_range_layout`).
     :ivar target: ``"cpu"``, ``"cuda"`` or ``"cuda-emulated"``.
     :ivar arch: the host's instruction-set identity (CPU targets) or ``"sm_90"`` (CUDA).
     :ivar version: the tcjit version that tuned.
@@ -219,7 +222,8 @@ def validate_import(data: object, schema: int) -> list[tuple[TunedOptions, list[
             raise bad(f"unknown key fields {sorted(extra)}")
         tkey = TuningKey(**{name: key[name] for name in KEY_FIELDS})
         try:
-            parse_layout(tkey.layout, strict=True)
+            if parse_range_layout(tkey.layout) is None:
+                parse_layout(tkey.layout, strict=True)
             values = checked_values(
                 item.get("options"), item.get("time"), item.get("baseline"), item.get("evaluations", 0)
             )
@@ -274,6 +278,53 @@ def parse_layout(layout: str, *, strict: bool = False) -> list | None:
                 f'layout must be JSON: a list of [dtype, shape, strides] or "scalar" per input ({err})'
             ) from None
         return None
+
+
+def parse_range_layout(layout: str) -> dict | None:
+    """The layout of a key tuned for a range of sizes, read; ``None`` for any other text.
+
+    Such a layout is a JSON object (a plain layout is a list)::
+
+        {"fixed": {"M": 128}, "inputs": [["float32", ["B", 128], "contiguous"], "scalar"],
+         "ranges": {"B": [1, 64]}}
+
+    ``ranges``: each symbolic size and its inclusive bounds, ``1 <= lo <= hi``; ``fixed``: the
+    other sizes' values; ``inputs``: per input ``"scalar"``, or its dtype, its dimensions (a
+    number, or the expression of the sizes as text) and ``"contiguous"`` when its shape mentions a
+    symbolic size, else its dtype, shape and strides.
+    """
+    try:
+        value = json.loads(layout)
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(value, dict) or set(value) != {"fixed", "inputs", "ranges"}:
+        return None
+    ranges, fixed, inputs = value["ranges"], value["fixed"], value["inputs"]
+    if not (isinstance(ranges, dict) and ranges and isinstance(fixed, dict) and isinstance(inputs, list)):
+        return None
+    for bounds in ranges.values():
+        if not (
+            isinstance(bounds, list)
+            and len(bounds) == 2
+            and all(type(n) is int for n in bounds)
+            and 1 <= bounds[0] <= bounds[1]
+        ):
+            return None
+    if not all(type(n) is int for n in fixed.values()):
+        return None
+    for item in inputs:
+        if item == "scalar":
+            continue
+        if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str)):
+            return None
+        dims, strides = item[1], item[2]
+        if not (isinstance(dims, list) and all(type(d) in (int, str) for d in dims)):
+            return None
+        if strides != "contiguous" and not (
+            isinstance(strides, list) and all(type(n) is int for n in (*dims, *strides))
+        ):
+            return None
+    return value
 
 
 def layout_distance(mine: list | None, theirs: list | None) -> tuple[int, float]:

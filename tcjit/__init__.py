@@ -207,7 +207,12 @@ def autotune(
         candidates over, each compiled and timed on the worker's own device; needs the ``ray``
         extra. ``None``: worker processes on this machine.
     :arg target: as for a call (``None`` follows the inputs' device).
-    :arg settings: ``crossover_rate`` (0.8), ``mutation_rate`` (0.1 per gene), ``elites`` (2),
+    :arg settings: ``size_ranges`` (None): tune for a range of sizes instead of the inputs' own,
+        ``{"B": (1, 64)}`` (bounds included, from 1; the inputs at the upper bounds): each
+        candidate is compiled once with those sizes symbolic and timed at the bounds and two
+        sizes between them (geometric mean); kernels with those sizes symbolic then use the
+        result for calls in the range (:mod:`tcjit.tuning_range`, docs/tuning.md).
+        ``crossover_rate`` (0.8), ``mutation_rate`` (0.1 per gene), ``elites`` (2),
         ``workers`` (parallel compilations; default the CPU count, at most 8),
         ``compile_timeout`` (120 s) and ``run_timeout`` (30 s) per candidate, ``resume`` (True),
         ``progress`` (None: a progress bar and a line per generation where someone watches, a

@@ -1,4 +1,4 @@
-"""The ``tcjit`` command line: ``demo``, ``show``, ``run`` and ``cache``.
+"""The ``tcjit`` command line: ``demo``, ``show``, ``run``, ``tune`` and ``cache``.
 
 * ``tcjit show FILE.tc --stage STAGE`` prints one stage of the compilation of an entry: ``ast``,
   ``checked`` (the default: types and index ranges), ``canonical``, ``backward`` (the derived
@@ -24,6 +24,8 @@
   the defaults. Integer inputs used
   as subscripts are drawn from the extent they index (:func:`tcjit.testing.index_ranges`);
   ``--range NAME=LO:HI`` sets an integer input's range (``tcjit tune`` takes it too).
+* ``tcjit tune FILE.tc --sizes ...`` tunes the entry on random inputs; a size given as a range,
+  ``B=1..64`` (bounds included), is tuned symbolic over that range (:mod:`tcjit.tuning_range`).
 * ``tcjit demo`` compiles every benchmark-suite kernel at a small size, checks it against torch and
   the oracle, and prints compile and run times next to torch eager's.
 * ``tcjit cache list|show|export|import|clear`` manages the tuned-options database
@@ -54,6 +56,7 @@ from .cli_args import (
     options_origin,
     parse_ranges,
     parse_sizes,
+    parse_tune_sizes,
 )
 from .cli_show import OPTION_STAGES, cmd_show
 from .mapping.option_values import TARGETS
@@ -145,7 +148,7 @@ def cmd_tune(args) -> int:
     from .tuning import tune_kernel
 
     program, cdef = load_entry(args.file, args.entry)
-    sizes = parse_sizes(args.sizes, cdef.sizes)
+    sizes, size_ranges = parse_tune_sizes(args.sizes, cdef.sizes)
     ranges = parse_ranges(args.range, cdef)
     kernel = tcjit.Kernel(program, cdef.name)
     device = "cuda" if args.target == "cuda" else "cpu"
@@ -156,6 +159,12 @@ def cmd_tune(args) -> int:
         for name in ("generations", "population", "timeout", "seed", "ray", "workers")
         if getattr(args, name) is not None
     }
+    if size_ranges:
+        settings["size_ranges"] = size_ranges
+        sizes = {
+            k: "{}..{} (symbolic)".format(*size_ranges[k]) if k in size_ranges else v
+            for k, v in sizes.items()
+        }
     print(f"tuning {cdef.name} at {', '.join(f'{k}={v}' for k, v in sizes.items())}", flush=True)
     report = tune_kernel(kernel, *inputs, target=target, progress=True, **settings)
     if report.best_options == report.default_options:
@@ -346,7 +355,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("file")
     p.add_argument("--entry")
-    p.add_argument("--sizes", required=True, help="sizes of the inputs, e.g. M=64,N=32")
+    p.add_argument(
+        "--sizes",
+        required=True,
+        help="sizes of the inputs, e.g. M=64,N=32; a range B=1..64 (bounds included, from 1) tunes B "
+        "as a symbolic size: one kernel per candidate, timed at the bounds and two sizes between "
+        "them (geometric mean), used by kernels with B symbolic for calls in the range",
+    )
     p.add_argument("--generations", type=int, help="generations, the first included (default 10)")
     p.add_argument("--population", type=int, help="candidates per generation (default 16)")
     p.add_argument("--timeout", type=float, help="seconds for the whole search (default: no limit)")

@@ -20,6 +20,7 @@ __all__ = [
     "parse_names",
     "parse_ranges",
     "parse_sizes",
+    "parse_tune_sizes",
     "read_file",
 ]
 
@@ -81,6 +82,40 @@ def parse_sizes(text: str | None, known: Sequence[str] | None = None) -> dict[st
             )
         sizes[key] = int(value)
     return sizes
+
+
+def parse_tune_sizes(
+    text: str | None, known: Sequence[str] | None = None
+) -> tuple[dict[str, int], dict[str, tuple[int, int]]]:
+    """``tcjit tune --sizes B=1..64,M=128`` as ``(sizes, ranges)``: ``sizes`` as
+    :func:`parse_sizes` gives them, a range's size at its upper bound (where the inputs are
+    made), and ``ranges`` ``{"B": (1, 64)}`` (inclusive bounds; whether they make sense is the
+    tuner's to say, :func:`tcjit.tuning_range.range_plan`).
+
+    :raises UsageError: as :func:`parse_sizes`, or a range is not ``NAME=INT..INT``.
+    """
+    plain, ranges = [], {}
+    for part in (p.strip() for p in (text or "").split(",")):
+        key, _, value = (s.strip() for s in part.partition("="))
+        if ".." not in value:
+            plain.append(part)
+            continue
+        lo, _, hi = (s.strip() for s in value.partition(".."))
+        if not key.isidentifier() or not lo.isdigit() or not hi.isdigit():
+            raise UsageError(f"--sizes expects NAME=INT or a range NAME=LO..HI (both included), got {part!r}")
+        if key in ranges:
+            raise UsageError(f"--sizes gives {key} twice")
+        ranges[key] = (int(lo), int(hi))
+    sizes = parse_sizes(",".join(plain), known)
+    for key, (_, hi) in ranges.items():
+        if key in sizes:
+            raise UsageError(f"--sizes gives {key} twice")
+        if known is not None and key not in known:
+            listed = ", ".join(known) or "none"
+            raise UsageError(f"--sizes names {key}, which is not a size of the entry (its sizes: {listed})")
+        sizes[key] = hi
+    order = [p.partition("=")[0].strip() for p in (text or "").split(",")]
+    return {k: sizes[k] for k in order if k in sizes}, ranges
 
 
 def parse_ints(text: str | None, flag: str) -> tuple[int, ...] | None:

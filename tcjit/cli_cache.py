@@ -30,6 +30,7 @@ import sys
 import time
 import warnings
 
+from .cache import parse_range_layout
 from .cli_args import UsageError
 from .polyhedral.errors import TCCacheError, TCWarning
 from .tuning import format_duration
@@ -56,14 +57,21 @@ def _database():
 
 def _shapes(layout: str | list) -> str:
     """``64x32,32x16`` for a layout's inputs, as JSON text or read (``()``: a rank-0 tensor;
-    ``scalar``: a number)."""
+    ``scalar``: a number); ``Bx32,32x16 (B=1..64)`` for a layout tuned for a range of sizes."""
+    ranged = parse_range_layout(layout) if isinstance(layout, str) else None
     try:
-        items = json.loads(layout) if isinstance(layout, str) else layout
-        return ",".join(
+        items = ranged["inputs"] if ranged else json.loads(layout) if isinstance(layout, str) else layout
+        text = ",".join(
             "scalar" if item == "scalar" else ("x".join(map(str, item[1])) or "()") for item in items
         )
     except (ValueError, TypeError, IndexError):
         return "?"
+    return f"{text} ({_ranges(ranged)})" if ranged else text
+
+
+def _ranges(ranged: dict) -> str:
+    """``B=1..64, T=8..512``: the ranges of a layout tuned for a range of sizes."""
+    return ", ".join(f"{name}={lo}..{hi}" for name, (lo, hi) in sorted(ranged["ranges"].items()))
 
 
 def _speedup(rec) -> str:
@@ -213,8 +221,9 @@ def _cmd_show(args) -> int:
         options = rec.options + "\n(not valid JSON: a call ignores these options)"
     if rec.uses_defaults:
         options = "use the defaults (tuning found nothing faster beyond the noise)"
+    ranged = parse_range_layout(key.layout)
     try:
-        layout = json.loads(key.layout)
+        layout = ranged["inputs"] if ranged else json.loads(key.layout)
     except ValueError:
         layout = [key.layout]
     print(f"id           {key.digest}")
@@ -222,6 +231,9 @@ def _cmd_show(args) -> int:
     print(f"entry        {key.entry}")
     print(f"target       {key.target} ({key.arch})")
     print(f"tcjit        {key.version}")
+    if ranged:
+        fixed = [f"{name}={value}" for name, value in ranged["fixed"].items()]
+        print(f"sizes        {', '.join([f'{_ranges(ranged)} (symbolic)', *fixed])}")
     print("inputs       " + "\n             ".join(json.dumps(item) for item in layout))
     print(f"calls use    {'the default options' if rec.uses_defaults else 'the tuned options below'}")
     print(f"best found   {format_duration(rec.time)} per call")

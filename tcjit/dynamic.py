@@ -39,10 +39,13 @@ names forced from the start: the first call's). They are not in the cache key: t
 store different code, equally correct for every admissible size, under one key.
 
 **Options.** A family's options are chosen when its kernel is built: the call's ``options=``,
-else those given to ``define``, else options tuned (:func:`tcjit.autotune`) for exactly the layout
-of one of the family's calls seen (the representative first, then the others, largest first),
-else the defaults at the representative sizes. Options tuned for one size thus serve every size
-of the family.
+else those given to ``define``, else those of a tune over a range of sizes
+(``autotune(..., size_ranges=...)``, :mod:`tcjit.tuning_range`) that holds every call of the
+family seen (the narrowest; :func:`tcjit.tuned.lookup_range_options`), the kernel then mapped at
+the range's upper bounds instead of the representative above; else options tuned for exactly the
+layout of one of the family's calls seen (the representative first, then the others, largest
+first), else the defaults at the representative sizes. Options tuned for one size thus serve
+every size of the family (docs/tuning.md, "Tuning for a range of sizes").
 """
 
 from __future__ import annotations

@@ -184,7 +184,9 @@ class Kernel:
             other or with an input.
         :arg options: :class:`~tcjit.MappingOptions` for this call; ``None``: those given to
             :func:`~tcjit.define`, else options :func:`~tcjit.autotune` stored for exactly this
-            layout on this kind of device, else :func:`~tcjit.pipeline.default_options`.
+            layout on this kind of device (with symbolic sizes: for a range of sizes, or for a
+            call of the family seen, :mod:`tcjit.dynamic`), else
+            :func:`~tcjit.pipeline.default_options`.
         :arg target: ``None`` follows the inputs' device; ``"cpu"``, ``"cuda"`` or
             ``"cuda-emulated"`` (the CUDA mapping run on CPU tensors).
         :returns: a tensor, or a tuple of tensors when the entry has several outputs.
@@ -296,7 +298,7 @@ class Kernel:
         target = target or ("cuda" if b.device.type == "cuda" else "cpu")
         family = kernel._family(b, inputs, None, target, observe=False)
         if family is not None:
-            return kernel._family_options(None, target, family, b.sizes, inputs)
+            return kernel._family_choice(None, target, family, b.sizes, inputs)[0]
         return kernel._resolve_options(None, b.sizes, target, inputs)
 
     # ------------------------------------------------------------------------------ float dtypes
@@ -434,8 +436,7 @@ class Kernel:
         family_key = (options, target, family)
         spec = self._families.get(family_key)
         if spec is None:
-            rep = self._policy.seen(self.definition, family, b.sizes)[0]
-            chosen = self._family_options(options, target, family, b.sizes, inputs)
+            chosen, rep = self._family_choice(options, target, family, b.sizes, inputs)
             spec = specialize(self, b, inputs, outputs, chosen, target, family=family, representative=rep)
             self._families.keep(family_key, spec)
         return spec
@@ -449,20 +450,27 @@ class Kernel:
         symbolic = policy.observe(binding.sizes) if observe else policy.symbolic(self.sizes)
         return family_of(self.definition, binding.sizes, inputs, outputs, symbolic) if symbolic else None
 
-    def _family_options(self, options, target: str, family, sizes, inputs):
-        """The options of ``family``'s kernel (:mod:`tcjit.dynamic`, "Options"): ``options``, else
-        define()'s, else those tuned for one of the family's calls seen, largest first, else the
-        defaults at the representative sizes. ``sizes`` and ``inputs``: the call at hand."""
+    def _family_choice(self, options, target: str, family, sizes, inputs):
+        """``(options, representative sizes)`` of ``family``'s kernel (:mod:`tcjit.dynamic`,
+        "Options"): ``options``, else define()'s, else those of a range tune whose ranges hold
+        every call of the family seen (the narrowest; mapped at its upper bounds), else those tuned
+        for one of the calls seen, largest first, else the defaults; mapped at the largest call
+        seen but for a range tune. ``sizes`` and ``inputs``: the call at hand."""
         chosen = options if options is not None else self.options
         seen = self._policy.seen(self.definition, family, sizes)
+        rep = seen[0]
         if chosen is None:
-            from .tuned import stored_options
+            from .tuned import lookup_range_options, range_representative, stored_options
 
+            ranged = lookup_range_options(self, family, seen, inputs, target)
+            if ranged is not None:  # its verdict stands, "use the defaults" too: the run measured them
+                rep = range_representative(family, seen, ranged.ranges)
+                return self._resolve_options(ranged.options or _defaults(self, rep, target), rep, target), rep
             for call in seen:
                 chosen = stored_options(self, family_inputs(self.definition, family, call, inputs), target)
                 if chosen is not None:
                     break
-        return self._resolve_options(chosen, seen[0], target, inputs)
+        return self._resolve_options(chosen, rep, target, inputs), rep
 
     def _resolve_options(self, options, sizes, target: str, inputs=()):
         """``options``, else those given to define(), else options tuned for exactly this layout
@@ -481,6 +489,13 @@ class Kernel:
         if not isinstance(chosen, MappingOptions):
             raise TCCallError(f"options must be tcjit.MappingOptions, got {type(chosen).__name__}")
         return chosen.validate(target)
+
+
+def _defaults(kernel: Kernel, sizes, target: str):
+    """:func:`~tcjit.pipeline.default_options` of ``kernel`` at ``sizes``."""
+    from .pipeline import default_options
+
+    return default_options(kernel.definition, sizes, target)
 
 
 def _keep(cache: SpecializationCache, key, value, spec=None):

@@ -7,19 +7,26 @@
 * :func:`stored_options` finds the options tuned for exactly that key, for a call to use;
   :func:`lookup_options` finds them with the record they come from (what ``tcjit run`` reports). A
   call never fails because of the database: problems cost a :class:`~tcjit.TCWarning` and ``None``.
+* :func:`range_key` is the key of options tuned for a range of sizes (``autotune(...,
+  size_ranges=...)``): the sizes left symbolic with their bounds in place of their values;
+  :func:`lookup_range_options` finds, for a kernel with symbolic sizes, the record of such a run
+  whose ranges hold every call of its family seen.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
+import sys
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .cache import OptionsDatabase, TuningKey
+from .cache import OptionsDatabase, TuningKey, parse_range_layout
+from .dynamic import Family, key_part
 from .mapping.option_values import TARGETS
 from .polyhedral.errors import TCCallError, TCError, TCWarning
 
@@ -27,7 +34,10 @@ __all__ = [
     "StoredOptions",
     "device_arch",
     "lookup_options",
+    "lookup_range_options",
     "options_database",
+    "range_key",
+    "range_representative",
     "stored_options",
     "tuning_key",
 ]
@@ -129,11 +139,14 @@ class StoredOptions:
     :ivar key: the record's :class:`~tcjit.cache.TuningKey`; ``key.digest[:12]`` is its id in
         ``tcjit cache list``.
     :ivar database: the path of the database that holds the record.
+    :ivar ranges: for a record tuned for a range of sizes (:func:`lookup_range_options`), its
+        inclusive bounds per symbolic size, ``{"B": (1, 64)}``; ``None`` for an exact match.
     """
 
     options: object
     key: TuningKey
     database: str
+    ranges: Mapping[str, tuple[int, int]] | None = None
 
 
 def stored_options(kernel, inputs: Sequence[object], target: str):
@@ -189,3 +202,157 @@ def _warn_once(db: OptionsDatabase, key: TuningKey, message: str) -> None:
             return
         _WARNED.add((str(db.path), key.digest))
     warnings.warn(message, TCWarning, stacklevel=3)
+
+
+# ------------------------------------------------------------------------- ranges of sizes
+def _range_fields(cdef, family: Family) -> dict:
+    """The parts of a range layout (:func:`~tcjit.cache.parse_range_layout`) that a family fixes:
+    the other sizes' values and each input's dtype and dimensions (or shape and strides)."""
+    dims = key_part(cdef, family)["inputs"]
+    inputs: list = []
+    for pattern, shape in zip(family.inputs, dims):
+        if isinstance(pattern, type):
+            inputs.append("scalar")
+            continue
+        dtype = str(pattern[0]).removeprefix("torch.")
+        if len(pattern) == 2:  # contiguous, its shape mentions a symbolic size
+            inputs.append([dtype, shape, "contiguous"])
+        else:
+            inputs.append([dtype, list(pattern[1]), list(pattern[2])])
+    return {"fixed": dict(family.fixed), "inputs": inputs}
+
+
+def range_key(
+    kernel, family: Family, ranges: Mapping[str, tuple[int, int]], target: str, inputs: Sequence[object]
+) -> TuningKey:
+    """The key options tuned for ``kernel`` over a range of sizes are stored under: its layout
+    holds the family's symbolic sizes with their inclusive ``ranges`` (``{"B": (1, 64)}``, one
+    per symbolic size), the other sizes' values, and per input its dtype and dimensions (see
+    :func:`~tcjit.cache.parse_range_layout`); never a symbolic size's value.
+
+    :arg family: the :class:`~tcjit.dynamic.Family` of the calls tuned for (any call in range).
+    :arg inputs: a call's arguments (for the device's architecture).
+
+    >>> range_key(fcrelu, family, {"B": (1, 64)}, "cpu", (x, w, b)).layout
+    '{"fixed":{"M":128,"N":64},"inputs":[["float32",["B",128],"contiguous"],...],"ranges":{"B":[1,64]}}'
+    """
+    from .version import __version__
+
+    if set(ranges) != set(family.symbolic):
+        raise TCCallError(
+            f"ranges {sorted(ranges)} do not name the family's symbolic sizes {sorted(family.symbolic)}"
+        )
+    fields = _range_fields(kernel.definition, family)
+    fields["ranges"] = {n: [int(lo), int(hi)] for n, (lo, hi) in ranges.items()}
+    return TuningKey(
+        source=kernel.canonical_source,
+        entry=kernel.name,
+        layout=json.dumps(fields, sort_keys=True, separators=(",", ":")),
+        target=target,
+        arch=device_arch(inputs, target),
+        version=__version__,
+    )
+
+
+def lookup_range_options(
+    kernel, family: Family, calls: Sequence[Mapping[str, int]], inputs: Sequence[object], target: str
+) -> StoredOptions | None:
+    """The options of a range tune of ``kernel`` (:func:`range_key`) that holds every call in
+    ``calls``, for the kernel of ``family``; ``None`` when there is none (or no database).
+
+    A record holds a call when it was stored by this tcjit version for this kind of device and
+    target, each size with a range lies in it, each other size has the record's value, and each
+    input has the record's dtype and strides (contiguous where the record says so). A size may be
+    symbolic in the family and fixed in the record (``dynamic=True`` makes every size symbolic),
+    or the reverse. Among the records that hold every call, the narrowest wins (least sum over
+    its ranges of ``log2(hi / lo)``; the newest at a tie). A record that says "use the defaults"
+    is returned as such (``options`` ``None``); one whose options no longer validate is skipped
+    with a :class:`~tcjit.TCWarning`. The family's kernel is then mapped at
+    :func:`range_representative`.
+
+    :arg calls: the sizes of the family's calls seen (:meth:`tcjit.dynamic.SizePolicy.seen`).
+    :arg inputs: the call at hand's arguments.
+    """
+    db = options_database()
+    if db is None:
+        return None
+    from .dynamic import family_inputs
+    from .mapping.accumulation import long_sums
+    from .version import __version__
+
+    cdef = kernel.definition
+    try:
+        arch = device_arch(inputs, target)
+        probe = TuningKey(kernel.canonical_source, kernel.name, "", target, arch, __version__)
+        records = db.nearest(probe, limit=sys.maxsize)  # every record of the kernel here (the probe is none)
+        layouts = [[_layout(x) for x in family_inputs(cdef, family, c, inputs)] for c in calls]
+    except (TCError, OSError, sqlite3.Error):
+        return None
+    covering = []
+    for record in records:
+        theirs = parse_range_layout(record.key.layout)
+        if (
+            theirs is None
+            or record.key.version != __version__
+            or set(theirs["ranges"]) | set(theirs["fixed"]) != set(cdef.sizes)
+        ):
+            continue
+        bounds = {n: (lo, hi) for n, (lo, hi) in theirs["ranges"].items()}
+        if all(
+            all(lo <= call[n] <= hi for n, (lo, hi) in bounds.items())
+            and all(call[n] == v for n, v in theirs["fixed"].items())
+            and _range_layout_at(cdef, theirs, call) == layout
+            for call, layout in zip(calls, layouts)
+        ):
+            rep = range_representative(family, calls, bounds)
+            if long_sums(cdef, rep, family.symbolic) == family.long_sums:
+                covering.append((sum(math.log2(hi / lo) for lo, hi in bounds.values()), record, bounds))
+    covering.sort(key=lambda t: t[0])  # stable: records come newest first
+    from .mapping.options import MappingOptions
+
+    for _, record, bounds in covering:
+        if record.uses_defaults:
+            return StoredOptions(None, record.key, str(db.path), bounds)
+        try:
+            options = MappingOptions.from_json(record.options).validate(target)
+        except TCError as err:
+            _warn_once(
+                db,
+                record.key,
+                f"tcjit: the options tuned for {kernel.name} over {_describe(bounds)} "
+                f"({record.key.digest[:12]} in {db.path}) are not usable any more: {err}. Tune again, "
+                f"or remove them with 'tcjit cache clear --options'",
+            )
+            continue
+        return StoredOptions(options, record.key, str(db.path), bounds)
+    return None
+
+
+def range_representative(
+    family: Family, calls: Sequence[Mapping[str, int]], ranges: Mapping[str, tuple[int, int]]
+) -> dict[str, int]:
+    """The sizes the kernel of ``family`` is mapped at when it uses options tuned over
+    ``ranges``: as the range tune mapped its candidates, each of the family's symbolic sizes that
+    has a range at its upper bound; the other sizes as in the largest call seen (``calls[0]``)."""
+    return {**calls[0], **{n: hi for n, (_, hi) in ranges.items() if n in family.symbolic}}
+
+
+def _range_layout_at(cdef, theirs: dict, sizes: Mapping[str, int]) -> list:
+    """The layout (as :func:`tuning_key` writes it) that the range layout ``theirs`` gives a call
+    at ``sizes``."""
+    from .mapping.layout import contiguous_strides
+
+    out: list = []
+    for p, item in zip(cdef.params, theirs["inputs"]):
+        if item == "scalar":
+            out.append(item)
+            continue
+        shape = [e.evaluate(sizes) for e in cdef.tensor(p).shape]
+        strides = list(contiguous_strides(shape)) if item[2] == "contiguous" else item[2]
+        out.append([item[0], shape, strides])
+    return out
+
+
+def _describe(ranges: Mapping[str, tuple[int, int]]) -> str:
+    """``B=1..64, T=8..512``."""
+    return ", ".join(f"{n}={lo}..{hi}" for n, (lo, hi) in sorted(ranges.items()))

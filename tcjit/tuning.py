@@ -17,6 +17,9 @@ computes a wrong answer is scored invalid and the search goes on. Worker process
 user's ``__main__`` again, so a training script without a ``__main__`` guard may call
 :func:`autotune`. Candidates are compiled into a private kernel store that is removed afterwards:
 hundreds of candidates never crowd the user's kernel cache.
+
+With ``size_ranges`` the run tunes a symbolic kernel for a range of sizes instead
+(:mod:`tcjit.tuning_range`): each candidate compiled once, checked and timed at several sizes.
 """
 
 from __future__ import annotations
@@ -236,17 +239,21 @@ def tune_kernel(
     prune_factor: float | None = 4.0,
     keep_top: int = 4,
     explore_share: float = 0.1,
+    size_ranges: Mapping[str, tuple[int, int]] | None = None,
 ) -> TuningReport:
     """:func:`autotune`, returning the whole :class:`TuningReport` instead of the best options.
 
     :arg on_candidate: called as ``on_candidate(options, measurement)`` as soon as each candidate
         is measured (the default options first), e.g. to record when each improvement was found.
+    :arg size_ranges: tune for a range of sizes (:mod:`tcjit.tuning_range`): inclusive bounds
+        per size left symbolic, ``{"B": (1, 64)}``, the inputs given at the upper bounds; times
+        are then geometric means over the sizes measured.
     """
     from .binding import bind
     from .cache import Measured
     from .genetic import TunerSettings, WorkerPool, alternating_evaluator, tune
     from .kernel import Kernel
-    from .tuned import options_database, tuning_key
+    from .tuned import options_database, range_key, tuning_key
     from .tuning_ray import ray_measure, task_resources
 
     started = time.monotonic()  # the timeout counts from here: set-up and final rounds included
@@ -271,13 +278,23 @@ def tune_kernel(
     binding = bind(kernel.definition, inputs)
     kernel._refuse_meta(binding, "tuning runs the kernel and needs real data")
     target = target or ("cuda" if binding.device.type == "cuda" else "cpu")
+    plan = None
+    if size_ranges is not None:  # checked before anything runs; the inputs at the upper bounds
+        from .tuning_range import range_plan
+
+        plan = range_plan(kernel, binding, inputs, size_ranges, target)
+        inputs = plan.inputs[0]
+        binding = bind(kernel.definition, inputs)
     defaults, space = tuning_space(kernel.definition, binding.sizes, target)
 
     db = options_database()
-    key = tuning_key(kernel, inputs, target)
+    if plan is None:
+        key = tuning_key(kernel, inputs, target)
+    else:
+        key = range_key(kernel, plan.family, plan.ranges, target, inputs)
     known = _decode_known(db, key, space) if (db is not None and resume) else []
     seeds = _seeds(db, key, defaults, target)
-    blob = context_blob(kernel, binding, inputs, target)
+    blob = context_blob(kernel, binding, inputs, target, plan)
     report = progress_printer(progress, settings)
     deadline = None if settings.timeout is None else started + settings.timeout
 
@@ -365,7 +382,8 @@ def tune_kernel(
             if report:
                 report.generation(g)
 
-        reserve = confirmation_reserve(baseline.time if baseline.valid else None, timeout, setup)
+        points = 1 if plan is None else len(plan.points)  # a range's finalists run at each point
+        reserve = confirmation_reserve(baseline.time * points if baseline.valid else None, timeout, setup)
         left = None if deadline is None else max(0.1, deadline - time.monotonic() - reserve)
         result = tune(
             space,
@@ -501,6 +519,7 @@ _SETTINGS = (
     "prune_factor",
     "keep_top",
     "explore_share",
+    "size_ranges",
 )
 
 

@@ -6,6 +6,11 @@ into the run's private kernel store, :func:`measure_candidate` checks it against
 times it (the search's single measurement), :func:`confirm_candidates` times the finalists in
 interleaved rounds (:mod:`tcjit.tuning_confirm`). The functions are top-level so that they travel
 to worker processes by reference.
+
+A run over a range of sizes (:mod:`tcjit.tuning_range`) has several points: the kernel is defined
+with those sizes symbolic, a candidate is compiled once at the first point (the upper bounds) and
+checked and timed at every point; its time is the geometric mean of the points' times, and each
+round of the confirmation takes the geometric mean of the points' times in that round.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from dataclasses import dataclass
 
 from .polyhedral.errors import TCError
 from .tuning_confirm import MIN_SAMPLE_SECONDS
+from .tuning_range import geometric_mean
 
 __all__ = [
     "WorkerState",
@@ -56,17 +62,28 @@ class _Context:
     expected: tuple  # the oracle's outputs (CPU)
     reduction_length: int
     threads: int
+    symbolic: frozenset[str] | None = None  # a range tune: the sizes left symbolic (define's dynamic=)
+    others: tuple = ()  # a range tune: (sizes, inputs, expected, reduction_length) per other point
 
 
 @dataclass
 class WorkerState:
-    """A worker's loaded run: the kernel, its inputs, the oracle's outputs, the target."""
+    """A worker's loaded run: the kernel, its inputs, the oracle's outputs, the target; for a
+    run over a range of sizes, one state per other point (``others``: the same kernel; ``at``:
+    the point's sizes, for messages)."""
 
     kernel: object
     inputs: tuple
     expected: tuple
     target: str
     reduction_length: int
+    others: tuple = ()
+    at: str = ""
+
+    @property
+    def points(self) -> tuple:
+        """This state and the other points' (one for a run at one size)."""
+        return (self, *self.others)
 
 
 _STATE: dict[str, WorkerState] = {}  # per context digest: a Ray worker may serve several runs
@@ -85,8 +102,19 @@ def _load_context(blob: bytes) -> WorkerState:
     torch.set_num_threads(max(1, ctx.threads))
     device = "cuda" if ctx.target == "cuda" else "cpu"
     inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in ctx.inputs)
-    kernel = kernels.define(ctx.source, name=ctx.entry)
-    state = WorkerState(kernel, inputs, ctx.expected, ctx.target, ctx.reduction_length)
+    kernel = kernels.define(ctx.source, name=ctx.entry, dynamic=ctx.symbolic)
+    others = tuple(
+        WorkerState(
+            kernel,
+            tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in point_inputs),
+            expected,
+            ctx.target,
+            length,
+            at=_sizes_text(sizes),
+        )
+        for sizes, point_inputs, expected, length in ctx.others
+    )
+    state = WorkerState(kernel, inputs, ctx.expected, ctx.target, ctx.reduction_length, others)
     _STATE.clear()
     _STATE[digest] = state
     return state
@@ -116,11 +144,27 @@ def measure_candidate(arg):
     from .genetic import Measurement
 
     options, best = arg
-    state = _worker_state()
+    return _measure_in(_worker_state(), options, best, Measurement)
+
+
+def _measure_in(state: WorkerState, options, best: float | None, Measurement):
+    """Compile ``options`` (found in the run's store: compiled already) and measure them: checked
+    and timed at the run's one size, or at every point of a range (the geometric mean of their
+    times; not abandoned early, since ``best`` is such a mean)."""
     from . import definitions as kernels
 
-    spec = kernels.compile(state.kernel, *state.inputs, options=options, target=state.target)
-    return check_and_time(spec, state, best, Measurement)
+    if not state.others:
+        spec = kernels.compile(state.kernel, *state.inputs, options=options, target=state.target)
+        return check_and_time(spec, state, best, Measurement)
+    times = []
+    for point in state.points:  # one symbolic kernel serves every point: found, not compiled
+        spec = kernels.compile(point.kernel, *point.inputs, options=options, target=point.target)
+        m = check_and_time(spec, point, None, Measurement)
+        if not m.valid:
+            where = f" at {point.at}" if point.at else " at the upper bounds"
+            return Measurement(m.time, m.status, f"{m.detail}{where}")
+        times.append(m.time)
+    return Measurement(geometric_mean(times), "ok")
 
 
 def ray_task(blob: bytes, arch: str, arg):
@@ -139,13 +183,10 @@ def ray_task(blob: bytes, arch: str, arg):
     if here.arch != arch:
         detail = f"measured nothing: this node is {here.arch}, not {arch}"
         return located(Measurement(None, "skipped", detail), here)
-    from . import definitions as kernels
-
     try:
-        spec = kernels.compile(state.kernel, *state.inputs, options=options, target=state.target)
+        return located(_measure_in(state, options, best, Measurement), here)
     except TCError as e:
         return located(Measurement(None, "compile-error", _one_line(e)), here)
-    return located(check_and_time(spec, state, best, Measurement), here)
 
 
 def confirm_candidates(arg):
@@ -175,23 +216,31 @@ def _confirm_in(state: WorkerState, finalists, budget: float | None) -> list:
     from .tuning_confirm import interleaved_rounds
 
     start = time.perf_counter()
+    points = state.points
     runners, where = [], []
     for i, options in enumerate(finalists):
-        try:
-            spec = kernels.compile(state.kernel, *state.inputs, options=options, target=state.target)
-        except TCError:
-            continue
-        got = spec.run(state.inputs, None)
-        if compare_outputs([g.cpu() for g in got], state.expected, state.reduction_length)[1]:
-            runners.append(functools.partial(spec.run, state.inputs, None))
+        mine = []
+        for point in points:
+            try:
+                spec = kernels.compile(point.kernel, *point.inputs, options=options, target=point.target)
+            except TCError:
+                break
+            got = spec.run(point.inputs, None)
+            if not compare_outputs([g.cpu() for g in got], point.expected, point.reduction_length)[1]:
+                break
+            mine.append(functools.partial(spec.run, point.inputs, None))
+        if len(mine) == len(points):
+            runners += mine
             where.append(i)
     out: list = [None] * len(finalists)
     if not runners:
         return out
     sync = torch.cuda.synchronize if state.target == "cuda" else (lambda: None)
     left = None if budget is None else budget - (time.perf_counter() - start)
-    for i, times in zip(where, interleaved_rounds(runners, sync, left)):
-        out[i] = times
+    rounds = interleaved_rounds(runners, sync, left)
+    for k, i in enumerate(where):  # per round, the geometric mean over the points
+        mine = rounds[k * len(points) : (k + 1) * len(points)]
+        out[i] = [geometric_mean(per_round) for per_round in zip(*mine)]
     return out
 
 
@@ -245,16 +294,31 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0] if text else ''}"
 
 
-def context_blob(kernel, binding, inputs, target: str) -> bytes:
+def _sizes_text(sizes) -> str:
+    return ", ".join(f"{n}={v}" for n, v in sizes.items())
+
+
+def context_blob(kernel, binding, inputs, target: str, plan=None) -> bytes:
+    """The run's context as bytes: the kernel's source, the inputs (CPU copies) and the oracle's
+    outputs; with a :class:`~tcjit.tuning_range.RangePlan`, the symbolic sizes and every other
+    point's inputs and outputs as well (``inputs``, ``binding``: the first point's)."""
     import torch
 
     from .reference import evaluate_def
     from .testing import reduction_length
 
     cdef = kernel.definition
-    cpu_inputs = tuple(x.detach().cpu() if isinstance(x, torch.Tensor) else x for x in inputs)
-    with torch.no_grad():
-        expected = tuple(t.cpu() for t in evaluate_def(cdef, *cpu_inputs))
+
+    def oracle(point_inputs) -> tuple[tuple, tuple]:
+        cpu = tuple(x.detach().cpu() if isinstance(x, torch.Tensor) else x for x in point_inputs)
+        with torch.no_grad():
+            return cpu, tuple(t.cpu() for t in evaluate_def(cdef, *cpu))
+
+    cpu_inputs, expected = oracle(inputs)
+    others = []
+    if plan is not None:
+        for sizes, point_inputs in zip(plan.points[1:], plan.inputs[1:]):
+            others.append((sizes, *oracle(point_inputs), reduction_length(cdef, sizes)))
     ctx = _Context(
         source=kernel.source,
         entry=kernel.name,
@@ -263,6 +327,8 @@ def context_blob(kernel, binding, inputs, target: str) -> bytes:
         expected=expected,
         reduction_length=reduction_length(cdef, binding.sizes),
         threads=torch.get_num_threads(),
+        symbolic=None if plan is None else frozenset(plan.ranges),
+        others=tuple(others),
     )
     buf = io.BytesIO()
     torch.save(ctx, buf)
