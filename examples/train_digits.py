@@ -14,6 +14,7 @@ Run it::
 
     .venv/bin/python examples/train_digits.py                # 20 epochs, SGD with momentum
     .venv/bin/python examples/train_digits.py --epochs 5 --optimizer adam --lr 1e-3
+    .venv/bin/python examples/train_digits.py --compile --batch-size 100   # torch.compile(dynamic=True)
 
 Or use the pieces (``tests/runtime/test_training.py`` and ``notebooks/03-training.ipynb`` do)::
 
@@ -259,13 +260,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
     p.add_argument("--lr", type=float, default=None, help="default: 0.05 for sgd, 1e-3 for adam")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="train the tcjit model under torch.compile(dynamic=True): one graph serves every batch size",
+    )
     args = p.parse_args(argv)
 
     data = load_data(seed=args.seed)
     tc_model, torch_model = make_models(args.seed)
     print(f"digits: {len(data.x_train)} training and {len(data.x_test)} test images; model {tc_model}")
     settings = dict(epochs=args.epochs, batch_size=args.batch_size, optimizer=args.optimizer, lr=args.lr)
-    tc_run = train(tc_model, data, seed=args.seed, **settings)
+    if args.compile:
+        from torch._dynamo.utils import counters
+
+        tc_run = train(torch.compile(tc_model, dynamic=True), data, seed=args.seed, **settings)
+        print(f"torch.compile: {counters['stats']['unique_graphs']} graphs (training, evaluation)")
+    else:
+        tc_run = train(tc_model, data, seed=args.seed, **settings)
     torch_run = train(torch_model, data, seed=args.seed, **settings)
 
     print(f"{'epoch':>5} {'tcjit loss':>12} {'torch loss':>12}")

@@ -119,3 +119,33 @@ def test_long_training_matches_torch(td, data):
 @pytest.mark.full
 def test_training_with_adam_matches_torch(td, data):
     _compare(td, data, epochs=5, optimizer="adam", atol=1e-5)
+
+
+def test_compiled_training_with_two_batch_sizes_compiles_no_graph_per_size(td, data):
+    """``torch.compile(model, dynamic=True)`` trains the digits MLP at batch 100, whose epoch ends
+    with a batch of 40 (1440 = 14 * 100 + 40), then classifies the 357 test images: dynamo's own
+    counters show one graph for training, whatever the batch size, and one for the evaluation
+    under ``no_grad`` (a guard on grad mode), as many as the same model in torch gets; the losses
+    match torch's step by step. (A first batch equal to a feature size, 64 here, would share its
+    symbol under dynamo's duck sizing and be specialised with it, in torch as in tcjit.)"""
+    from torch._dynamo.utils import counters
+
+    def run(model):
+        torch._dynamo.reset()
+        counters.clear()
+        result = td.train(
+            torch.compile(model, dynamic=True, backend="aot_eager"), data, epochs=1, batch_size=100
+        )
+        return result, {name: dict(counters[name]) for name in ("frames", "stats")}
+
+    tc_model, torch_model = td.make_models(seed=0)
+    tc_run, tc_counts = run(tc_model)
+    torch_run, torch_counts = run(torch_model)
+    assert len(tc_run.losses) == 15
+    assert tc_counts["stats"]["unique_graphs"] == torch_counts["stats"]["unique_graphs"] == 2, (
+        tc_counts,
+        torch_counts,
+    )
+    assert tc_counts["frames"]["total"] == torch_counts["frames"]["total"] == 2
+    assert max(abs(a - b) for a, b in zip(tc_run.losses, torch_run.losses)) <= 1e-5
+    assert abs(tc_run.test_accuracy - torch_run.test_accuracy) <= 0.01
