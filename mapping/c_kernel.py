@@ -76,6 +76,7 @@ def print_kernel(
     p = (printer or CPrinter)(cdef, bodies, sizes, strides, wide)
     p.symbol = symbol
     p.symbolic = frozenset(symbolic)
+    p.panels = frozenset(packs)
     params = [*params, *(CParam(name, "size", "int64_t") for name in sorted(symbolic))]
     for q in params:
         if q.kind == "tensor" and q.name in parts:  # the tensor, and this thread's part buffer

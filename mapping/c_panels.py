@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
+from ..polyhedral.errors import TCInternalError
 from ..polyhedral.lang.checked import CheckedDef
 from ..polyhedral.lang.types import ScalarType
 from . import ir
@@ -126,9 +127,10 @@ def _block_copy(
 def _part_bounds(pack: Pack, part: Part) -> list[str]:
     """C that clamps the part from element ``(o0, ...)`` on to the tensor: ``[l<d>, h<d>)`` per
     dimension ``d`` (:func:`_part_fill`, :func:`_part_ahead`)."""
+    extents = pack.extents or pack.shape
     return [
         f"  const int64_t l{d} = o{d} > 0 ? o{d} : 0, "
-        f"h{d} = o{d} + {part.shape[d]} < {pack.shape[d]} ? o{d} + {part.shape[d]} : {pack.shape[d]};"
+        f"h{d} = o{d} + {part.shape[d]} < {extents[d]} ? o{d} + {part.shape[d]} : {extents[d]};"
         for d in range(len(pack.shape))
     ]
 
@@ -154,7 +156,7 @@ def _part_fill(name: str, pack: Pack, part: Part, ct: str, rows: bool, item: int
         f"/* Fills the part of '{name}''s transposed panel from element (o0, ...) on (option",
         " * pack_operands: a part at a time, where the code reads it). */",
         f"static void __attribute__((unused)) tc_part_{name}(const {ct} *restrict src, {ct} *restrict dst, "
-        + ", ".join(f"int64_t o{d}" for d in range(rank))
+        + ", ".join([*(f"int64_t o{d}" for d in range(rank)), *(f"int64_t {z}" for z in pack.sizes)])
         + ")",
         "{",
         *_part_bounds(pack, part),
@@ -246,7 +248,7 @@ def _part_ahead(name: str, pack: Pack, part: Part, ct: str) -> list[str]:
     return [
         f"/* Brings the lines of '{name}' that the part from element (o0, ...) on copies into cache. */",
         f"static void {PREFETCHING} tc_ahead_{name}(const {ct} *restrict src, "
-        + ", ".join(f"int64_t o{d}" for d in range(rank))
+        + ", ".join([*(f"int64_t o{d}" for d in range(rank)), *(f"int64_t {z}" for z in pack.sizes)])
         + ")",
         "{",
         *_part_bounds(pack, part),
@@ -315,6 +317,9 @@ def panel_code(
             counts.append(f"  const int64_t pn_{name} = {threads};  /* part buffers: one per thread */")
             sizes.append(f"pn_{name} * {padded}")
             continue
+
+        if pack.extents:
+            raise TCInternalError(f"'{name}' has a symbolic size: its panel is filled a part at a time only")
 
         def offset(strides, ia: str, ib: str, outer=outer, a=a, b=b, pack=pack) -> str:
             index = {**{d: f"e{d}" for d in outer}, a: ia, b: ib}

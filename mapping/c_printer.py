@@ -77,6 +77,7 @@ class CPrinter(TilePrinter):
         self.symbolic: frozenset[str] = (
             frozenset()
         )  # sizes read from the kernel's arguments (set by print_kernel)
+        self.panels: frozenset[str] = frozenset()  # inputs read from packed panels (set by print_kernel)
         self.checks: list[BoundsCheck] = []
         self.lines: list[str] = []
         self.aliases: list[str] = []  # restrict-qualified views of every pointer
@@ -138,8 +139,11 @@ class CPrinter(TilePrinter):
 
     def tensor_strides(self, tensor: str) -> tuple[int | str, ...]:
         """The element strides of ``tensor`` itself: as given, or, where its shape depends on a
-        symbolic size (the tensor is then contiguous), C text."""
+        symbolic size (the tensor is then contiguous), C text; a packed input's are its panel's
+        (of fixed strides, :mod:`.packing`)."""
         info = self.cdef.tensor(tensor)
+        if tensor in self.panels:
+            return tuple(self.strides[tensor])
         if self.symbolic and any(symbolic_in(d, self.symbolic) for d in info.shape):
             return strides_text(info, self.sizes, self.symbolic)
         return tuple(self.strides[tensor])
@@ -349,9 +353,11 @@ class CPrinter(TilePrinter):
         ct = c_storage_type(self.cdef.tensor(name).dtype)
         shift = " + ".join(f"({o}) * INT64_C({st})" for o, st in zip(origin, strides))
         self.lines.append(f"{indent}{{ /* the part of '{name}''s panel read below (option pack_operands) */")
-        self.lines.append(f"{indent}  tc_part_{name}(u_{name}, b_{name}, {', '.join(origin)});")
+        self.lines.append(
+            f"{indent}  tc_part_{name}(u_{name}, b_{name}, {', '.join([*origin, *site.sizes])});"
+        )
         if site.ahead:  # the next iteration's part: on its way into cache while this one computes
-            following = ", ".join(expr(o) for o in site.ahead)
+            following = ", ".join([*(expr(o) for o in site.ahead), *site.sizes])
             self.lines.append(f"{indent}  if ({expr(site.more)}) tc_ahead_{name}(u_{name}, {following});")
         self.lines.append(f"{indent}  const {ct} *restrict t_{name} = b_{name} - ({shift});")
         self.node(n.body, indent + "  ")

@@ -226,12 +226,15 @@ class Site:
         asks for its lines to be brought into cache while this iteration computes
         (:mod:`.c_panels`). :ivar more: whether there is a next
         iteration (the loop's condition for it; None without ``ahead``).
+    :ivar sizes: the variables of the symbolic sizes the input's extents read (the fill clamps
+        the part to them), passed to the fill after the origin.
     """
 
     tensor: str
     origin: tuple[Expr, ...]
     ahead: tuple[Expr, ...] = ()
     more: Expr | None = None
+    sizes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

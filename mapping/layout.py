@@ -33,6 +33,12 @@ class Pack:
     :ivar strides: the buffer's element strides, per dimension of the input in its order: dense,
         ``dim`` innermost and the other dimensions outside it in their order.
     :ivar shape: the input's shape.
+    :ivar extents: in a kernel with symbolic sizes, the shape as the kernel reads it: an ``int``
+        per dimension, C text (:func:`size_text`) where it depends on a symbolic size; empty
+        otherwise. Only a tensor whose symbolic dimensions come first, in its own order and in
+        the panel's, is packed then (its strides depend on no symbolic size), and only a part
+        at a time (:mod:`.parts`).
+    :ivar sizes: the variables of the symbolic sizes ``extents`` read (:func:`size_var`).
     """
 
     tensor: str
@@ -40,6 +46,16 @@ class Pack:
     source: tuple[int, ...]
     strides: tuple[int, ...]
     shape: tuple[int, ...]
+    extents: tuple[int | str, ...] = ()
+    sizes: tuple[str, ...] = ()
+
+    @property
+    def bounds(self) -> tuple[int | None, ...]:
+        """Each dimension's extent where every call has the same, None where a symbolic size
+        sets it."""
+        if not self.extents:
+            return self.shape
+        return tuple(e if isinstance(e, int) else None for e in self.extents)
 
     @property
     def order(self) -> tuple[int, ...]:

@@ -16,9 +16,10 @@ loads without isl.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import islpy as isl
 
@@ -31,7 +32,7 @@ from .bodies import lower_bodies
 from .c_exprs import BoundsCheck, CParam
 from .c_kernel import print_kernel
 from .cpu import map_cpu
-from .layout import size_var, spanned_elements, symbolic_in
+from .layout import Pack, size_text, size_var, spanned_elements, symbolic_in
 from .openmp_teams import plan_teams
 from .packing import packed_operands
 from .parts import place_parts
@@ -105,6 +106,7 @@ def lower_cpu(
     symbol: str | None = None,
     vector_bytes: int = 32,
     symbolic: frozenset[str] = frozenset(),
+    unpacked: frozenset[str] = frozenset(),
 ) -> CpuKernelSource:
     """The C source of ``cdef`` at ``sizes`` for tensors with element ``strides`` (every tensor).
 
@@ -118,7 +120,10 @@ def lower_cpu(
     With ``symbolic`` sizes (:mod:`.symbolic`) the kernel serves every value >= 1 of each: its
     C function takes them after the other parameters (:attr:`CpuKernelSource.sizes`); choices are
     made at ``sizes``, every proof for all values, and tensors whose shape depends on a symbolic
-    size are neither packed, nor fetched ahead, nor held in the kernel's workspace.
+    size are neither fetched ahead nor held in the kernel's workspace. Such a tensor is packed
+    only where its strides depend on no symbolic size and the loops fill its panel a part at a
+    time (:mod:`.parts`: a part buffer of one size for every call); where they do not, the kernel
+    is lowered again with it among the ``unpacked`` inputs.
     """
     symbolic = check_symbolic(cdef, sizes, symbolic)
     varying = frozenset(t.name for t in cdef.tensor_infos if any(symbolic_in(d, symbolic) for d in t.shape))
@@ -128,7 +133,11 @@ def lower_cpu(
     # 1 (or equal another) because the representative sizes make it so (symbolic.generic_strides)
     strides = {**strides, **generic_strides(cdef, sizes, symbolic)}
     packs = packed_operands(cdef, sizes, strides) if options.pack_operands else {}
-    packs = {name: pack for name, pack in packs.items() if name not in varying}
+    packs = {
+        name: _with_extents(cdef, pack, sizes, symbolic) if name in varying else pack
+        for name, pack in packs.items()
+        if name not in unpacked and (name not in varying or _fixed_strides(cdef, pack, symbolic))
+    }
     strides = {**strides, **{name: pack.strides for name, pack in packs.items()}}
     scop, deps, fixed, sched, checked, zero = prepare(
         cdef, sizes, options, window=INIT_WINDOW, packed=frozenset(packs), symbolic=symbolic
@@ -156,6 +165,18 @@ def lower_cpu(
     body, parts = place_parts(
         body, statements, packs, fixed_sizes, items, representative={size_var(z): sizes[z] for z in symbolic}
     )
+    whole = frozenset(name for name in packs if name in varying and name not in parts)
+    if whole:  # a panel of every call's size would be filled whole: read the tensor instead
+        return lower_cpu(
+            cdef,
+            sizes,
+            strides,
+            options,
+            symbol=symbol,
+            vector_bytes=vector_bytes,
+            symbolic=symbolic,
+            unpacked=unpacked | whole,
+        )
     strides = {**strides, **{name: part.strides for name, part in parts.items()}}
 
     params = kernel_params(cdef)
@@ -224,3 +245,21 @@ def lower_cpu(
         kernel_ir=kernel,
         sizes=tuple(sorted(symbolic)),
     )
+
+
+def _fixed_strides(cdef: CheckedDef, pack: Pack, symbolic: frozenset[str]) -> bool:
+    """Whether the dimensions of ``pack``'s tensor whose extents depend on a symbolic size come
+    first, in the tensor's order and in the panel's (:attr:`~.layout.Pack.order`): its strides
+    and the panel's then depend on none (a batch dimension)."""
+    shape = cdef.tensor(pack.tensor).shape
+    varying = [symbolic_in(d, symbolic) for d in shape]
+    first = sum(1 for _ in itertools.takewhile(bool, varying))
+    return not any(varying[first:]) and all(varying[d] for d in pack.order[:first])
+
+
+def _with_extents(cdef: CheckedDef, pack: Pack, sizes: Mapping[str, int], symbolic: frozenset[str]) -> Pack:
+    """``pack`` with the extents the kernel reads (:attr:`~.layout.Pack.extents`)."""
+    shape = cdef.tensor(pack.tensor).shape
+    extents = tuple(size_text(d, sizes, symbolic) for d in shape)
+    read = sorted(set().union(*(d.symbols() for d in shape)) & symbolic)
+    return replace(pack, extents=extents, sizes=tuple(size_var(z) for z in read))

@@ -337,7 +337,7 @@ def place_parts(
     sites: dict[str, ir.Site] = {}
     for name, pack in packs.items():
         marks = _sites(
-            body, name, statements, sizes, pack.shape, PART_BYTES // max(1, item_bytes[name]), representative
+            body, name, statements, sizes, pack, PART_BYTES // max(1, item_bytes[name]), representative
         )
         if not marks:
             continue
@@ -348,7 +348,8 @@ def place_parts(
             strides[d] = s
         parts[name] = Part(name, extent, tuple(strides))
         ahead = 1 in pack.source  # lines of the next part can be fetched a row at a time
-        body = _mark(body, {k: origin for k, (origin, _) in marks.items()}, name, sites, ahead)
+        origins = {k: origin for k, (origin, _) in marks.items()}
+        body = _mark(body, origins, ir.Site(name, (), sizes=pack.sizes), sites, ahead)
     return body, parts
 
 
@@ -357,13 +358,15 @@ def _sites(
     tensor: str,
     statements: Mapping[str, object],
     sizes: Mapping[str, int],
-    shape: tuple[int, ...],
+    pack: Pack,
     limit: int,
     representative: Mapping[str, int] | None = None,
 ) -> dict[int, tuple[tuple[_Aff, ...], tuple[int, ...]]]:
     """The loops (by ``id``) that fill parts of ``tensor`` (:func:`place_parts`), each with its
-    part's origin and extent; empty if some read would be left without one."""
-    total = math.prod(shape)
+    part's origin and extent; empty if some read would be left without one. A part is clamped to
+    the tensor's extents every call shares (:attr:`~.layout.Pack.bounds`); its cost counts the
+    tensor at the representative sizes (:attr:`~.layout.Pack.shape`)."""
+    total = math.prod(pack.shape)
     counted = {v: (_aff({}, n), _aff({}, n)) for v, n in (representative or {}).items()}
     Marks = dict[int, tuple[tuple[_Aff, ...], tuple[int, ...]]]
 
@@ -392,7 +395,7 @@ def _sites(
         here, part = None, None
         boxes: list[tuple[Interval, ...]] = []
         if _box(node.body, tensor, statements, fixed, sizes, boxes) and boxes:
-            part = _union(boxes, shape)
+            part = _union(boxes, pack.bounds)
             if part is not None:
                 elements = math.prod(part[1])
                 # parts that move by at least their extent along some dimension do not overlap:
@@ -421,11 +424,12 @@ def _children(node: ir.Block | ir.If) -> tuple[ir.Node | None, ...]:
     return node.children if isinstance(node, ir.Block) else (node.then, node.other)
 
 
-def _union(boxes, shape) -> tuple[tuple[_Aff, ...], tuple[int, ...]] | None:
+def _union(boxes, bounds) -> tuple[tuple[_Aff, ...], tuple[int, ...]] | None:
     """The origin and extent of the box holding ``boxes`` (per dimension, affine bounds moving
-    together), the extent clamped to the tensor's; None if some bounds move differently."""
+    together), the extent clamped to the tensor's where ``bounds`` gives it (None: a symbolic
+    extent, never clamped); None if some bounds move differently."""
     origin, extent = [], []
-    for d, n in enumerate(shape):
+    for d, n in enumerate(bounds):
         los = [b[d][0] for b in boxes]
         his = [b[d][1] for b in boxes]
         moving = los[0][0]
@@ -434,23 +438,24 @@ def _union(boxes, shape) -> tuple[tuple[_Aff, ...], tuple[int, ...]] | None:
         lo = min(x[1] for x in los)
         hi = max(x[1] for x in his)
         if not moving:  # a fixed range: the part of it inside the tensor
-            lo, hi = max(lo, 0), min(hi, n - 1)
+            lo, hi = max(lo, 0), hi if n is None else min(hi, n - 1)
         if hi < lo:
             return None
         origin.append((moving, lo))
-        extent.append(min(hi - lo + 1, n))
+        extent.append(hi - lo + 1 if n is None else min(hi - lo + 1, n))
     return tuple(origin), tuple(extent)
 
 
 def _mark(
     node: ir.Node | None,
     marks: Mapping[int, tuple[_Aff, ...]],
-    tensor: str,
+    tensor: ir.Site,
     sites: dict[str, ir.Site],
     ahead: bool = False,
 ):
     """``node`` with the body of each loop in ``marks`` wrapped in a mark naming its site (with
-    the next iteration's part when ``ahead`` and the part moves with the loop)."""
+    the next iteration's part when ``ahead`` and the part moves with the loop); ``tensor``: a
+    site of the input without its origin, the others' template."""
     if node is None:
         return None
     if isinstance(node, ir.For):
@@ -458,7 +463,7 @@ def _mark(
         if id(node) in marks:
             label = f"part{len(sites)}"
             origin = marks[id(node)]
-            site = ir.Site(tensor, tuple(_expr(a) for a in origin))
+            site = replace(tensor, origin=tuple(_expr(a) for a in origin))
             if ahead and not node.degenerate and any(dict(a[0]).get(node.var) for a in origin):
                 following = tuple(
                     _aff(dict(a[0]), a[1] + dict(a[0]).get(node.var, 0) * node.step) for a in origin

@@ -135,25 +135,12 @@ def _choices(name: str, symbolic) -> tuple[str, list[tuple[str, str]]]:
     return low.stages["decisions"], loops
 
 
-#: Suite kernels whose batch-symbolic kernel maps otherwise than the concrete one: tbmm's ``Y(B,
-#: N, K)`` has a symbolic size, so it is not packed, and the vector loop is ``K`` (the dot-product
-#: form) where the packed panel makes it ``N`` (bench/results/symbolic_sizes.md: its gap).
-UNLIKE_CONCRETE = {"tbmm"}
-
-
 @pytest.mark.parametrize(
     "name",
     [
         pytest.param(
             n,
-            marks=[
-                *([] if n in ("conv2d", "bn_reduce", "maxpool2x2", "abs_sum") else [pytest.mark.full]),
-                *(
-                    [pytest.mark.xfail(strict=True, reason="operand not packed")]
-                    if n in UNLIKE_CONCRETE
-                    else []
-                ),
-            ],
+            marks=[] if n in ("conv2d", "bn_reduce", "maxpool2x2", "abs_sum", "tbmm") else [pytest.mark.full],
         )
         for n in sorted(SUITE)
     ],
@@ -161,10 +148,32 @@ UNLIKE_CONCRETE = {"tbmm"}
 def test_a_symbolic_kernel_makes_the_concrete_kernels_choices_at_its_representative_sizes(name) -> None:
     """The cost-driven choices (the parallel loop, register tiles) count a loop's iterations at
     the representative sizes: a tile loop over the batch that runs once there is not the
-    parallel loop (maxpool2x2, conv2d and bn_reduce ran on one thread before), and the CPU
-    suite's sizes map as the concrete kernel does, with the batch size symbolic."""
+    parallel loop (maxpool2x2, conv2d and bn_reduce ran on one thread before); tbmm's ``Y(B, N,
+    K)``, whose strides depend on no symbolic size, is packed a part at a time as in the concrete
+    kernel. The CPU suite's sizes map as the concrete kernel does, with the batch size symbolic."""
     lead = SUITE[name].checked.sizes[0]
     assert _choices(name, frozenset({lead})) == _choices(name, frozenset())
+
+
+def test_an_input_with_a_symbolic_batch_size_is_packed_a_part_at_a_time() -> None:
+    """tbmm's ``Y(B, N, K)`` is read along ``N`` by the outer-product register tile: packed,
+    ``N`` innermost, in parts of 64 images (a tile of ``B``). Its strides and the panel's depend on
+    no symbolic size, and each part buffer holds 64 images at every ``B``, the fill clamping to
+    the call's ``B``: right below, at and past the representative (100), across tile edges."""
+    k = SUITE["tbmm"]
+    cdef = k.checked
+    rep = {"B": 100, "M": 72, "N": 26, "K": 26}
+    low, fn = _compile(cdef, rep, frozenset({"B"}))
+    assert "tc_part_Y(u_Y, b_Y, (64 * c0), 0, 0, tc_z_B);" in low.source
+    assert "o0 + 64 < (tc_z_B) ? o0 + 64 : (tc_z_B)" in low.source  # a part of 64, clamped per call
+    for b in (1, 63, 64, 65, 100, 129, 300):
+        sizes = {**rep, "B": b}
+        inputs = k.make_inputs(sizes, seed=b)
+        (z,), errors = _run(cdef, low, fn, inputs, sizes)
+        assert errors == [0, 0, 0]
+        torch.testing.assert_close(
+            z, k.torch_ref(*inputs)[0], rtol=1e-4, atol=1e-4, msg=lambda m, b=b: f"B={b}: {m}"
+        )
 
 
 def test_a_reduction_over_a_symbolic_trip_count_runs_in_threads_in_chunks() -> None:
