@@ -16,7 +16,6 @@ loads without isl.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -248,13 +247,12 @@ def lower_cpu(
 
 
 def _fixed_strides(cdef: CheckedDef, pack: Pack, symbolic: frozenset[str]) -> bool:
-    """Whether the dimensions of ``pack``'s tensor whose extents depend on a symbolic size come
-    first, in the tensor's order and in the panel's (:attr:`~.layout.Pack.order`): its strides
-    and the panel's then depend on none (a batch dimension)."""
-    shape = cdef.tensor(pack.tensor).shape
-    varying = [symbolic_in(d, symbolic) for d in shape]
-    first = sum(1 for _ in itertools.takewhile(bool, varying))
-    return not any(varying[first:]) and all(varying[d] for d in pack.order[:first])
+    """Whether only the outermost dimension of ``pack``'s tensor, in its order and in the panel's
+    (:attr:`~.layout.Pack.order`), has an extent that depends on a symbolic size (a batch
+    dimension): every stride, the tensor's and the panel's, is a product of the extents inside
+    it, so none then depends on a symbolic size."""
+    varying = {d for d, extent in enumerate(cdef.tensor(pack.tensor).shape) if symbolic_in(extent, symbolic)}
+    return varying <= {0} and varying <= {pack.order[0]}
 
 
 def _with_extents(cdef: CheckedDef, pack: Pack, sizes: Mapping[str, int], symbolic: frozenset[str]) -> Pack:

@@ -176,6 +176,26 @@ def test_an_input_with_a_symbolic_batch_size_is_packed_a_part_at_a_time() -> Non
         )
 
 
+@pytest.mark.parametrize(
+    "name", ["mlp3", "tbmm", *(pytest.param(n, marks=pytest.mark.full) for n in ("matmul", "tmm", "fcrelu"))]
+)
+def test_a_kernel_mapped_at_the_suites_sizes_with_every_size_symbolic_computes_the_small_ones(name) -> None:
+    """Mapped at the CPU suite's sizes, where its operands are packed, then run at the small
+    sizes: an operand whose strides would depend on a symbolic size (mlp3's ``W1(N, M)``) is
+    not packed (its panel, laid out for the representative sizes, was read at others')."""
+    k = SUITE[name]
+    cdef = k.checked
+    low, fn = _compile(cdef, dict(k.cpu_sizes), frozenset(cdef.sizes))
+    for sizes in k.small_sizes:
+        inputs = k.make_inputs(sizes, seed=1)
+        outs, errors = _run(cdef, low, fn, inputs, sizes)
+        assert errors[0] == 0, (sizes, errors)
+        for got, want in zip(outs, k.torch_ref(*inputs)):
+            torch.testing.assert_close(
+                got, want, rtol=1e-3, atol=1e-3, msg=lambda m, at=sizes: f"{name} at {at}: {m}"
+            )
+
+
 def test_a_reduction_over_a_symbolic_trip_count_runs_in_threads_in_chunks() -> None:
     """abs_sum at M=512 sums 8 tiles of 64 rows as a parallel reduction; with M symbolic the
     tile loop's trip count is symbolic, and its iterations are shared out in CHUNKS runs of
