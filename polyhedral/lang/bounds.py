@@ -11,7 +11,9 @@ polyhedral bounds proof of the compiler and, in the reference evaluator, at ever
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 
 from ..errors import TCBoundsError
 from . import ast as A
@@ -41,47 +43,89 @@ def _fmt(sizes: Mapping[str, int]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sizes.items())
 
 
-def _check_statement(cdef: CheckedDef, st: CheckedStatement, sizes: Mapping[str, int], shapes) -> None:
-    box = {r.var: (r.lo.evaluate(sizes), r.hi.evaluate(sizes)) for r in st.ranges}
+@dataclass(frozen=True)
+class _Check:
+    """One affine subscript of an access :func:`check_bounds` bounds: ``rest + sum(c * v)``."""
+
+    tensor: str
+    dim: int
+    sub: A.Expr
+    verb: str
+    coeffs: tuple[tuple[str, int], ...]
+    rest: SizeExpr
+
+
+@dataclass(frozen=True)
+class _Statement:
+    """A statement without domain conditions: its ranges and the subscripts to bound."""
+
+    st: CheckedStatement
+    ranges: tuple[tuple[str, SizeExpr, SizeExpr], ...]
+    checks: tuple[_Check, ...]
+
+
+_PLANS: dict[int, tuple[weakref.ref, tuple[_Statement, ...]]] = {}
+
+
+def _plan(cdef: CheckedDef) -> tuple[_Statement, ...]:
+    """What :func:`check_bounds` evaluates for ``cdef`` at each call's sizes: the affine forms of
+    its subscripts, found once per definition (a new batch size of a symbolic kernel binds again:
+    the walk over the accesses would otherwise be most of the dispatch)."""
+    found = _PLANS.get(id(cdef))
+    if found is not None and found[0]() is cdef:
+        return found[1]
+    plan = tuple(
+        _Statement(st, tuple((r.var, r.lo, r.hi) for r in st.ranges), _checks(cdef, st))
+        for st in cdef.statements
+        if not st.conditions
+    )
+    key = id(cdef)
+    _PLANS[key] = (weakref.ref(cdef, lambda _: _PLANS.pop(key, None)), plan)
+    return plan
+
+
+def _checks(cdef: CheckedDef, st: CheckedStatement) -> tuple[_Check, ...]:
+    """The affine subscripts of ``st``'s accesses that are always evaluated."""
+    index_vars = {r.var for r in st.ranges}
+    sizes = set(cdef.sizes)
+    accesses = [(st.tensor, st.lhs, "writes")] if st.lhs else []
+    accesses += [(a.tensor, a.args, "reads") for a in unconditional_accesses(st.rhs) if a.args]
+    checks = []
+    for tensor, subscripts, verb in accesses:
+        for k, sub in enumerate(subscripts):
+            aff = affine_form(sub, index_vars, sizes.__contains__, lambda t, d: cdef.tensor(t).shape[d])
+            if aff is not None:
+                checks.append(_Check(tensor, k, sub, verb, tuple(aff.coeffs), aff.rest))
+    return tuple(checks)
+
+
+def _check_statement(cdef: CheckedDef, plan: _Statement, sizes: Mapping[str, int], shapes) -> None:
+    box = {v: (lo.evaluate(sizes), hi.evaluate(sizes)) for v, lo, hi in plan.ranges}
     if any(hi <= lo for lo, hi in box.values()):
         return  # no points: nothing is accessed
-    index_vars = set(box)
-
-    def dim_size(t: str, k: int):
-        return cdef.tensor(t).shape[k]
-
-    def check(tensor: str, subscripts, verb: str) -> None:
-        for k, (sub, n) in enumerate(zip(subscripts, shapes[tensor])):
-            aff = affine_form(sub, index_vars, lambda s: s in sizes, dim_size)
-            if aff is None:
-                continue
-            lo = hi = aff.rest.evaluate(sizes)
-            for v, c in aff.coeffs:
-                a, b = box[v][0] * c, (box[v][1] - 1) * c
-                lo, hi = lo + min(a, b), hi + max(a, b)
-            if lo < 0 or hi >= n:
-                bad = lo if lo < 0 else hi
-                raise TCBoundsError(
-                    f"subscript {k} of '{tensor}' {verb} element {bad}, outside [0, {n}), at {_fmt(sizes)}",
-                    source=cdef.source,
-                    span=sub.span,
-                    where=cdef.name,
-                    hint="ranges: " + ", ".join(str(r) for r in st.ranges),
-                )
-
-    if st.lhs:
-        check(st.tensor, st.lhs, "writes")
-    for acc in unconditional_accesses(st.rhs):
-        if acc.args:
-            check(acc.tensor, acc.args, "reads")
+    for c in plan.checks:
+        n = shapes[c.tensor][c.dim]
+        lo = hi = c.rest.evaluate(sizes)
+        for v, k in c.coeffs:
+            a, b = box[v][0] * k, (box[v][1] - 1) * k
+            lo, hi = lo + min(a, b), hi + max(a, b)
+        if lo < 0 or hi >= n:
+            bad = lo if lo < 0 else hi
+            raise TCBoundsError(
+                f"subscript {c.dim} of '{c.tensor}' {c.verb} element {bad}, outside [0, {n}), "
+                f"at {_fmt(sizes)}",
+                source=cdef.source,
+                span=c.sub.span,
+                where=cdef.name,
+                hint="ranges: " + ", ".join(str(r) for r in plan.st.ranges),
+            )
 
 
 def check_bounds(cdef: CheckedDef, sizes: Mapping[str, int]) -> None:
     """Raise :class:`TCBoundsError` if an access of ``cdef`` leaves its tensor at ``sizes``."""
     shapes = {t.name: tuple(s.evaluate(sizes) for s in t.shape) for t in cdef.tensor_infos}
-    for st in cdef.statements:
-        if not st.conditions:
-            _check_statement(cdef, st, sizes, shapes)
+    for plan in _plan(cdef):
+        _check_statement(cdef, plan, sizes, shapes)
 
 
 def refuse_outside_for_all_sizes(
