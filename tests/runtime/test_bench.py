@@ -485,13 +485,23 @@ def test_dynamic_batches_runs(bench, tmp_path: Path) -> None:
     """bench/dynamic_batches.py: every phase recorded, and nothing compiled after the second size."""
     dynamic_batches = bench("dynamic_batches")
     out = tmp_path / "dynamic_batches"
-    assert dynamic_batches.main(["--batches", "4,3,4,2", "--steps", "2", "--out", str(out)]) == 0
+    argv = ["--batches", "4,3,4,2", "--steps", "2", "--new-sizes", "3", "--new-steps", "2"]
+    assert dynamic_batches.main([*argv, "--out", str(out)]) == 0
     doc = json.loads(out.with_suffix(".json").read_text())
-    assert [p["batch"] for p in doc["tcjit"]] == [p["batch"] for p in doc["torch"]] == [4, 3, 4, 2]
+    extra = dynamic_batches.new_sizes([4, 3, 4, 2], 3)
+    assert len(extra) == 3 and not set(extra) & {4, 3, 2}
+    assert [p["batch"] for p in doc["tcjit"]] == [p["batch"] for p in doc["torch"]] == [4, 3, 4, 2, *extra]
     compiled = [p["compile_counts"]["compiled"] for p in doc["tcjit"]]
-    assert compiled[0] < compiled[1] == compiled[2] == compiled[3], compiled
+    assert compiled[0] < compiled[1] == compiled[-1], compiled
     assert all(len(p["steps_s"]) == 2 and p["first_excess_s"] is not None for p in doc["tcjit"])
-    assert "first - median ms" in out.with_suffix(".md").read_text()
+    summary = doc["summary"]["tcjit"]
+    assert (
+        summary["sizes"] == extra
+        and summary["compiled_during"] == 0
+        and summary["median_excess_s"] is not None
+    )
+    text = out.with_suffix(".md").read_text()
+    assert "first - median ms" in text and "more new batch sizes" in text
 
 
 def test_training_step_runs(bench, tmp_path: Path) -> None:
