@@ -168,6 +168,7 @@ def promote_private(
     tensors: Mapping[str, TensorInfo],
     ids: tuple[Sequence[str], Sequence[str], str],
     shared: Sequence[Sequence[ir.Buffer]] = (),
+    keep: frozenset[str] = frozenset(),
 ) -> tuple[isl.Schedule, Promotion]:
     """Promote per-thread footprints to private buffers (registers) in every kernel of ``sched``
     (after shared promotion, whose tensors ``shared`` per kernel it leaves alone).
@@ -179,11 +180,11 @@ def promote_private(
     touch one element in one iteration of the block's schedule, one thread reuses an element, and
     its box has at most :data:`~.promotion_private.MAX_PRIVATE_ELEMENTS` elements. The owning
     thread copies in what the group reads and writes back what it writes, around the scope (loops
-    unrolled)."""
+    unrolled). Tensors in ``keep`` are left alone in every kernel."""
     p = PrivatePromoter(scop, fixed, options, tensors, ids)
     scopes: list[Scope] = []
     for i, (start, _, _) in enumerate(kernels):
-        in_shared = {b.tensor for b in shared[i]} if i < len(shared) else set()
+        in_shared = ({b.tensor for b in shared[i]} if i < len(shared) else set()) | keep
         for fpath in thread_filters(node_at(sched, start), p.thread_ids):
             band = node_at(sched, fpath).child(0)  # the thread-mapped band
             below = band.get_schedule_depth() + band.band_n_member()
