@@ -104,3 +104,25 @@ def test_long_and_short_sums_over_a_symbolic_size_get_a_kernel_each(tmp_path, mo
     assert counts[2] == counts[0] + 1, "one more for the long sums"
     assert counts[-1] == counts[2], "no further compilation"
     assert len(k._families) == 2
+
+
+def test_the_emulated_cuda_target_compiles_nothing_for_a_third_batch_size(tmp_path, monkeypatch):
+    """The CUDA mapping with a symbolic batch size, run by the emulated target (its grids computed
+    from each call's sizes, races and bounds checked) in every block and thread order: after the
+    second batch size nothing is compiled or loaded, and every result equals torch's."""
+    from tcjit.mapping.emulation import ORDERS
+    from tcjit.testing import emulation_order
+
+    monkeypatch.setenv("TCJIT_CACHE_DIR", str(tmp_path / "kernels"))
+    k = tcjit.define(FCRELU)
+    w, bias = torch.randn(8, 24), torch.randn(8)
+    counts = []
+    for batch in BATCHES:
+        x = torch.randn(batch, 24)
+        for order in ORDERS:
+            with emulation_order(order):
+                _close(k(x, w, bias, target="cuda-emulated"), torch.relu(x @ w.T + bias))
+        counts.append(tcjit.compile_counts())
+    assert counts[1]["compiled"] > counts[0]["compiled"], "the second size compiles a symbolic kernel"
+    assert counts[-1] == counts[1], f"no compilation or load after the second size: {counts}"
+    assert k.symbolic_sizes == {"B"} and len(k._families) == 1
