@@ -317,9 +317,18 @@ def map_gpu(
         where = [(start, len(used), k.block) for (_, start, used, *_), k in zip(per_kernel, kernels)]
     if options.use_shared_memory:
         # after the launch bounds: copies are spread over the threads the kernel really has
-        keep = [frozenset(b.tensor for b in bs) | unpromoted for bs in kept]
+        keep = [frozenset(b.tensor for b in bs) for bs in kept]
         sched, promo = promote_shared(
-            sched, where, scop, fixed, options, tensors, ids, keep=keep, reserved=reserved
+            sched,
+            where,
+            scop,
+            fixed,
+            options,
+            tensors,
+            ids,
+            keep=keep,
+            reserved=reserved,
+            unpromoted=unpromoted,
         )
         kernels = [replace(k, buffers=b) for k, b in zip(kernels, promo.buffers)]
         accesses, copies, grafts = promo.accesses, promo.copies, list(promo.grafts)

@@ -160,6 +160,7 @@ class Promoter:
             tag = isl.UnionSet.read_from_str(self.ctx, f"{{ [{instances[acc.statement]} -> {acc.ref}[]] }}")
             self.refs.append((acc, rel.intersect_domain(tag)))
         self.decisions: list[str] = []
+        self.unpromoted: frozenset[str] = frozenset()  # tensors left alone (symbolic shapes)
         self.named: dict[str, int] = {}
         self.syncs = 0
 

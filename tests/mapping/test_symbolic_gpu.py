@@ -146,6 +146,19 @@ def test_a_grid_that_depends_on_a_symbolic_size_is_computed_per_call() -> None:
     assert lower_gpu(cdef, rep, values).launches[0][0].grid == plan.grid  # at the representative
 
 
+def test_only_tensors_of_fixed_shape_are_promoted() -> None:
+    """matmul with M symbolic and shared memory: A(M, K) and C(M, N) stay in global memory (their
+    footprints depend on M), B(K, N) is copied to shared memory as in a concrete kernel."""
+    cdef = SUITE["matmul"].checked
+    rep = {"M": 40, "K": 16, "N": 24}
+    values = H.CUDA_OPTIONS["shared"].validate("cuda").values
+    plan = lower_gpu(cdef, rep, values, symbolic=frozenset({"M"})).plan
+    assert {b.tensor for k in plan.kernels for b in k.buffers} == {"B"}
+    assert {"A", "C"} <= {b.tensor for k in lower_gpu(cdef, rep, values).plan.kernels for b in k.buffers}
+    for name in ("A", "C"):
+        assert f"shared: {name} left alone (its shape depends on a symbolic size)" in plan.decisions
+
+
 def test_grid_expressions_round_trip_through_json() -> None:
     launch = CudaLaunch(
         "tc_k0",
