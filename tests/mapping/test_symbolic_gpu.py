@@ -213,3 +213,17 @@ def test_symbolic_cuda_source_compiles_to_ptx(name, option) -> None:
     for launch in ks.kernels:  # each entry takes the sizes as its last parameters (64-bit)
         entry = re.search(rf"\.entry {launch.name}\(([^)]*)\)", ptx).group(1)
         assert entry.count(".param .u64") >= len(cdef.sizes) + len(ks.params), entry
+
+
+@pytest.mark.full
+@pytest.mark.skipif(not nvrtc.available(), reason="no CUDA compiler (NVRTC or nvcc)")
+@pytest.mark.parametrize("option", ("default", "shared", "private", "vector", "3d"))
+@pytest.mark.parametrize("which", ("lead", "all"))
+@pytest.mark.parametrize("name", sorted(SUITE))
+def test_every_symbolic_suite_kernel_compiles_to_ptx(name, which, option) -> None:
+    k = SUITE[name]
+    cdef = k.checked
+    rep = dict(k.small_sizes[-1])
+    symbolic = frozenset({cdef.sizes[0]} if which == "lead" else cdef.sizes)
+    ks = lower_cuda(cdef, rep, contiguous_layout(cdef, rep), _options(cdef, rep, option), symbolic=symbolic)
+    assert nvrtc.compile_ptx(ks.source, name=name).count(".entry ") == len(ks.kernels)
