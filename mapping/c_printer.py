@@ -87,7 +87,7 @@ class CPrinter(TilePrinter):
         self.prototypes: list[str] = []  # their declarations (the entry point may be compiled apart)
         self.shadowed: list[str] = []  # the emulated target's race-checked tensors (outputs, temporaries)
         self.bounded: list[str] = []  # and its inputs: each access bounds-checked (after the shadowed)
-        self.blocks_before = 0  # the emulated target: blocks of the launches printed so far
+        self.blocks_before: int | str = 0  # the emulated target: blocks of the launches printed so far
         self.enclosing: list[str] = []  # loop iterators in scope
         self.symbol = "tc_kernel"
         self.source_lines = cdef.source.splitlines()
@@ -364,23 +364,31 @@ class CPrinter(TilePrinter):
         self.lines.append(f"{indent}}}")
 
     def ids(
-        self, dims: Sequence[int], prefix: str, what: str, body: ir.Node, indent: str, buffers=()
+        self, dims: Sequence[int | str], prefix: str, what: str, body: ir.Node, indent: str, buffers=()
     ) -> None:
         """An emulated target's loop over block (``b``) or thread (``t``) ids, in the order the
         call's ``tc_order`` argument selects (:data:`EMULATION_HELPERS`); each block declares
-        ``buffers`` (:meth:`declare_buffers`)."""
-        count = math.prod(dims)
+        ``buffers`` (:meth:`declare_buffers`). A grid dimension may be C text (computed per call
+        from a symbolic kernel's size arguments)."""
+        if all(isinstance(d, int) for d in dims):
+            count: int | str = math.prod(dims)
+            x, y = dims[0], dims[0] * dims[1]
+        else:
+            dims = [d if isinstance(d, int) else f"({d})" for d in dims]
+            count, x, y = f"({c_product(dims)})", dims[0], f"({c_product(dims[:2])})"
         k = f"tc_{prefix}i"
         self.lines.append(f"{indent}{{ /* {what}: {' x '.join(map(str, dims))} */")
         if prefix == "b":  # the launch's blocks have global ids tc_first .. tc_first + count - 1
             self.lines.append(f"{indent}  const int64_t tc_first = {self.blocks_before};")
-            self.blocks_before += count
+            before = self.blocks_before
+            both = isinstance(before, int) and isinstance(count, int)
+            self.blocks_before = before + count if both else f"{before} + {count}"
         self.lines.append(f"{indent}  const int64_t tc_{prefix}s = tc_stride({count});")
         self.lines.append(f"{indent}  for (int64_t {k} = 0; {k} < {count}; {k}++) {{")
         self.lines.append(
             f"{indent}    const int64_t tc_{prefix}l = tc_perm({k}, {count}, tc_{prefix}s, s_tc_order);"
         )
-        x, y, flat = dims[0], dims[0] * dims[1], f"tc_{prefix}l"
+        flat = f"tc_{prefix}l"
         self.lines.append(
             f"{indent}    const int64_t {prefix}0 = {flat} % {x}, {prefix}1 = {flat} / {x} % {dims[1]},"
             f" {prefix}2 = {flat} / {y};"

@@ -49,25 +49,86 @@ from . import ir
 from . import ir_values as V
 from .c_exprs import BoundsCheck, CParam, c_compute_type, c_float_literal, combine_update
 from .cuda_prelude import CUDA_PRELUDE
-from .gpu_ir import BLOCK_IDS, SHUFFLED_TYPES, THREAD_IDS, BlockReduction, WarpSteps
+from .gpu_ir import BLOCK_IDS, SHUFFLED_TYPES, THREAD_IDS, BlockReduction, WarpSteps, evaluate
 from .gpu_printer import GpuPrinter
+from .layout import size_var
 
-__all__ = ["CudaKernelSource", "CudaLaunch", "CudaPrinter", "cuda_type", "print_cuda"]
+__all__ = [
+    "CudaKernelSource",
+    "CudaLaunch",
+    "CudaPrinter",
+    "cuda_type",
+    "expr_from_json",
+    "expr_json",
+    "print_cuda",
+]
 
 
 @dataclass(frozen=True)
 class CudaLaunch:
     """One kernel launch: the ``__global__`` function ``name`` on ``grid`` blocks of ``block``
-    threads (x, y, z)."""
+    threads (x, y, z).
+
+    :ivar grid_exprs: a kernel with symbolic sizes: per grid dimension whose block count depends
+        on one, that count as an IR expression of the sizes' C names (``tc_z_B``), else None;
+        ``grid`` then holds the counts at the representative sizes. Empty: the grid is fixed.
+        :meth:`grid_at` gives a call's grid.
+    """
 
     name: str
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
+    grid_exprs: tuple[ir.Expr | None, ...] = ()
 
     @property
     def threads(self) -> int:
         """Threads per block (the kernel's ``__launch_bounds__``)."""
         return math.prod(self.block)
+
+    def grid_at(self, sizes: Mapping[str, int]) -> tuple[int, int, int]:
+        """The grid of a call whose sizes are ``sizes`` (by TC name; only the symbolic ones are
+        read): ``grid`` where it is fixed. ``CudaLaunch("k", (1, 1, 1), (32, 1, 1),
+        (ir.Op("div", (ir.Op("+", (ir.Var("tc_z_B"), ir.Int(31))), ir.Int(32))), None,
+        None)).grid_at({"B": 100})`` is ``(4, 1, 1)``."""
+        if not self.grid_exprs:
+            return self.grid
+        env = {size_var(name): value for name, value in sizes.items()}
+        x, y, z = (g if e is None else evaluate(e, env) for g, e in zip(self.grid, self.grid_exprs))
+        return (x, y, z)
+
+    def to_json(self) -> list:
+        """``[name, grid, block]``, and the grid's expressions (:func:`expr_json`) where it has them."""
+        out: list = [self.name, list(self.grid), list(self.block)]
+        if self.grid_exprs:
+            out.append([None if e is None else expr_json(e) for e in self.grid_exprs])
+        return out
+
+    @classmethod
+    def from_json(cls, data: Sequence) -> CudaLaunch:
+        """The launch whose :meth:`to_json` is ``data``."""
+        name, grid, block, *rest = data
+        exprs = tuple(None if e is None else expr_from_json(e) for e in rest[0]) if rest else ()
+        return cls(name, _dims(grid), _dims(block), exprs)
+
+
+def expr_json(e: ir.Expr) -> object:
+    """IR expression ``e`` as a JSON value: an int, a variable's name, or ``[op, *args]``."""
+    if isinstance(e, ir.Int):
+        return e.value
+    if isinstance(e, ir.Var):
+        return e.name
+    return [e.op, *(expr_json(a) for a in e.args)]
+
+
+def expr_from_json(v: object) -> ir.Expr:
+    """The IR expression whose :func:`expr_json` is ``v``."""
+    if isinstance(v, bool) or not isinstance(v, (int, str, list)) or (isinstance(v, list) and not v):
+        raise TCInternalError(f"not an IR expression: {v!r}")
+    if isinstance(v, int):
+        return ir.Int(v)
+    if isinstance(v, str):
+        return ir.Var(v)
+    return ir.Op(str(v[0]), tuple(expr_from_json(a) for a in v[1:]))
 
 
 @dataclass(frozen=True)
@@ -82,6 +143,9 @@ class CudaKernelSource:
     :ivar zero_init: outputs and temporaries the runtime must zero before the first launch.
     :ivar checks: the run-time bounds checks, by number - 1.
     :ivar stages: readable intermediate forms (``schedule``, ``tree``, ``decisions``, ``ir``).
+    :ivar sizes: the symbolic sizes (:mod:`.symbolic`), which every kernel takes as ``int64_t``
+        after ``params``, in this order; a call passes its values of them and launches the
+        grids they give (:meth:`CudaLaunch.grid_at`).
     """
 
     source: str
@@ -91,16 +155,20 @@ class CudaKernelSource:
     zero_init: tuple[str, ...]
     checks: tuple[BoundsCheck, ...]
     stages: Mapping[str, str] = field(default_factory=dict, compare=False)
+    sizes: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
         """Everything but the source and the stages, as JSON values (:meth:`from_json` reads it)."""
-        return {
+        out = {
             "symbol": self.symbol,
-            "kernels": [[k.name, list(k.grid), list(k.block)] for k in self.kernels],
+            "kernels": [k.to_json() for k in self.kernels],
             "params": [[p.name, p.kind, p.ctype] for p in self.params],
             "zero_init": list(self.zero_init),
             "checks": [[c.tensor, c.dim, c.size, list(c.span), c.verb] for c in self.checks],
         }
+        if self.sizes:
+            out["sizes"] = list(self.sizes)
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping, source: str) -> CudaKernelSource:
@@ -108,10 +176,11 @@ class CudaKernelSource:
         return cls(
             source,
             data["symbol"],
-            tuple(CudaLaunch(n, _dims(g), _dims(b)) for n, g, b in data["kernels"]),
+            tuple(CudaLaunch.from_json(k) for k in data["kernels"]),
             tuple(CParam(*p) for p in data["params"]),
             tuple(data["zero_init"]),
             tuple(BoundsCheck(t, d, n, tuple(span), verb) for t, d, n, span, verb in data["checks"]),
+            sizes=tuple(data.get("sizes", ())),
         )
 
 
@@ -280,6 +349,7 @@ def print_cuda(
     wide: Mapping[str, ScalarType] | None = None,
     printer: Callable[..., CudaPrinter] | None = None,
     buffers: Sequence[Sequence[ir.Buffer]] | None = None,
+    symbolic: frozenset[str] = frozenset(),
 ) -> tuple[str, tuple[BoundsCheck, ...]]:
     """The CUDA source of ``launches`` (each a launch and its kernel IR, with block and thread ids
         ``b0..b2``, ``t0..t2`` free and barriers as ``sync`` marks), whose statements' ``bodies`` (their
@@ -289,9 +359,11 @@ def print_cuda(
         Each launch is ``extern "C" __global__ void __launch_bounds__(threads) name(int64_t
         *tc_errors, <params>)``; check numbers run through the whole source (one ``tc_errors``).
         ``printer`` makes the printer (:meth:`GpuPrinter.factory`: promoted buffers), ``buffers``
-        lists each launch's buffers, declared at its top.
+        lists each launch's buffers, declared at its top. ``symbolic``: sizes every kernel takes
+        as ``int64_t`` after ``params`` (sorted, named :func:`~tcjit.mapping.layout.size_var`).
     """
     p = (printer or CudaPrinter)(cdef, bodies, sizes, strides, dict(wide or {}))
+    p.symbolic = frozenset(symbolic)
     decl = ", ".join(
         [
             "int64_t *__restrict__ tc_errors",
@@ -301,6 +373,7 @@ def print_cuda(
                 else f"{q.ctype} s_{q.name}"
                 for q in params
             ),
+            *(f"int64_t {size_var(name)}" for name in sorted(symbolic)),
         ]
     )
     text: list[str] = []
@@ -309,10 +382,13 @@ def print_cuda(
         p.lines = []
         p.node(body, "  ")
         grid = " x ".join(map(str, launch.grid))
+        if launch.grid_exprs:
+            grid += " at the representative sizes, computed per call"
         block = " x ".join(map(str, launch.block))
         bids = ", ".join(f"{b} = blockIdx.{a}" for b, a in zip(BLOCK_IDS, "xyz"))
         tids = ", ".join(f"{t} = threadIdx.{a}" for t, a in zip(THREAD_IDS, "xyz"))
-        unused = " ".join(f"(void){v};" for v in ("tc_errors", *BLOCK_IDS, *THREAD_IDS))
+        sized = (size_var(name) for name in sorted(symbolic))
+        unused = " ".join(f"(void){v};" for v in ("tc_errors", *BLOCK_IDS, *THREAD_IDS, *sized))
         text += [
             f"/* launch {i} of {len(launches)}: grid {grid} blocks of {block} threads */",
             f'extern "C" __global__ void __launch_bounds__({launch.threads})',

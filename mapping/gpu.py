@@ -47,13 +47,14 @@ from ..polyhedral.errors import TCInternalError
 from ..polyhedral.schedule import bands, node_at, node_path
 from ..polyhedral.scop import Dependences, Scop
 from . import ir
-from .gpu_blocks import BlockMapping, launch_context, tighten
+from .gpu_blocks import BlockMapping, launch_context, launch_grid, tighten
 from .gpu_ids import set_names
-from .gpu_ir import BLOCK_IDS, THREAD0_MARK, THREAD_IDS, BlockReduction, Copy, Promoted
+from .gpu_ir import BLOCK_IDS, THREAD0_MARK, THREAD_IDS, BlockReduction, Copy, Promoted, evaluate
 from .gpu_reductions import PendingReduction
 from .gpu_syncs import SYNC_PREFIX, SyncPlacement, barriers
 from .gpu_threads import ThreadMapping
 from .grafts import Graft, apply_grafts
+from .layout import size_var
 from .promotion import promote_private, promote_shared
 from .promotion_types import TensorInfo
 from .reduction import expand_trees
@@ -84,6 +85,11 @@ class GpuKernelPlan:
     :ivar context: parameters' values for AST generation: the sizes and ``0 <= b_i < grid_i``,
         ``0 <= t_i < block_i``.
     :ivar buffers: the promoted buffers the kernel declares (:mod:`.promotion`).
+    :ivar grid_exprs: with symbolic sizes, per grid dimension whose block count depends on one,
+        that count as an IR expression of the sizes' C names (:func:`~.gpu_blocks.launch_grid`;
+        None for the others), evaluated per launch; ``grid`` then holds its value at the
+        representative sizes, and ``context`` bounds the block ids by the most blocks any value
+        needs (the kernel runs right on any grid up to them). Empty for a concrete kernel.
     """
 
     domain: isl.UnionSet
@@ -91,6 +97,7 @@ class GpuKernelPlan:
     block: tuple[int, int, int]
     context: isl.Set
     buffers: tuple[ir.Buffer, ...] = ()
+    grid_exprs: tuple[ir.Expr | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -221,6 +228,9 @@ def map_gpu(
     *,
     scop: Scop | None = None,
     tensors: Mapping[str, TensorInfo] | None = None,
+    sizes: Mapping[str, int] | None = None,
+    symbolic: frozenset[str] = frozenset(),
+    unpromoted: frozenset[str] = frozenset(),
 ) -> GpuPlan:
     """Map ``sched`` (specialised and tiled) onto CUDA kernels, blocks and threads, and promote
     to shared memory where the options ask (:func:`~tcjit.mapping.promotion.promote_shared`).
@@ -230,8 +240,15 @@ def map_gpu(
     :arg fixed: the parameters' values (a params set).
     :arg scop: the Scop (its tagged accesses), and ``tensors``, each tensor's shape and element
         size: needed by promotion.
+    :arg symbolic: sizes left free in ``fixed`` (:mod:`.symbolic`); ``sizes`` holds every size's
+        value, the representative one for those. The launches' thread blocks serve every value,
+        their grids are computed per launch (:attr:`GpuKernelPlan.grid_exprs`).
+    :arg unpromoted: tensors promotion leaves alone (with symbolic sizes: those whose shape
+        depends on one).
     """
     m = _Mapper(deps, fixed, scop, reduce=options.match_library_calls)
+    params = {p: size_var(p) if p in symbolic else v for p, v in (sizes or {}).items()}
+    representative = {size_var(p): (sizes or {})[p] for p in symbolic}
     grid_opt = list(options.map_to_blocks)
     block_opt = list(options.map_to_threads)
     roots = [node_path(r) for r in _kernel_roots(sched)]
@@ -266,8 +283,15 @@ def map_gpu(
         block = (1, 1, 1)
         if mapped is not None:  # threads as far as the thread-mapped instances reach
             _, block = tighten(sched, mapped, fixed, grid_used, block_opt[:threads_used])
-        kernels.append(GpuKernelPlan(domain, grid, block, launch_context(fixed, grid, block)))
-        m.decisions.append(f"kernel over {set_names(domain)}: grid {grid}, block {block}")
+        context, bound = launch_context(fixed, grid, block), grid
+        exprs: tuple[ir.Expr | None, ...] = ()
+        if symbolic:  # (tighten gave the most blocks and threads any value needs)
+            exprs = launch_grid(sched, domain, fixed, grid_used, block_opt[:threads_used], params)
+            grid = tuple(g if e is None else evaluate(e, representative) for g, e in zip(grid, exprs))
+            exprs = exprs if any(e is not None for e in exprs) else ()
+        kernels.append(GpuKernelPlan(domain, grid, block, context, grid_exprs=exprs))
+        per_call = f" (computed per call: at most {bound})" if exprs else ""
+        m.decisions.append(f"kernel over {set_names(domain)}: grid {grid}{per_call}, block {block}")
     # the block reductions' buffers, now that the blocks are known: a register per thread and
     # the tree's shared array (its bytes are not promotion's to spend; its tensor is not promoted)
     reductions: list[tuple[PendingReduction, BlockReduction]] = []
@@ -295,7 +319,16 @@ def map_gpu(
         # after the launch bounds: copies are spread over the threads the kernel really has
         keep = [frozenset(b.tensor for b in bs) for bs in kept]
         sched, promo = promote_shared(
-            sched, where, scop, fixed, options, tensors, ids, keep=keep, reserved=reserved
+            sched,
+            where,
+            scop,
+            fixed,
+            options,
+            tensors,
+            ids,
+            keep=keep,
+            reserved=reserved,
+            unpromoted=unpromoted,
         )
         kernels = [replace(k, buffers=b) for k, b in zip(kernels, promo.buffers)]
         accesses, copies, grafts = promo.accesses, promo.copies, list(promo.grafts)
@@ -303,7 +336,7 @@ def map_gpu(
     if options.use_private_memory:
         # after shared promotion (whose tensors it leaves alone); below the thread mapping only
         shared = [k.buffers + extra for k, extra in zip(kernels, kept)]
-        sched, priv = promote_private(sched, where, scop, fixed, options, tensors, ids, shared)
+        sched, priv = promote_private(sched, where, scop, fixed, options, tensors, ids, shared, unpromoted)
         kernels = [replace(k, buffers=k.buffers + b) for k, b in zip(kernels, priv.buffers)]
         accesses = {**accesses, **priv.accesses}
         copies = {**copies, **priv.copies}
@@ -381,7 +414,7 @@ def _join_launches(
             if (
                 first is not None
                 and second is not None
-                and (prev.grid, prev.block) == (k.grid, k.block)
+                and (prev.grid, prev.block, prev.grid_exprs) == (k.grid, k.block, k.grid_exprs)
                 and not all(shared)
             ):
                 live = deps.intersect_domain(first.domain()).intersect_range(second.domain())

@@ -18,13 +18,14 @@ import islpy as isl
 
 from ..polyhedral.errors import TCInternalError
 from ..polyhedral.schedule import node_at, node_path
+from . import ir
 from .gpu_ids import constant_ids, id_filter, ids_function
 from .gpu_ir import BLOCK_IDS, THREAD_IDS
 from .gpu_reductions import ReductionMapping
 from .tree_queries import leading_coincident
 from .tree_queries import statements_of as _names
 
-__all__ = ["BlockMapping", "launch_context", "tighten"]
+__all__ = ["BlockMapping", "launch_context", "launch_grid", "tighten"]
 
 
 def _is(node: isl.ScheduleNode, kind) -> bool:
@@ -112,3 +113,35 @@ def tighten(sched, domain, fixed, grid_used, block_used) -> tuple[tuple[int, ...
             dims.append(int(top.to_python()) + 1)
         out.append(tuple(dims))
     return out[0], out[1]
+
+
+def launch_grid(sched, domain, fixed, grid_used, block_used, params) -> tuple[ir.Expr | None, ...]:
+    """Per grid dimension (x, y, z), the number of blocks that run an instance of ``domain`` as an
+    IR expression of the sizes where it depends on a symbolic one (isl's parametric maximum of the
+    block id, plus one, and at least 1), else None: what a launch of a kernel with symbolic sizes
+    evaluates at its call's sizes. ``fixed`` leaves the symbolic sizes free; ``params`` names each
+    size's value or C variable (:func:`~tcjit.mapping.ir.expr_from_isl`)."""
+    ids = launch_context(fixed, _padded(grid_used), _padded(block_used))
+    found = sched.get_map().intersect_domain(domain).intersect_params(ids).domain().params()
+    ctx = fixed.get_ctx()
+    one = isl.PwAff.val_on_domain(fixed, isl.Val.int_from_si(ctx, 1))
+    out: list[ir.Expr | None] = []
+    for i, name in enumerate(BLOCK_IDS):
+        pos = found.find_dim_by_name(isl.dim_type.param, name)
+        if i >= len(grid_used) or pos < 0:
+            out.append(None)
+            continue
+        s = found.move_dims(isl.dim_type.set, 0, isl.dim_type.param, pos, 1)
+        for other in (*BLOCK_IDS, *THREAD_IDS):  # the block count of this dimension alone
+            at = s.find_dim_by_name(isl.dim_type.param, other)
+            if at >= 0:
+                s = s.project_out(isl.dim_type.param, at, 1)
+        top = s.dim_max(0)
+        count = top.add(isl.PwAff.val_on_domain(top.domain(), isl.Val.int_from_si(ctx, 1)))
+        count = count.union_max(one).gist_params(fixed)
+        if count.n_piece() == 1 and count.is_cst():  # (is_cst: every piece constant)
+            out.append(None)
+            continue
+        build = isl.AstBuild.from_context(fixed)
+        out.append(ir.expr_from_isl(build.expr_from_pw_aff(count), params))
+    return tuple(out)

@@ -12,9 +12,11 @@ nothing that plans.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..polyhedral.errors import TCInternalError
 from . import ir
 from . import ir_values as V
 
@@ -33,6 +35,7 @@ __all__ = [
     "ReductionStep",
     "VectorGroup",
     "WarpSteps",
+    "evaluate",
 ]
 
 BLOCK_IDS = ("b0", "b1", "b2")
@@ -44,6 +47,50 @@ THREAD0_MARK = "thread0"
 
 #: The C compute types ``__shfl_down_sync`` moves (others reduce through shared memory to the end).
 SHUFFLED_TYPES = frozenset({"float", "double", "int32_t", "uint32_t", "int64_t", "uint64_t"})
+
+
+# ------------------------------------------------------------------------------------ evaluation
+_COMPARISONS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq}
+
+
+def evaluate(e: ir.Expr, env: Mapping[str, int]) -> int:
+    """The value of integer IR expression ``e`` with the variables of ``env`` (C semantics:
+    ``div`` and ``mod`` truncate, ``floordiv`` floors; comparisons and logic give 0 or 1)."""
+    if isinstance(e, ir.Int):
+        return e.value
+    if isinstance(e, ir.Var):
+        return env[e.name]
+    a = [evaluate(x, env) for x in e.args]
+    op = e.op
+    if op == "neg":
+        return -a[0]
+    if op == "+":
+        return a[0] + a[1]
+    if op == "-":
+        return a[0] - a[1]
+    if op == "*":
+        return a[0] * a[1]
+    if op == "min":
+        return min(a)
+    if op == "max":
+        return max(a)
+    if op == "floordiv":
+        return a[0] // a[1]
+    if op == "div":
+        q = abs(a[0]) // abs(a[1])
+        return q if (a[0] >= 0) == (a[1] > 0) else -q
+    if op == "mod":  # the sign of the dividend, as C's %
+        r = abs(a[0]) % abs(a[1])
+        return r if a[0] >= 0 else -r
+    if op == "select":
+        return a[1] if a[0] else a[2]
+    if op in _COMPARISONS:
+        return int(_COMPARISONS[op](a[0], a[1]))
+    if op == "&&":
+        return int(bool(a[0]) and bool(a[1]))
+    if op == "||":
+        return int(bool(a[0]) or bool(a[1]))
+    raise TCInternalError(f"cannot evaluate IR operator {op!r}")
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,7 @@ __all__ = [
     "Threads",
     "Var",
     "canonical",
+    "expr_from_isl",
     "free_vars",
     "from_isl_ast",
     "loop_kinds",
@@ -420,6 +421,11 @@ def _expr(e: isl.AstExpr, params: dict[str, int | str]) -> Expr:
             folded = Op(op, (folded, a))
         return folded
     return Op(op, args)
+
+
+def expr_from_isl(e: isl.AstExpr, params: dict[str, int | str] | None = None) -> Expr:
+    """The IR of isl AST expression ``e``, the sizes in ``params`` as :func:`from_isl_ast` takes them."""
+    return _expr(e, {isl_name(k): v for k, v in (params or {}).items()})
 
 
 def from_isl_ast(node: isl.AstNode, params: dict[str, int | str] | None = None) -> Node:

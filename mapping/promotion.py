@@ -96,6 +96,7 @@ def promote_shared(
     *,
     keep: Sequence[frozenset[str]] = (),
     reserved: Sequence[int] = (),
+    unpromoted: frozenset[str] = frozenset(),
 ) -> tuple[isl.Schedule, Promotion]:
     """Promote to shared memory in every kernel of the mapped tree ``sched`` (module docstring).
 
@@ -107,10 +108,12 @@ def promote_shared(
     :arg ids: the block ids' and thread ids' parameter names and the thread-0 mark's name.
     :arg keep: per kernel, tensors left alone (a block reduction's output).
     :arg reserved: per kernel, shared memory bytes already spent (a block reduction's tree).
+    :arg unpromoted: tensors left alone in every kernel (their shape depends on a symbolic size).
     :returns: the tree with the promotion scopes' bands split, and what was promoted (with the
         grafts that add the copies and barriers).
     """
     p = SharedPromoter(scop, fixed, options, tensors, ids)
+    p.unpromoted = frozenset(unpromoted)
     if (options.max_shared_memory or 0) > DEFAULT_MAX_SHARED_MEMORY:
         p.decisions.append(
             f"shared: budget {options.max_shared_memory} bytes capped at {DEFAULT_MAX_SHARED_MEMORY}"
@@ -168,6 +171,7 @@ def promote_private(
     tensors: Mapping[str, TensorInfo],
     ids: tuple[Sequence[str], Sequence[str], str],
     shared: Sequence[Sequence[ir.Buffer]] = (),
+    unpromoted: frozenset[str] = frozenset(),
 ) -> tuple[isl.Schedule, Promotion]:
     """Promote per-thread footprints to private buffers (registers) in every kernel of ``sched``
     (after shared promotion, whose tensors ``shared`` per kernel it leaves alone).
@@ -179,8 +183,9 @@ def promote_private(
     touch one element in one iteration of the block's schedule, one thread reuses an element, and
     its box has at most :data:`~.promotion_private.MAX_PRIVATE_ELEMENTS` elements. The owning
     thread copies in what the group reads and writes back what it writes, around the scope (loops
-    unrolled)."""
+    unrolled). Tensors in ``unpromoted`` (their shape depends on a symbolic size) are left alone."""
     p = PrivatePromoter(scop, fixed, options, tensors, ids)
+    p.unpromoted = frozenset(unpromoted)
     scopes: list[Scope] = []
     for i, (start, _, _) in enumerate(kernels):
         in_shared = {b.tensor for b in shared[i]} if i < len(shared) else set()

@@ -27,9 +27,10 @@ def _val(v: isl.Val) -> tuple[int, int]:
     return int(v.get_num_si()), int(v.get_den_val().to_python())
 
 
-def aff_expr(aff: isl.Aff, names: Sequence[ir.Expr], params: Mapping[str, int]) -> ir.Expr:
+def aff_expr(aff: isl.Aff, names: Sequence[ir.Expr], params: Mapping[str, int | str]) -> ir.Expr:
     """Kernel IR for the quasi-affine ``aff``: its input dimensions are ``names``, its parameters
-    take their values in ``params`` (by isl name); integer divisions are floors (``floordiv``)."""
+    take their values in ``params`` (by isl name: a number, or the C variable of a symbolic
+    size); integer divisions are floors (``floordiv``)."""
     terms: list[tuple[int, int, ir.Expr]] = []  # (numerator, denominator, what it multiplies)
     for i in range(aff.dim(isl.dim_type.in_)):
         terms.append((*_val(aff.get_coefficient_val(isl.dim_type.in_, i)), names[i]))
@@ -37,7 +38,13 @@ def aff_expr(aff: isl.Aff, names: Sequence[ir.Expr], params: Mapping[str, int]) 
         name = aff.get_dim_name(isl.dim_type.param, i)
         if name not in params:
             raise TCInternalError(f"parameter {name} has no value in {aff}")
-        terms.append((*_val(aff.get_coefficient_val(isl.dim_type.param, i)), ir.Int(params[name])))
+        value = params[name]
+        terms.append(
+            (
+                *_val(aff.get_coefficient_val(isl.dim_type.param, i)),
+                ir.Var(value) if isinstance(value, str) else ir.Int(value),
+            )
+        )
     for i in range(aff.dim(isl.dim_type.div)):
         coefficient = _val(aff.get_coefficient_val(isl.dim_type.div, i))
         if coefficient[0]:  # a div is the floor of a rational affine form of the earlier ones

@@ -16,9 +16,11 @@ from dataclasses import dataclass
 
 import islpy as isl
 
+from ..polyhedral.names import tc_name
 from ..polyhedral.scop import Access, Scop, instance_text
 from . import ir
 from .gpu_ir import Promoted
+from .layout import size_var
 from .promotion_footprints import Box, aff_expr, single_aff
 from .promotion_types import TensorInfo
 
@@ -142,12 +144,14 @@ class Promoter:
         self.options = options
         self.tensors = tensors
         self.block_ids, self.thread_ids, self.thread0 = ids
-        self.params = {
-            fixed.get_dim_name(isl.dim_type.param, i): int(
-                fixed.plain_get_val_if_fixed(isl.dim_type.param, i).to_python()
+        # each size's value, or a symbolic size's C variable (free in ``fixed``: mapping/symbolic.py)
+        self.params: dict[str, int | str] = {}
+        for i in range(fixed.dim(isl.dim_type.param)):
+            name, value = (
+                fixed.get_dim_name(isl.dim_type.param, i),
+                fixed.plain_get_val_if_fixed(isl.dim_type.param, i),
             )
-            for i in range(fixed.dim(isl.dim_type.param))
-        }
+            self.params[name] = int(value.to_python()) if value.is_int() else size_var(tc_name(name))
         self.dims = {s.name: s.dims for s in scop.statements}
         instances = {s.name: instance_text(s) for s in scop.statements}
         self.refs: list[tuple[Access, isl.UnionMap]] = []
@@ -156,6 +160,7 @@ class Promoter:
             tag = isl.UnionSet.read_from_str(self.ctx, f"{{ [{instances[acc.statement]} -> {acc.ref}[]] }}")
             self.refs.append((acc, rel.intersect_domain(tag)))
         self.decisions: list[str] = []
+        self.unpromoted: frozenset[str] = frozenset()  # tensors left alone (symbolic shapes)
         self.named: dict[str, int] = {}
         self.syncs = 0
 

@@ -92,6 +92,8 @@ class PrivatePromoter(Promoter):
         def refuse(why: str) -> None:
             self.decisions.append(f"private: {where} not promoted ({why})")
 
+        if g.tensor in self.unpromoted:
+            return refuse("its shape depends on a symbolic size")
         if g.tensor in shared:
             return refuse("in shared memory already")
         if not all(r.access.exact for r in g.refs):

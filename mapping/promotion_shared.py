@@ -60,6 +60,9 @@ class SharedPromoter(Promoter):
         bands = self._thread_bands(node)
         promoted = []
         for g in order:
+            if g.tensor in self.unpromoted:
+                self.decisions.append(f"shared: {g.tensor} left alone (its shape depends on a symbolic size)")
+                continue
             if g.tensor in keep:
                 self.decisions.append(f"shared: {g.tensor} left alone (a block reduction's output)")
                 continue

@@ -87,8 +87,8 @@ def define(
         size names (``{"B"}``): those symbolic from the first call, the others automatic. A
         symbolic kernel serves every value >= 1, 1 included; a size of 0 (empty tensors) gets a
         specialisation of its own. Tensors whose shape has a symbolic size must be contiguous to
-        share the symbolic kernel (others get a specialisation of their own); CUDA tensors and the
-        ``cuda-emulated`` target are always specialised (symbolic sizes on CUDA: not yet). The rules in full:
+        share the symbolic kernel (others get a specialisation of their own). Every target has
+        symbolic kernels (on CUDA the grids are computed per call). The rules in full:
         :mod:`tcjit.dynamic`.
     :raises TCError: a subclass with the source line, column and a caret for any mistake
         (``dynamic=`` naming no size parameter: :class:`TCNameError`).

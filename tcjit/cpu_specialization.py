@@ -14,14 +14,21 @@ from dataclasses import dataclass
 
 import torch
 
-from .binding import Binding, scalar_value, torch_dtype
-from .mapping.layout import contiguous_strides
+from .binding import Binding, scalar_value
 from .memory import BUDGET, LIBRARY_OVERHEAD
 from .polyhedral.errors import TCInternalError
 from .polyhedral.lang.checked import CheckedDef
-from .polyhedral.lang.sizes import SizeExpr, sym
 from .polyhedral.names import bounded
-from .runtime import Compiled, allocate, bounds_error, buffer_specs, check_aliasing
+from .runtime import (
+    Compiled,
+    allocate,
+    bounds_error,
+    buffer_specs,
+    check_aliasing,
+    size_sources,
+    sized_buffers,
+    sized_specs,
+)
 
 __all__ = ["EMULATION_ORDER", "CpuKernelMeta", "Specialization"]
 
@@ -104,18 +111,10 @@ class Specialization(Compiled):
         passed = {name for name, _, _ in meta.params}
         temporaries = [name for name in cdef.temporaries if name in passed]
         if meta.sizes:  # shapes per call: (input, dimension) each size is read from, in cdef.sizes order
-            self._size_at = _size_sources(cdef)
+            self._size_at = size_sources(cdef)
             self._passed = tuple(cdef.sizes.index(name) for name in meta.sizes)  # the C order
             self._last: tuple = (None, (), ())  # the last call's size values and buffer specs
-            tensors = cdef.tensors
-            self._buffers = tuple(
-                (
-                    tuple(_dimension(e, cdef.sizes) for e in tensors[n].shape),
-                    torch_dtype(tensors[n].dtype),
-                    n in meta.zero_init,
-                )
-                for n in (*cdef.outputs, *temporaries)
-            )
+            self._buffers = sized_buffers(cdef, (*cdef.outputs, *temporaries), meta.zero_init)
         else:
             self._outputs = buffer_specs(cdef, binding, cdef.outputs, meta.zero_init)
             self._temporaries = buffer_specs(cdef, binding, temporaries, meta.zero_init)
@@ -193,13 +192,7 @@ class Specialization(Compiled):
     def _buffer_specs(self, values: list[int]) -> tuple[tuple, tuple]:
         """What :func:`~tcjit.runtime.allocate` takes for the outputs and the temporaries of a
         call whose sizes have ``values`` (in ``cdef.sizes`` order)."""
-        sizes = dict(zip(self.cdef.sizes, values))
-        specs = []
-        for dims, dt, zero in self._buffers:
-            shape = tuple(
-                (d if d >= 0 else values[-1 - d]) if d.__class__ is int else d.evaluate(sizes) for d in dims
-            )
-            specs.append((shape, contiguous_strides(shape), dt, zero))
+        specs = sized_specs(self.cdef, self._buffers, values)
         n_out = len(self.cdef.outputs)
         return tuple(specs[:n_out]), tuple(specs[n_out:])
 
@@ -251,26 +244,6 @@ class Specialization(Compiled):
 
     def _raise_bounds(self, number: int, value: int, sizes=None) -> None:
         raise bounds_error(self.cdef, self.meta.checks[number - 1], value, sizes)
-
-
-def _size_sources(cdef: CheckedDef) -> tuple[tuple[int, int], ...]:
-    """``(input, dimension)`` for every size of ``cdef``, in order: the first input dimension
-    written as that size, which a call's binding read it from (:func:`tcjit.binding.bind`)."""
-    out: dict[str, tuple[int, int]] = {}
-    for i, p in enumerate(cdef.ast.params):
-        for d, dim in enumerate(p.dims or ()):
-            if isinstance(dim.value, str) and dim.value not in out:
-                out[dim.value] = (i, d)
-    return tuple(out[name] for name in cdef.sizes)
-
-
-def _dimension(e: SizeExpr, names: tuple[str, ...]) -> int | SizeExpr:
-    """A dimension as :meth:`Specialization._buffer` reads it: its value if constant (>= 0),
-    ``-1 - k`` for size ``names[k]`` itself, else the expression."""
-    if e.is_const:
-        return e.const
-    (name,) = e.symbols() if len(e.symbols()) == 1 else (None,)
-    return -1 - names.index(name) if name is not None and e == sym(name) else e
 
 
 _touch = BUDGET.touch

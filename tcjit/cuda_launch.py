@@ -132,20 +132,28 @@ class DriverLaunches:
         self.device = device
         self._lock = threading.Lock()
 
-    def __call__(self, values: Sequence[Any], stream: int) -> None:
+    def __call__(
+        self, values: Sequence[Any], stream: int, grids: Sequence[Sequence[int]] | None = None
+    ) -> None:
         """Write ``values`` (:meth:`PreparedArguments.write`) and launch every kernel on the raw
-        stream handle ``stream`` (0: the legacy default stream), on :attr:`device`.
+        stream handle ``stream`` (0: the legacy default stream), on :attr:`device`; ``grids``:
+        each launch's grid for this call (a kernel with symbolic sizes), else the launches' own.
 
         :raises TCCallError: the driver refused a launch (its message and the kernel's name)."""
+        table = self._table
+        if grids is not None:
+            table = tuple(
+                (f, *grid, bx, by, bz, name) for (f, _, _, _, bx, by, bz, name), grid in zip(table, grids)
+            )
         with self._lock:
             self.arguments.write(values)
             if self._runtime.getDevice() == self.device:
-                self._launch(stream)
+                self._launch(stream, table)
             else:  # the kernels run in their device's context: make it current for the launches
                 with self._device_scope(self.device):
-                    self._launch(stream)
+                    self._launch(stream, table)
 
-    def _launch(self, stream: int) -> None:
+    def _launch(self, stream: int, table: tuple) -> None:
         ready = getattr(_THREAD, "devices", None)
         if ready is None:
             ready = _THREAD.devices = set()
@@ -158,7 +166,7 @@ class DriverLaunches:
             ready.add(self.device)
         params = self.arguments.kernel_params
         launch = self._driver.launchKernel
-        for f, gx, gy, gz, bx, by, bz, name in self._table:
+        for f, gx, gy, gz, bx, by, bz, name in table:
             try:
                 launch(f, gx, gy, gz, bx, by, bz, 0, stream, params, 0)
             except self._driver.CUDADriverError as e:

@@ -30,6 +30,11 @@ and the suite's GPU results, are in bench/results (HISTORY.md, gpu_suite_*.md).
 * Sums the language accumulates wider than their type (float16 sums, float32 sums of 16384 terms
   or more) run in a contiguous buffer of the wide type, a copy of the tensor made by torch on the
   stream, rounded back into the tensor after the last launch.
+* A kernel with symbolic sizes (:mod:`tcjit.dynamic`) takes their values after its other
+  parameters; each call reads them from its inputs' shapes, allocates outputs and temporaries of
+  the shapes they give and launches the grids they give
+  (:meth:`~tcjit.mapping.cuda_printer.CudaLaunch.grid_at`; the thread blocks are fixed). The
+  last call's shapes and grids are kept, so a repeated size computes nothing again.
 * Calls never fall back to the CPU: without CuPy, a call on CUDA tensors raises
   :class:`~tcjit.TCCallError`.
 """
@@ -44,7 +49,16 @@ import torch
 from .binding import Binding, scalar_value
 from .cuda_launch import DriverLaunches, PreparedArguments
 from .polyhedral.errors import TCCallError
-from .runtime import Compiled, allocate, bounds_error, buffer_specs, check_aliasing
+from .runtime import (
+    Compiled,
+    allocate,
+    bounds_error,
+    buffer_specs,
+    check_aliasing,
+    size_sources,
+    sized_buffers,
+    sized_specs,
+)
 
 __all__ = ["NVRTC_OPTIONS", "CudaSpecialization", "cupy_module"]
 
@@ -89,13 +103,20 @@ class CudaSpecialization(Compiled):
             module = cupy.RawModule(code=lowered.source, options=NVRTC_OPTIONS)
             functions = tuple(module.get_function(k.name).kernel for k in lowered.kernels)
         self._module = module
+        self.sizes = tuple(lowered.sizes)
         arguments = PreparedArguments(
-            ("int64_t *", *(p.ctype for p in lowered.params)),
-            names=("tc_errors", *(p.name for p in lowered.params)),
+            ("int64_t *", *(p.ctype for p in lowered.params), *("int64_t" for _ in self.sizes)),
+            names=("tc_errors", *(p.name for p in lowered.params), *self.sizes),
         )
         self._launches = DriverLaunches(cupy, functions, lowered.kernels, arguments, index)
-        self._outputs = buffer_specs(cdef, binding, cdef.outputs, lowered.zero_init)
-        self._temporaries = buffer_specs(cdef, binding, cdef.temporaries, lowered.zero_init)
+        if self.sizes:  # shapes and grids per call, from the sizes its inputs give
+            self._size_at = size_sources(cdef)
+            self._passed = tuple(cdef.sizes.index(name) for name in self.sizes)  # the kernels' order
+            self._buffers = sized_buffers(cdef, (*cdef.outputs, *cdef.temporaries), lowered.zero_init)
+            self._last: tuple = (None, (), (), None)  # the last call's sizes, buffer specs and grids
+        else:
+            self._outputs = buffer_specs(cdef, binding, cdef.outputs, lowered.zero_init)
+            self._temporaries = buffer_specs(cdef, binding, cdef.temporaries, lowered.zero_init)
         position = {name: i for i, name in enumerate(cdef.params)}
         plan = []
         for p in lowered.params:
@@ -119,12 +140,20 @@ class CudaSpecialization(Compiled):
     ) -> tuple[torch.Tensor, ...]:
         """Launch on ``inputs`` whose layout matched; ``outputs`` already checked. Always a tuple."""
         device = self.device
+        if self.sizes:
+            sizes = [inputs[i].shape[d] for i, d in self._size_at]
+            memo = self._last  # one attribute read: another thread may replace it
+            if memo[0] != sizes:
+                memo = self._last = (sizes, *self._sized(sizes))
+            out_specs, temp_specs, grids = memo[1], memo[2], memo[3]
+        else:
+            sizes, out_specs, temp_specs, grids = None, self._outputs, self._temporaries, None
         if outputs is None:
-            outs = allocate(self._outputs, device)
+            outs = allocate(out_specs, device)
         else:
             outs = list(outputs)
             check_aliasing(self.cdef, inputs, outs)
-        temps = allocate(self._temporaries, device)
+        temps = allocate(temp_specs, device)
         # The error slots are written by bounds checks alone: without checks the kernels get null.
         errors = torch.zeros(2, dtype=torch.int64, device=device) if self.lowered.checks else None
         # The values in the kernels' parameter order (self._plan's, after tc_errors).
@@ -145,11 +174,23 @@ class CudaSpecialization(Compiled):
             else:
                 name = self.cdef.params[i]
                 values.append(scalar_value(self.cdef, name, inputs[i], self.cdef.scalars[name].dtype))
-        self._launches(values, torch.cuda.current_stream(device).cuda_stream)
+        if sizes is not None:
+            values += [sizes[k] for k in self._passed]
+        self._launches(values, torch.cuda.current_stream(device).cuda_stream, grids)
         for target, buffer in rounded:  # torch's conversion rounds to nearest, as the CPU kernel does
             target.copy_(buffer)
         if errors is not None:  # gathers: the one place a call waits for the device
             number, value = errors.tolist()
             if number:
-                raise bounds_error(self.cdef, astuple(self.lowered.checks[number - 1]), value)
+                at = None if sizes is None else dict(zip(self.cdef.sizes, sizes))
+                raise bounds_error(self.cdef, astuple(self.lowered.checks[number - 1]), value, at)
         return tuple(outs)
+
+    def _sized(self, sizes: list[int]) -> tuple:
+        """The output and temporary buffers' specs and the launches' grids of a call whose sizes
+        have these values (in ``cdef.sizes`` order)."""
+        specs = sized_specs(self.cdef, self._buffers, sizes)
+        n_out = len(self.cdef.outputs)
+        by_name = dict(zip(self.cdef.sizes, sizes))
+        grids = tuple(k.grid_at(by_name) for k in self.lowered.kernels)
+        return tuple(specs[:n_out]), tuple(specs[n_out:]), grids

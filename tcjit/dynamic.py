@@ -27,9 +27,9 @@ contiguous (the kernel computes its strides from the sizes; torch's ``is_contigu
 ignores the strides of dimensions of size 1); every other tensor with the same shape and
 strides; the same value of every size that is not symbolic. A call with a non-contiguous tensor
 whose shape mentions a symbolic size (a transposed batch, an expanded view) gets a specialisation
-with concrete sizes instead, as with ``dynamic=False``. Only the ``cpu`` target has symbolic
-kernels (:data:`SYMBOLIC_TARGETS`): CUDA tensors and the ``cuda-emulated`` target are always
-specialised to concrete sizes (symbolic sizes in the CUDA mapping: not yet).
+with concrete sizes instead, as with ``dynamic=False``. Every target has symbolic kernels
+(:data:`SYMBOLIC_TARGETS`); on ``cuda`` and ``cuda-emulated`` a launch's grid is computed from the
+call's sizes, its thread block is fixed (mapping/lower_gpu.py).
 
 **Representative sizes.** The mapping's choices (tiles, parallel and vector loops, wide
 accumulators) are made at one value of each symbolic size, the *representative*: when a family's
@@ -73,8 +73,8 @@ __all__ = [
     "normalise_dynamic",
 ]
 
-#: The targets whose kernels may have symbolic sizes (the CUDA mapping and runtime: not yet).
-SYMBOLIC_TARGETS = frozenset({"cpu"})
+#: The targets whose kernels may have symbolic sizes: every one.
+SYMBOLIC_TARGETS = frozenset({"cpu", "cuda-emulated", "cuda"})
 
 #: How many distinct calls (their sizes) a :class:`SizePolicy` remembers to pick a representative.
 RECENT = 16

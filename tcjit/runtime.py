@@ -16,6 +16,7 @@ from .binding import Binding, torch_dtype
 from .mapping.layout import contiguous_strides
 from .polyhedral.errors import Span, TCBoundsError, TCCallError
 from .polyhedral.lang.checked import CheckedDef
+from .polyhedral.lang.sizes import SizeExpr, sym
 
 __all__ = [
     "Compiled",
@@ -25,6 +26,9 @@ __all__ = [
     "call_layout",
     "check_aliasing",
     "out_layouts",
+    "size_sources",
+    "sized_buffers",
+    "sized_specs",
 ]
 
 
@@ -192,3 +196,51 @@ def check_aliasing(cdef: CheckedDef, inputs: Sequence[object], outputs: Sequence
                     f"output '{name}' shares memory with '{other}': kernels need outputs that alias nothing",
                     hint="pass a separate output tensor, or copy the input first",
                 )
+
+
+def size_sources(cdef: CheckedDef) -> tuple[tuple[int, int], ...]:
+    """``(input, dimension)`` for every size of ``cdef``, in order: the first input dimension
+    written as that size, which a call's binding read it from (:func:`tcjit.binding.bind`)."""
+    out: dict[str, tuple[int, int]] = {}
+    for i, p in enumerate(cdef.ast.params):
+        for d, dim in enumerate(p.dims or ()):
+            if isinstance(dim.value, str) and dim.value not in out:
+                out[dim.value] = (i, d)
+    return tuple(out[name] for name in cdef.sizes)
+
+
+def _dimension(e: SizeExpr, names: tuple[str, ...]) -> int | SizeExpr:
+    """A dimension as :func:`sized_specs` reads it: its value if constant (>= 0),
+    ``-1 - k`` for size ``names[k]`` itself, else the expression."""
+    if e.is_const:
+        return e.const
+    (name,) = e.symbols() if len(e.symbols()) == 1 else (None,)
+    return -1 - names.index(name) if name is not None and e == sym(name) else e
+
+
+def sized_buffers(cdef: CheckedDef, names: Sequence[str], zero_init: Collection[str]) -> tuple:
+    """The outputs or temporaries ``names`` of a kernel with symbolic sizes, as
+    :func:`sized_specs` takes them: each one's dimensions (values, ``-1 - k`` for size ``k``
+    itself, or expressions), dtype and whether the kernel needs it zeroed."""
+    tensors = cdef.tensors
+    return tuple(
+        (
+            tuple(_dimension(e, cdef.sizes) for e in tensors[n].shape),
+            torch_dtype(tensors[n].dtype),
+            n in zero_init,
+        )
+        for n in names
+    )
+
+
+def sized_specs(cdef: CheckedDef, buffers: Sequence[tuple], values: Sequence[int]) -> list[tuple]:
+    """What :func:`allocate` takes for ``buffers`` (:func:`sized_buffers`) at a call whose sizes
+    have ``values`` (in ``cdef.sizes`` order)."""
+    sizes = dict(zip(cdef.sizes, values))
+    specs = []
+    for dims, dt, zero in buffers:
+        shape = tuple(
+            (d if d >= 0 else values[-1 - d]) if d.__class__ is int else d.evaluate(sizes) for d in dims
+        )
+        specs.append((shape, contiguous_strides(shape), dt, zero))
+    return specs

@@ -126,8 +126,7 @@ class EmulatedTarget(CpuTarget):
     def lower(self, cdef, sizes, strides, values, symbolic=frozenset()):
         from .mapping.lower_gpu import lower_emulated
 
-        _concrete_only(self, symbolic)
-        return lower_emulated(cdef, dict(sizes), strides, values)
+        return lower_emulated(cdef, dict(sizes), strides, values, symbolic=symbolic)
 
 
 class CudaTarget(Target):
@@ -155,8 +154,7 @@ class CudaTarget(Target):
     def lower(self, cdef, sizes, strides, values, symbolic=frozenset()):
         from .mapping.lower_gpu import lower_cuda
 
-        _concrete_only(self, symbolic)
-        return lower_cuda(cdef, dict(sizes), strides, values)
+        return lower_cuda(cdef, dict(sizes), strides, values, symbolic=symbolic)
 
     def build(self, cdef, lowered):
         source = lowered.source.encode("utf-8")
@@ -171,16 +169,6 @@ class CudaTarget(Target):
 
         lowered = CudaKernelSource.from_json(metadata["cuda"], data.decode("utf-8"))
         return CudaSpecialization(cdef, binding, lowered, layouts=layouts, stages=stages, from_disk=from_disk)
-
-
-def _concrete_only(target: Target, symbolic) -> None:
-    """Refuse symbolic sizes on a target whose lowering does not take them yet."""
-    if symbolic:
-        from .polyhedral.errors import TCInternalError
-
-        raise TCInternalError(
-            f"target {target.name!r} compiles concrete sizes only (asked for {sorted(symbolic)})"
-        )
 
 
 #: Every target, by name.

@@ -330,3 +330,36 @@ def test_the_runtime_passes_each_parameter_in_the_kernels_order(monkeypatch) -> 
     assert values == (0, a.data_ptr(), -7, 0.25, 200, True, 1.5, b.data_ptr(), c.data_ptr())
     with pytest.raises(tcjit.TCCallError, match="does not fit int32"):
         spec(a, 2**31, 0.25, 200, True, 1.5)
+
+
+def test_a_symbolic_kernel_gets_each_calls_sizes_and_grids(monkeypatch) -> None:
+    """A CUDA kernel with its batch size symbolic, loaded with a stand-in CuPy: each call passes
+    its size after the other parameters, launches the grid its size gives
+    (:meth:`~tcjit.mapping.cuda_printer.CudaLaunch.grid_at`) with the fixed thread block, and
+    gets outputs of its shape."""
+    from tcjit import cuda_runtime
+    from tcjit.mapping.layout import contiguous_layout
+    from tcjit.mapping.lower_gpu import lower_cuda
+    from tcjit.mapping.options import MappingOptions
+
+    cdef = tcjit.define("def scale(float(B, N) X) -> (Y) { Y(b, n) = X(b, n) * 2 }").definition
+    rep = {"B": 20, "N": 6}
+    options = MappingOptions("naive").tile(4, 8).map_to_blocks(64).map_to_threads(8, 4).validate("cuda")
+    ks = lower_cuda(cdef, rep, contiguous_layout(cdef, rep), options.values, symbolic=frozenset({"B"}))
+    (launch,) = ks.kernels
+    assert ks.sizes == ("B",) and launch.grid_exprs
+    cupy = FakeCupy([_kind(c) for c in _signature(ks.source, launch.name)])
+    monkeypatch.setattr(cuda_runtime, "cupy_module", lambda: cupy)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: SimpleNamespace(cuda_stream=5))
+    x = torch.randn(20, 6)
+    spec = cuda_runtime.CudaSpecialization(cdef, bind(cdef, (x,)), ks, layouts=())
+    grids = []
+    for b in (20, 1, 3, 300, 3):
+        x = torch.randn(b, 6)
+        (y,) = spec.run((x,), None)
+        assert y.shape == (b, 6)
+        _, grid, block, _, _, _, values, _ = cupy.launched[-1]
+        assert values == (0, x.data_ptr(), y.data_ptr(), b) and block == launch.block
+        assert grid == launch.grid_at({"B": b}) == (min(64, -(-b // 4)), 1, 1)
+        grids.append(grid)
+    assert grids == [(5, 1, 1), (1, 1, 1), (1, 1, 1), (64, 1, 1), (1, 1, 1)]

@@ -127,3 +127,24 @@ def test_scalars_of_every_width_and_int64_values_reach_the_kernel(flip: bool) ->
     torch.testing.assert_close(o, i * k + j + u, rtol=0, atol=0)
     torch.testing.assert_close(p, a * alpha if flip else a)
     torch.testing.assert_close(q, (a.double() * beta).float() + h)
+
+
+@pytest.mark.parametrize("name", ["fcrelu", "softmax", "matmul"])
+def test_a_symbolic_batch_size_compiles_once_and_launches_each_calls_grid(name: str) -> None:
+    """The batch size symbolic from the first call: every later batch size (1 included, and sizes
+    needing more blocks than the first) launches the grid it needs, matches the oracle and
+    compiles nothing."""
+    k = suite.get(name)
+    lead = k.checked.sizes[0]
+    kernel = tcjit.define(k.source, k.entry, dynamic={lead})
+    before = None
+    for batch in (40, 1, 7, 333, 40):
+        sizes = {**k.small_sizes[-1], lead: batch}
+        inputs = k.make_inputs(sizes, seed=batch)
+        want = H.as_tuple(H.ORACLE(k.source, k.entry, *inputs))
+        got = H.as_tuple(kernel(*(x.cuda() for x in inputs)))
+        H.assert_all_same(
+            tuple(g.cpu() for g in got), want, k.reduction_length(sizes), k.checked.outputs, what=name
+        )
+        before = before or tcjit.compile_counts()
+    assert tcjit.compile_counts() == before and kernel.symbolic_sizes == {lead}

@@ -104,3 +104,31 @@ def test_long_and_short_sums_over_a_symbolic_size_get_a_kernel_each(tmp_path, mo
     assert counts[2] == counts[0] + 1, "one more for the long sums"
     assert counts[-1] == counts[2], "no further compilation"
     assert len(k._families) == 2
+
+
+def test_the_emulated_cuda_target_compiles_nothing_for_a_third_batch_size(tmp_path, monkeypatch):
+    """The CUDA mapping with a symbolic batch size, run by the emulated target (its grids computed
+    from each call's sizes, races and bounds checked) in every block and thread order: after the
+    second batch size nothing is compiled or loaded, forward or derived backward, and every result
+    equals torch's."""
+    from tcjit.mapping.emulation import ORDERS
+    from tcjit.testing import emulation_order
+
+    monkeypatch.setenv("TCJIT_CACHE_DIR", str(tmp_path / "kernels"))
+    k = tcjit.define(FCRELU)
+    w, bias = torch.randn(8, 24).requires_grad_(), torch.randn(8).requires_grad_()
+    counts = []
+    for batch in BATCHES:
+        x = torch.randn(batch, 24).requires_grad_()
+        want = torch.relu(x @ w.T + bias)
+        want_grads = torch.autograd.grad(((want - 1) ** 2).mean(), (x, w, bias))
+        for order in ORDERS:
+            with emulation_order(order):
+                y = k(x, w, bias, target="cuda-emulated")
+                _close(y, want)
+                for got, wanted in zip(torch.autograd.grad(((y - 1) ** 2).mean(), (x, w, bias)), want_grads):
+                    _close(got, wanted)  # the derived backward, on the emulated target too
+        counts.append(tcjit.compile_counts())
+    assert counts[1]["compiled"] > counts[0]["compiled"], "the second size compiles a symbolic kernel"
+    assert counts[-1] == counts[1], f"no compilation or load after the second size: {counts}"
+    assert k.symbolic_sizes == {"B"} and len(k.grad_plan().forward._families) == 1
