@@ -54,6 +54,7 @@ from .gpu_reductions import PendingReduction
 from .gpu_syncs import SYNC_PREFIX, SyncPlacement, barriers
 from .gpu_threads import ThreadMapping
 from .grafts import Graft, apply_grafts
+from .ir_isl import from_isl_ast
 from .layout import size_var
 from .promotion import promote_private, promote_shared
 from .promotion_types import TensorInfo
@@ -215,7 +216,7 @@ def launch_bodies(plan: GpuPlan, params: Mapping[str, int]) -> list:
         ast = isl.AstBuild.from_context(k.context).node_from_schedule(
             plan.schedule.intersect_domain(k.domain)
         )
-        body = barriers(ir.from_isl_ast(ast, params=dict(params)))
+        body = barriers(from_isl_ast(ast, params=dict(params)))
         out.append((k, expand_trees(body, plan.reductions) if plan.reductions else body))
     return out
 

@@ -22,6 +22,7 @@ from . import ir
 from .gpu_ids import constant_ids, id_filter, ids_function
 from .gpu_ir import BLOCK_IDS, THREAD_IDS
 from .gpu_reductions import ReductionMapping
+from .ir_isl import expr_from_isl
 from .tree_queries import leading_coincident
 from .tree_queries import statements_of as _names
 
@@ -120,7 +121,7 @@ def launch_grid(sched, domain, fixed, grid_used, block_used, params) -> tuple[ir
     IR expression of the sizes where it depends on a symbolic one (isl's parametric maximum of the
     block id, plus one, and at least 1), else None: what a launch of a kernel with symbolic sizes
     evaluates at its call's sizes. ``fixed`` leaves the symbolic sizes free; ``params`` names each
-    size's value or C variable (:func:`~tcjit.mapping.ir.expr_from_isl`)."""
+    size's value or C variable (:func:`~tcjit.mapping.ir_isl.expr_from_isl`)."""
     ids = launch_context(fixed, _padded(grid_used), _padded(block_used))
     found = sched.get_map().intersect_domain(domain).intersect_params(ids).domain().params()
     ctx = fixed.get_ctx()
@@ -143,5 +144,5 @@ def launch_grid(sched, domain, fixed, grid_used, block_used, params) -> tuple[ir
             out.append(None)
             continue
         build = isl.AstBuild.from_context(fixed)
-        out.append(ir.expr_from_isl(build.expr_from_pw_aff(count), params))
+        out.append(expr_from_isl(build.expr_from_pw_aff(count), params))
     return tuple(out)

@@ -31,6 +31,7 @@ from .bodies import lower_bodies
 from .c_exprs import BoundsCheck, CParam
 from .c_kernel import print_kernel
 from .cpu import map_cpu
+from .ir_isl import from_isl_ast
 from .layout import Pack, size_text, size_var, spanned_elements, symbolic_in
 from .openmp_teams import plan_teams
 from .packing import packed_operands
@@ -158,7 +159,7 @@ def lower_cpu(
 
     build = isl.AstBuild.from_context(fixed)
     ast = build.node_from_schedule(plan.schedule)
-    body = ir.from_isl_ast(ast, params={p: size_var(p) if p in symbolic else sizes[p] for p in scop.params})
+    body = from_isl_ast(ast, params={p: size_var(p) if p in symbolic else sizes[p] for p in scop.params})
     statements = {s.name: s for s in scop.statements}
     items = {name: max(1, cdef.tensor(name).dtype.bits // 8) for name in packs}
     body, parts = place_parts(

@@ -223,6 +223,7 @@ PRINTERS = {
     for m in (
         "c_exprs",
         "c_tiles",
+        "c_regions",
         "c_printer",
         "c_panels",
         "c_kernel",

@@ -18,6 +18,7 @@ from tcjit.mapping import ir
 from tcjit.mapping.gpu import barriers, folds_initialisations, map_gpu
 from tcjit.mapping.gpu_ids import set_names
 from tcjit.mapping.gpu_ir import BLOCK_IDS, THREAD0_MARK, THREAD_IDS
+from tcjit.mapping.ir_isl import from_isl_ast
 from tcjit.mapping.options import MappingOptions
 from tcjit.mapping.prepare import tiled_schedule
 from tcjit.polyhedral.lang.check import check_source
@@ -118,7 +119,7 @@ def instances_run(plan, sizes: dict):
         ast = isl.AstBuild.from_context(kernel.context).node_from_schedule(
             plan.schedule.intersect_domain(kernel.domain)
         )
-        body = barriers(ir.from_isl_ast(ast, params=dict(sizes)))
+        body = barriers(from_isl_ast(ast, params=dict(sizes)))
         for b in itertools.product(*(range(g) for g in kernel.grid)):
             for t in itertools.product(*(range(n) for n in kernel.block)):
                 out: list = []
