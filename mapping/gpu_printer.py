@@ -29,7 +29,15 @@ from ..polyhedral.errors import TCInternalError
 from ..polyhedral.lang.types import ScalarType
 from . import ir
 from . import ir_values as V
-from .c_exprs import ExprPrinter, c_compute_type, c_storage_type, combine_update, expr, reduction_identity
+from .c_exprs import (
+    ExprPrinter,
+    c_compute_type,
+    c_int,
+    c_storage_type,
+    combine_update,
+    expr,
+    reduction_identity,
+)
 from .c_printer import CPrinter
 from .gpu_ir import WRITTEN, BlockReduction, CopyElement, FirstThread, ReductionStep, VectorGroup, WarpSteps
 
@@ -141,7 +149,7 @@ class GpuPrinter(CPrinter):
         """C for the position of the element at ``subscripts`` (C expressions) in ``tensor``'s
         array as the kernel holds it (:meth:`held_strides`)."""
         terms = (
-            s if n == 1 else f"{s} * INT64_C({n})" for s, n in zip(subscripts, self.held_strides(tensor)) if n
+            s if n == 1 else f"{s} * {c_int(n)}" for s, n in zip(subscripts, self.held_strides(tensor)) if n
         )
         return " + ".join(terms) or "0"
 

@@ -75,19 +75,23 @@ def _run(kernel: tcjit.Kernel, inputs, options, order: str = "forward") -> tuple
 def test_promoted_suite_kernel_matches_the_oracle_in_every_order(name: str, option: str, which: int) -> None:
     k = suite.get(name)
     opts = PROMOTED[option]
-    spec = tcjit.compile(
-        H.suite_kernel(name), *H.suite_inputs(name, which), options=opts, target="cuda-emulated"
-    )
+    kernel = H.suite_kernel(name, dynamic=False)  # the concrete mapping promotes (a symbolic one may not)
+    spec = tcjit.compile(kernel, *H.suite_inputs(name, which), options=opts, target="cuda-emulated")
     assert " as tc_shared_" in spec.stages["decisions"], spec.stages["decisions"]
-    first = _run(H.suite_kernel(name), H.suite_inputs(name, which), opts)
+    first = _run(kernel, H.suite_inputs(name, which), opts)
     sizes = k.small_sizes[which]
     H.assert_all_same(
         first, H.suite_oracle(name, which), k.reduction_length(sizes), k.checked.outputs, what=name
     )
     for order in ORDERS[1:]:
-        again = _run(H.suite_kernel(name), H.suite_inputs(name, which), opts, order)
+        again = _run(kernel, H.suite_inputs(name, which), opts, order)
         for o, a, b in zip(k.checked.outputs, first, again):
             assert torch.equal(a, b), f"{name}.{o}: {order} order differs from forward (a race?)"
+    # the same options with every size symbolic: tensors of a symbolic shape stay in global memory
+    symbolic = _run(H.suite_kernel(name, dynamic=True), H.suite_inputs(name, which), opts, "shuffled")
+    H.assert_all_same(
+        symbolic, H.suite_oracle(name, which), k.reduction_length(sizes), k.checked.outputs, what=name
+    )
 
 
 def _strides(cdef, sizes) -> dict[str, tuple[int, ...]]:
@@ -101,7 +105,7 @@ def test_promotion_shows_in_the_decisions_the_cuda_source_and_the_emulation() ->
     memory, C is copied in and written back; the innermost dimension is padded to an odd length."""
     opts = PROMOTED["shared-deep"].shared_depth(3)
     a, b = torch.randn(37, 53), torch.randn(53, 29)
-    spec = tcjit.compile(H.suite_kernel("matmul"), a, b, options=opts, target="cuda-emulated")
+    spec = tcjit.compile(H.suite_kernel("matmul", dynamic=False), a, b, options=opts, target="cuda-emulated")
     decisions = spec.stages["decisions"]
     assert "shared: A[4][3] at depth 3 over ['S0'] as tc_shared_A, 48 bytes (copy in; reuse)" in decisions
     assert "shared: B[2][9] at depth 3 over ['S0'] as tc_shared_B" in decisions

@@ -63,9 +63,10 @@ def test_reduced_suite_kernel_matches_the_oracle_in_every_order(name: str, optio
     k = suite.get(name)
     opts = REDUCED[option]
     inputs = H.suite_inputs(name, which)
-    spec = tcjit.compile(H.suite_kernel(name), *inputs, options=opts, target="cuda-emulated")
+    kernel = H.suite_kernel(name, dynamic=False)  # the concrete mapping's block reductions
+    spec = tcjit.compile(kernel, *inputs, options=opts, target="cuda-emulated")
     assert "combined by a block tree reduction" in spec.stages["decisions"], spec.stages["decisions"]
-    first = _run(H.suite_kernel(name), inputs, opts)
+    first = _run(kernel, inputs, opts)
     sizes = k.small_sizes[which]
     H.assert_all_same(
         first, H.suite_oracle(name, which), k.reduction_length(sizes), k.checked.outputs, what=name
@@ -73,8 +74,13 @@ def test_reduced_suite_kernel_matches_the_oracle_in_every_order(name: str, optio
     # blocks that add their results atomically add them in the blocks' order (a float sum then
     # differs from one order to another, as on a GPU): the oracle judges each order
     atomic = "added atomically" in spec.stages["decisions"]
+    # the same options with every size symbolic (its strides are C arithmetic of the sizes)
+    symbolic = _run(H.suite_kernel(name, dynamic=True), inputs, opts, "shuffled")
+    H.assert_all_same(
+        symbolic, H.suite_oracle(name, which), k.reduction_length(sizes), k.checked.outputs, what=name
+    )
     for order in ORDERS[1:]:
-        again = _run(H.suite_kernel(name), inputs, opts, order)
+        again = _run(kernel, inputs, opts, order)
         if atomic:
             H.assert_all_same(
                 again, H.suite_oracle(name, which), k.reduction_length(sizes), k.checked.outputs, what=name
@@ -145,7 +151,7 @@ def test_a_whole_tensor_reduction_has_one_block_of_threads() -> None:
     """abs_sum has no coincident member: no block mapping, but the reduction still goes to threads."""
     a = torch.randn(7, 301)
     opts = MappingOptions("naive").tile(8, 128).map_to_threads(64).match_library_calls(True)
-    kernel = H.suite_kernel("abs_sum")
+    kernel = H.suite_kernel("abs_sum", dynamic=False)
     spec = tcjit.compile(kernel, a, options=opts, target="cuda-emulated")
     decisions = spec.stages["decisions"]
     assert "blocks: none" in decisions and "of the band over ['S0'] -> x (64), combined" in decisions
@@ -200,7 +206,7 @@ def test_a_thread_keeps_its_accumulator_across_the_loops_of_its_share(tile) -> N
     opts = (
         MappingOptions("naive").tile(*tile).map_to_blocks(64, 64).map_to_threads(16).match_library_calls(True)
     )
-    kernel = H.suite_kernel("bn_reduce")
+    kernel = H.suite_kernel("bn_reduce", dynamic=False)
     spec = tcjit.compile(kernel, x, options=opts, target="cuda-emulated")
     assert "private accumulators across the loops" in spec.stages["decisions"], spec.stages["decisions"]
     for order in ORDERS:
@@ -220,7 +226,7 @@ def test_the_default_split_reduction_matches_the_oracle_in_every_order() -> None
     per channel and image, added atomically), and every order of the emulation agrees with the
     oracle."""
     x = torch.randn(8, 16, 56, 56)
-    kernel = H.suite_kernel("bn_reduce")
+    kernel = H.suite_kernel("bn_reduce", dynamic=False)
     spec = tcjit.compile(kernel, x, target="cuda-emulated")
     decisions = spec.stages["decisions"]
     assert "its blocks' results added atomically" in decisions and "private accumulators" in decisions
@@ -260,7 +266,7 @@ def test_blocks_that_share_an_element_keep_its_initialisation() -> None:
     """A reduction spread over blocks adds each block's result atomically: the element must hold
     the identity first, so its initialisation keeps its launch."""
     x = torch.randn(8, 16, 56, 56)
-    spec = tcjit.compile(H.suite_kernel("bn_reduce"), x, target="cuda-emulated")
+    spec = tcjit.compile(H.suite_kernel("bn_reduce", dynamic=False), x, target="cuda-emulated")
     assert "added atomically" in spec.stages["decisions"] and "does not run" not in spec.stages["decisions"]
 
 

@@ -527,12 +527,14 @@ def rotation_params(kernels: Sequence[str], options: Sequence[str]) -> list:
 
 # ------------------------------------------------------------------ suite kernels at small sizes
 @functools.cache
-def suite_kernel(name: str) -> tcjit.Kernel:
-    """The suite kernel ``name``, defined once per test session."""
+def suite_kernel(name: str, dynamic=None) -> tcjit.Kernel:
+    """The suite kernel ``name``, defined once per test session (per ``dynamic``). The default
+    kernel is shared by every test that asks for it, so a second size makes its sizes symbolic;
+    tests of what the concrete mapping decides ask for ``dynamic=False``."""
     from tcjit import suite
 
     k = suite.get(name)
-    return tcjit.define(k.source, k.entry)
+    return tcjit.define(k.source, k.entry, dynamic=dynamic)
 
 
 @functools.cache
