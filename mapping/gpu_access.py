@@ -29,6 +29,7 @@ turns these counts into time (bandwidths, wavefront costs, occupancy) is separat
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -37,7 +38,7 @@ from ..polyhedral.lang.checked import CheckedDef
 from ..polyhedral.lang.types import ScalarType
 from . import ir
 from . import ir_values as V
-from .gpu_ir import BLOCK_IDS, THREAD_IDS, CopyElement, FirstThread, ReductionStep, WarpSteps, evaluate
+from .gpu_ir import BLOCK_IDS, THREAD_IDS, CopyElement, FirstThread, ReductionStep, WarpSteps
 from .layout import contiguous_strides
 
 __all__ = [
@@ -117,6 +118,49 @@ class LaunchAccesses:
 
 
 # ------------------------------------------------------------------------------------ evaluation
+_COMPARISONS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq}
+
+
+def evaluate(e: ir.Expr, env: Mapping[str, int]) -> int:
+    """The value of integer IR expression ``e`` with the variables of ``env`` (C semantics:
+    ``div`` and ``mod`` truncate, ``floordiv`` floors; comparisons and logic give 0 or 1)."""
+    if isinstance(e, ir.Int):
+        return e.value
+    if isinstance(e, ir.Var):
+        return env[e.name]
+    a = [evaluate(x, env) for x in e.args]
+    op = e.op
+    if op == "neg":
+        return -a[0]
+    if op == "+":
+        return a[0] + a[1]
+    if op == "-":
+        return a[0] - a[1]
+    if op == "*":
+        return a[0] * a[1]
+    if op == "min":
+        return min(a)
+    if op == "max":
+        return max(a)
+    if op == "floordiv":
+        return a[0] // a[1]
+    if op == "div":
+        q = abs(a[0]) // abs(a[1])
+        return q if (a[0] >= 0) == (a[1] > 0) else -q
+    if op == "mod":  # the sign of the dividend, as C's %
+        r = abs(a[0]) % abs(a[1])
+        return r if a[0] >= 0 else -r
+    if op == "select":
+        return a[1] if a[0] else a[2]
+    if op in _COMPARISONS:
+        return int(_COMPARISONS[op](a[0], a[1]))
+    if op == "&&":
+        return int(bool(a[0]) and bool(a[1]))
+    if op == "||":
+        return int(bool(a[0]) or bool(a[1]))
+    raise TCInternalError(f"cannot evaluate IR operator {op!r}")
+
+
 def trip_count(loop: ir.For, env: Mapping[str, int]) -> int:
     """How many iterations ``loop`` makes with the enclosing variables of ``env`` (its condition
     taken as an upper bound: once false, false for every later value)."""

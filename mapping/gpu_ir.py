@@ -50,6 +50,10 @@ SHUFFLED_TYPES = frozenset({"float", "double", "int32_t", "uint32_t", "int64_t",
 
 
 # ------------------------------------------------------------------------------------ evaluation
+# The printers' evaluator (a launch's grid at a call's sizes). mapping/gpu_access.py keeps its own
+# copy, word for word: the frozen GPU model's digest covers that file's text
+# (bench/_prediction.MODEL_SOURCES), and a change to it waits for the GPU measurements a model
+# change needs (tests/gpu/test_gpu_model.py); merge the two then.
 _COMPARISONS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq}
 
 
