@@ -65,6 +65,15 @@ def _private_options_db(tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture
+def db(tmp_path, monkeypatch):
+    """A private options database and kernel store for the test (the tuner's tests)."""
+    path = tmp_path / "options.sqlite3"
+    monkeypatch.setenv("TCJIT_OPTIONS_DB", str(path))
+    monkeypatch.setenv("TCJIT_CACHE_DIR", str(tmp_path / "kernels"))
+    return path
+
+
+@pytest.fixture
 def shared_place():
     """A folder below /tmp that every user can reach (pytest's tmp_path is private to root), for
     tests that act as another user (tests/helpers/other_users.py)."""

@@ -33,15 +33,6 @@ def matmul(float(M,K) A, float(K,N) B) -> (C) {
 SMALL = {"generations": 2, "population": 4, "seed": 0, "workers": 2}
 
 
-@pytest.fixture
-def db(tmp_path, monkeypatch):
-    """A private options database and kernel store for the test."""
-    path = tmp_path / "options.sqlite3"
-    monkeypatch.setenv("TCJIT_OPTIONS_DB", str(path))
-    monkeypatch.setenv("TCJIT_CACHE_DIR", str(tmp_path / "kernels"))
-    return path
-
-
 def _inputs(m=16, k=8, n=12):
     g = torch.Generator().manual_seed(0)
     return torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)

@@ -32,15 +32,6 @@ def matmul(float(M,K) A, float(K,N) B) -> (C) {
 SMALL = {"generations": 2, "population": 4, "seed": 0, "workers": 2}
 
 
-@pytest.fixture
-def db(tmp_path, monkeypatch):
-    """A private options database and kernel store for the test."""
-    path = tmp_path / "options.sqlite3"
-    monkeypatch.setenv("TCJIT_OPTIONS_DB", str(path))
-    monkeypatch.setenv("TCJIT_CACHE_DIR", str(tmp_path / "kernels"))
-    return path
-
-
 def _store_range(kernel, lo: int, hi: int, options, n: int = 4):
     """Store ``options`` (None: "use the defaults") as tuned for fcrelu over B=lo..hi."""
     inputs = fc(hi, n=n)
