@@ -450,60 +450,6 @@ def test_compile_latency_runs(bench, tmp_path: Path) -> None:
     assert k["cold_target_s"] == 1.5 and k["disk_hit_target_s"] == 0.05
 
 
-def test_symbolic_sizes_runs(bench, tmp_path: Path) -> None:
-    """bench/symbolic_sizes.py at small sizes: every contender checked and timed at both points,
-    and the symbolic kernels compile nothing at the size they were not mapped at."""
-    symbolic_sizes = bench("symbolic_sizes")
-    out = tmp_path / "symbolic_sizes"
-    argv = [
-        "--kernels",
-        "matmul,softmax",
-        "--sizes",
-        "small",
-        "--no-compile",
-        "--budget",
-        "0.02",
-        "--repeat",
-        "3",
-    ]
-    assert symbolic_sizes.main([*argv, "--out", str(out)]) == 0
-    doc = json.loads(out.with_suffix(".json").read_text())
-    assert [k["kernel"] for k in doc["kernels"]] == ["matmul", "softmax"]
-    for k in doc["kernels"]:
-        for point in ("at", "off"):
-            contenders = k["points"][point]["contenders"]
-            assert set(contenders) == {"specialised", "batch", "all", "eager"}
-            assert all(c["correct"] and c["timing"]["median_s"] > 0 for c in contenders.values()), contenders
-        assert k["points"]["off"]["contenders"]["batch"]["compiled"] == 0
-        assert k["points"]["off"]["contenders"]["specialised"]["compiled"] == 1
-    assert doc["symbolic_compiled_off_representative"] == 0
-    assert set(doc["geomean_over_specialised"]["at"]) == {"batch", "all", "eager", "compile"}
-    assert "geomean" in out.with_suffix(".md").read_text()
-
-
-def test_dynamic_batches_runs(bench, tmp_path: Path) -> None:
-    """bench/dynamic_batches.py: every phase recorded, and nothing compiled after the second size."""
-    dynamic_batches = bench("dynamic_batches")
-    out = tmp_path / "dynamic_batches"
-    argv = ["--batches", "4,3,4,2", "--steps", "2", "--new-sizes", "3", "--new-steps", "2"]
-    assert dynamic_batches.main([*argv, "--out", str(out)]) == 0
-    doc = json.loads(out.with_suffix(".json").read_text())
-    extra = dynamic_batches.new_sizes([4, 3, 4, 2], 3)
-    assert len(extra) == 3 and not set(extra) & {4, 3, 2}
-    assert [p["batch"] for p in doc["tcjit"]] == [p["batch"] for p in doc["torch"]] == [4, 3, 4, 2, *extra]
-    compiled = [p["compile_counts"]["compiled"] for p in doc["tcjit"]]
-    assert compiled[0] < compiled[1] == compiled[-1], compiled
-    assert all(len(p["steps_s"]) == 2 and p["first_excess_s"] is not None for p in doc["tcjit"])
-    summary = doc["summary"]["tcjit"]
-    assert (
-        summary["sizes"] == extra
-        and summary["compiled_during"] == 0
-        and summary["median_excess_s"] is not None
-    )
-    text = out.with_suffix(".md").read_text()
-    assert "first - median ms" in text and "more new batch sizes" in text
-
-
 def test_training_step_runs(bench, tmp_path: Path) -> None:
     """bench/training_step.py at the small sizes: every contender's gradients checked, steps and
     breakdown timed, the derived TC recorded (torch.compile left out: it costs tens of seconds)."""
