@@ -1,6 +1,6 @@
-"""Symbolic sizes against specialised ones on the CPU: what a kernel that serves every batch size
-costs against one compiled for the exact sizes of the call (issue 34's speed target: within 10% in
-geometric mean with the batch size symbolic; every size symbolic is reported too).
+"""Symbolic sizes against specialised ones, on the CPU or a GPU: what a kernel that serves every
+batch size costs against one compiled for the exact sizes of the call (issue 34's speed target:
+within 10% in geometric mean with the batch size symbolic; every size symbolic is reported too).
 
 For each kernel of :mod:`tcjit.suite` at its CPU sizes (float32, contiguous, ``make_inputs``' fixed
 seed), in this one process, with a fresh empty kernel cache:
@@ -23,8 +23,15 @@ specialised kernel compiles for it. Every contender's outputs are compared with 
 under ``torch.no_grad()``. The figure per point is each symbolic kernel's time over the specialised
 kernel's (< 1 is faster), with their geometric means over the kernels.
 
+``--device cuda`` runs the same on the GPU at each kernel's first GPU size (the inputs made as on
+the CPU and moved to the device): the tcjit kernels are CUDA kernels, whose symbolic forms compute
+their grids per launch; every timed sample synchronises the device before each clock read, and TF32
+is off (as in ``bench/cpu_suite.py --device cuda``). Without a usable GPU it exits with status 2
+and one line. Results go to ``bench/results/symbolic_sizes_<GPU name>``.
+
     python bench/symbolic_sizes.py                     # bench/results/symbolic_sizes.{json,md}
     python bench/symbolic_sizes.py --kernels matmul,softmax --budget 0.5 --no-compile --out /tmp/sym
+    python bench/symbolic_sizes.py --device cuda --no-compile  # bench/results/symbolic_sizes_<gpu>.*
 """
 
 from __future__ import annotations
@@ -42,7 +49,10 @@ from _harness import (
     as_tuple,
     bench_environment,
     check_outputs,
+    cuda_unusable,
     describe_error,
+    device_sync,
+    disable_tf32,
     format_seconds,
     format_sizes,
     interleaved,
@@ -51,11 +61,22 @@ from _harness import (
     markdown_table,
     select_kernels,
     sizes_for,
+    slug,
     write_results,
 )
 
 SYMBOLIC = ("batch", "all")
 CONTENDERS = ("specialised", *SYMBOLIC, "eager", "compile")
+DEFAULT_SIZES = {"cpu": "cpu", "cuda": "gpu"}
+"""The suite's sizes each ``--device`` runs at unless ``--sizes`` says otherwise."""
+
+
+def default_out(device: str, gpu_name: str | None = None) -> Path:
+    """Where results go without ``--out``: ``bench/results/symbolic_sizes`` on the CPU,
+    ``bench/results/symbolic_sizes_<slug of the GPU's name>`` on a GPU."""
+    if device == "cuda":
+        return RESULTS / f"symbolic_sizes_{slug(gpu_name or 'unknown')}"
+    return RESULTS / "symbolic_sizes"
 
 
 def _points(sizes: Mapping[str, int], lead: str) -> dict[str, dict[str, int]]:
@@ -64,9 +85,15 @@ def _points(sizes: Mapping[str, int], lead: str) -> dict[str, dict[str, int]]:
 
 
 def bench_kernel(
-    sk, *, torch_compile: bool, budget_s: float, max_rounds: int, sizes_kind: str = "cpu"
+    sk,
+    *,
+    torch_compile: bool,
+    budget_s: float,
+    max_rounds: int,
+    sizes_kind: str = "cpu",
+    device: str = "cpu",
 ) -> dict[str, Any]:
-    """Check and time the contenders on one kernel at its two points; its record."""
+    """Check and time the contenders on one kernel at its two points on ``device``; its record."""
     import torch
 
     import tcjit
@@ -84,7 +111,7 @@ def bench_kernel(
     compiled = torch.compile(sk.torch_ref, dynamic=True) if torch_compile else None
     record: dict[str, Any] = {"kernel": sk.name, "symbolic_batch_size": lead, "points": {}}
     for point, sizes in _points(sizes_for(sk, sizes_kind), lead).items():
-        inputs = sk.make_inputs(sizes)
+        inputs = sk.make_inputs(sizes, device=device)
         want = as_tuple(sk.torch_ref(*inputs))
         tol = tolerance(torch.float32, sk.reduction_length(sizes))
         timed: dict[str, Callable[[], object]] = {}
@@ -110,7 +137,7 @@ def bench_kernel(
                     "compiled": tcjit.compile_counts()["compiled"] - before,
                 }
                 timed[name] = fn
-            timings = interleaved(timed, max_rounds=max_rounds, budget_s=budget_s)
+            timings = interleaved(timed, max_rounds=max_rounds, budget_s=budget_s, sync=device_sync(device))
         for name, timing in timings.items():
             contenders[name]["timing"] = timing.to_json()
         spec = contenders["specialised"].get("timing")
@@ -181,40 +208,84 @@ def markdown(doc: Mapping[str, Any]) -> str:
         rows,
     )  # fmt: skip
     return (
-        "# Symbolic sizes against specialised kernels (CPU)\n\n"
+        f"# Symbolic sizes against specialised kernels ({_where(doc)})\n\n"
         + "Times over the specialised kernel's (< 1: faster). `at`: the sizes the symbolic kernels were "
         "first called with (their representative sizes); `off`: the first size halved plus one, which "
         "they serve without compiling. `compile`: torch.compile(dynamic=True). Written by "
         "`bench/symbolic_sizes.py`.\n\n"
         + table
+        + "\n\nGeometric mean over the specialised kernels: "
+        + "; ".join(
+            f"{point}: batch {ratio(means[point]['batch'])}, all {ratio(means[point]['all'])}"
+            for point in ("at", "off")
+        )
         + f"\n\nSymbolic kernels compiled at `off`: {doc['symbolic_compiled_off_representative']} "
-        "(must be 0).\n\n" + machine_markdown(doc["machine"])
+        "(must be 0).\n\n"
+        + "".join(f"- **{e['kernel']} failed**: {e['error']}\n" for e in doc.get("errors", ()))
+        + ("\n" if doc.get("errors") else "")
+        + (
+            ""
+            if doc.get("complete", True)
+            else "**incomplete**: the run was cut short or is still going.\n\n"
+        )
+        + machine_markdown(doc["machine"])
     )
 
 
+def _where(doc: Mapping[str, Any]) -> str:
+    """The device a result document was measured on, for its title."""
+    if doc.get("settings", {}).get("device") == "cuda":
+        return f"GPU: {doc['machine'].get('gpu_name') or 'unknown'}, TF32 off"
+    return "CPU"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="symbolic against specialised kernels on the CPU")
+    p = argparse.ArgumentParser(description="symbolic against specialised kernels, on the CPU or a GPU")
+    p.add_argument("--device", choices=tuple(DEFAULT_SIZES), default="cpu", help="where the kernels run")
     p.add_argument("--kernels", default=None, help="comma-separated suite kernels (default: all)")
     p.add_argument("--budget", type=float, default=2.0, help="seconds of timing per contender and point")
     p.add_argument("--repeat", type=int, default=15, help="at most this many rounds")
     p.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
     p.add_argument(
-        "--sizes", choices=("cpu", "small"), default="cpu", help="the suite's CPU sizes, or small ones"
+        "--sizes",
+        choices=("cpu", "gpu", "small"),
+        default=None,
+        help="the suite's CPU sizes, its first GPU sizes, or small ones "
+        "(default: cpu, or gpu with --device cuda)",
     )
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    p.add_argument("--out", type=Path, default=RESULTS / "symbolic_sizes")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="writes <out>.json and <out>.md (default: bench/results/symbolic_sizes, or "
+        "bench/results/symbolic_sizes_<GPU name> with --device cuda)",
+    )
     args = p.parse_args(argv)
+    sizes_kind = args.sizes or DEFAULT_SIZES[args.device]
+    device_settings: dict[str, Any] = {}
+    if args.device == "cuda":
+        why = cuda_unusable()
+        if why is not None:
+            print(f"symbolic_sizes.py: --device cuda: {why}", file=sys.stderr)
+            return 2
+        device_settings = {"device": "cuda", "allow_tf32": disable_tf32()}
     with bench_environment(args.threads):
         doc: dict[str, Any] = {
             "benchmark": "symbolic_sizes",
-            "machine": machine_info(),
+            "machine": machine_info(args.device),
             "settings": {
                 "budget_s": args.budget,
                 "max_rounds": args.repeat,
                 "torch_compile": not args.no_compile,
+                "sizes": sizes_kind,
+                **device_settings,
             },
             "kernels": [],
+            "errors": [],
+            "complete": False,
         }
+        out = args.out or default_out(args.device, doc["machine"].get("gpu_name"))
         for sk in select_kernels(args.kernels):
             try:
                 record = bench_kernel(
@@ -222,11 +293,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     torch_compile=not args.no_compile,
                     budget_s=args.budget,
                     max_rounds=args.repeat,
-                    sizes_kind=args.sizes,
+                    sizes_kind=sizes_kind,
+                    device=args.device,
                 )
             except Exception as e:  # one kernel's failure is recorded, the others go on
-                record = {"kernel": sk.name, "error": describe_error(e)}
-                print(f"{sk.name}: {record['error']}", file=sys.stderr)
+                doc["errors"].append({"kernel": sk.name, "error": describe_error(e)})
+                print(f"{sk.name}: {doc['errors'][-1]['error']}", file=sys.stderr)
                 continue
             doc["kernels"].append(record)
             at, off = record["points"]["at"]["over_specialised"], record["points"]["off"]["over_specialised"]
@@ -236,9 +308,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-            write_results(args.out, summarise(doc), markdown(doc))
-    print(f"wrote {args.out}.json and {args.out}.md ({os.cpu_count()} CPUs)", file=sys.stderr)
-    return 0
+            write_results(out, summarise(doc), markdown(doc))  # a run cut short keeps what it measured
+        doc["complete"] = True
+        write_results(out, summarise(doc), markdown(doc))
+    print(f"wrote {out}.json and {out}.md ({os.cpu_count()} CPUs)", file=sys.stderr)
+    wrong = [
+        k["kernel"]
+        for k in doc["kernels"]
+        for p in k["points"].values()
+        if any(c.get("correct") is False for c in p["contenders"].values())
+    ]
+    return 1 if doc["errors"] or wrong else 0
 
 
 if __name__ == "__main__":

@@ -7,11 +7,11 @@
 # Modes. The time counts from the script's start, its set-up included; starting a lent machine
 # costs about a minute more of the same 15:
 #   --quick     tests, suite, micro, overhead: under 3 minutes (a 170 s budget)
-#   (default)   the full run: tests, suite, micro, overhead, ncu where Nsight Compute is
-#               installed, and sweep last (it takes what the others leave): under 6 minutes (a
+#   (default)   the full run: tests, suite, symbolic, micro, overhead, ncu where Nsight Compute
+#               is installed, and sweep last (it takes what the others leave): under 6 minutes (a
 #               350 s budget)
-#   steps...    these steps alone, in the order given, in the mode's budget: tests, suite, micro,
-#               overhead, sweep, ncu, ncu-sweep
+#   steps...    these steps alone, in the order given, in the mode's budget: tests, suite, symbolic,
+#               micro, overhead, sweep, ncu, ncu-sweep
 # Options:
 #   --compile   the suite also times torch.compile (about 60 s more: name fewer steps, or give
 #               --budget); without it torch.compile is left out
@@ -26,6 +26,10 @@
 #              against the oracle, streams, graphs, the disk cache, the suite's own GPU path
 #   suite      bench/cpu_suite.py --device cuda at the GPU sizes against torch eager, each tcjit
 #              kernel's static-profile prediction beside its time -> gpu_suite_<gpu>.json, .md
+#   symbolic   bench/symbolic_sizes.py --device cuda at the GPU sizes: kernels with the batch size
+#              and with every size symbolic against specialised ones, at the sizes they were mapped
+#              at and at the batch halved plus one (each launch's grid computed from the call's
+#              sizes) -> symbolic_sizes_<gpu>.json, .md
 #   micro      bench/gpu_micro.py: clock, copy, FMA, launch, loads by stride, shared banks,
 #              atomics, barriers, latencies, block dispatch, loads in flight -> gpu_micro_<gpu>.*
 #   overhead   bench/call_overhead.py --device cuda: the cost of a call on tiny inputs (a
@@ -42,12 +46,12 @@
 # (<gpu>: the GPU's name as a file name, nvidia_h100_80gb_hbm3.)
 #
 # Time limits. Each step's limit is its share of the time the budget has left when it starts
-# (weights: tests 3, suite 4 or 8 with --compile, micro 2, overhead 1, sweep 6, ncu 4, ncu-sweep
-# 6), so that a step that finishes early leaves its time to the later ones and one that hangs
-# cannot take theirs. TESTS_S, SUITE_S, MICRO_S, OVERHEAD_S, SWEEP_S, NCU_S, NCU_SWEEP_S (seconds)
-# set a step's limit instead. A step with under 10 s left is skipped. Each step's exit status and
-# time are printed as it ends, and all of them again at the end, with the tests' summary, the
-# geometric means and the call overhead of the 1-element add and the 8x8 matmul.
+# (weights: tests 3, suite 4 or 8 with --compile, symbolic 3, micro 2, overhead 1, sweep 6, ncu 4,
+# ncu-sweep 6), so that a step that finishes early leaves its time to the later ones and one that
+# hangs cannot take theirs. TESTS_S, SUITE_S, SYMBOLIC_S, MICRO_S, OVERHEAD_S, SWEEP_S, NCU_S,
+# NCU_SWEEP_S (seconds) set a step's limit instead. A step with under 10 s left is skipped. Each
+# step's exit status and time are printed as it ends, and all of them again at the end, with the
+# tests' summary, the geometric means and the call overhead of the 1-element add and the 8x8 matmul.
 #
 # Files, in OUT (default bench/results/gpu_check), at most four at any time (a lent machine gives
 # back 8 files a call): gpu_check.log (everything printed), gpu_check.tar (each step's result
@@ -64,7 +68,7 @@ cd "$(dirname "$0")/.."
 
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 
-declare -A weight=([tests]=3 [suite]=4 [micro]=2 [overhead]=1 [sweep]=6 [ncu]=4 [ncu-sweep]=6)
+declare -A weight=([tests]=3 [suite]=4 [symbolic]=3 [micro]=2 [overhead]=1 [sweep]=6 [ncu]=4 [ncu-sweep]=6)
 reserve=5 # seconds kept for packing and the summary
 # The counters that check the model per launch (time, DRAM bytes, global load requests and their
 # sectors), and for the suite's kernels also stores, shared-memory bank conflicts and FFMAs;
@@ -91,7 +95,7 @@ while [ $# -gt 0 ]; do
         -*) echo "gpu_check.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
         *)
             [ -n "${weight[$1]:-}" ] || {
-                echo "gpu_check.sh: unknown step $1 (tests, suite, micro, overhead, sweep, ncu, ncu-sweep)" >&2
+                echo "gpu_check.sh: unknown step $1 (tests, suite, symbolic, micro, overhead, sweep, ncu, ncu-sweep)" >&2
                 exit 2
             }
             steps+=("$1") ;;
@@ -107,6 +111,7 @@ fi
 if [ ${#steps[@]} -eq 0 ]; then
     steps=(tests suite micro overhead)
     if [ "$quick" = 0 ]; then
+        steps=(tests suite symbolic micro overhead)
         [ -n "$("$python" bench/gpu_env.py --ncu 2>/dev/null)" ] && steps+=(ncu)
         steps+=(sweep)
     fi
@@ -178,6 +183,7 @@ run() {
             tests)
                 timeout -k 10 "$limit" "$python" -m pytest -m cuda -q -p no:cacheprovider \
                     -n "${TEST_WORKERS:-8}" tests/gpu/test_cuda_runtime.py tests/runtime/test_bench.py \
+                    tests/runtime/test_bench_shapes.py \
                     2>&1 | tee "$pytest_out"
                 rc=$?
                 summary+=("tests: $(tail -1 "$pytest_out")") ;;
@@ -187,6 +193,13 @@ run() {
                     $([ "$compile" = 1 ] || echo --no-compile) --out "$out/gpu_suite_$gpu"
                 rc=$?
                 [ -e "$out/${files[1]}" ] && while read -r line; do summary+=("suite: $line"); done \
+                    < <(grep '^Geometric mean' "$out/${files[1]}") ;;
+            symbolic)
+                files=("symbolic_sizes_$gpu.json" "symbolic_sizes_$gpu.md")
+                timeout -k 10 "$limit" "$python" bench/symbolic_sizes.py --device cuda --budget 0.3 --repeat 9 \
+                    $([ "$compile" = 1 ] || echo --no-compile) --out "$out/symbolic_sizes_$gpu"
+                rc=$?
+                [ -e "$out/${files[1]}" ] && while read -r line; do summary+=("symbolic: $line"); done \
                     < <(grep '^Geometric mean' "$out/${files[1]}") ;;
             micro)
                 files=("gpu_micro_$gpu.json" "gpu_micro_$gpu.md")

@@ -291,6 +291,7 @@ def test_the_routine_script_parses_and_documents_its_modes() -> None:
     for words in ("--quick", "under 3 minutes", "under 6 minutes", "--compile", "--plan", "ncu-sweep"):
         assert words in shown.stdout
     assert "overhead   bench/call_overhead.py --device cuda" in shown.stdout
+    assert "symbolic   bench/symbolic_sizes.py --device cuda" in shown.stdout
 
 
 @pytest.mark.parametrize("args", [["bogus"], ["--frobnicate"], ["--budget", "soon"]])
@@ -306,8 +307,8 @@ def test_the_routine_shares_its_budget_between_its_steps() -> None:
     assert list(quick) == ["tests", "suite", "micro", "overhead"] and all(s > 10 for s in quick.values())
     assert sum(quick.values()) <= 170  # under 3 minutes, the set-up included
     full = _plan()
-    assert list(full)[:4] == ["tests", "suite", "micro", "overhead"] and list(full)[-1] == "sweep"
-    assert set(full) <= {"tests", "suite", "micro", "overhead", "ncu", "sweep"}
+    assert list(full)[:5] == ["tests", "suite", "symbolic", "micro", "overhead"] and list(full)[-1] == "sweep"
+    assert set(full) <= {"tests", "suite", "symbolic", "micro", "overhead", "ncu", "sweep"}
     assert quick["overhead"] < quick["micro"] and full["overhead"] < full["micro"]  # weight 1 of 2
     assert sum(full.values()) <= 350  # under 6 minutes
     assert _plan("--quick", "--compile")["suite"] > quick["suite"]  # torch.compile takes longer
