@@ -83,7 +83,7 @@ class RegisterTiles(CpuAnalysis):
             dot = True
         given = list(options.register_tile)[-len(free) :]
         wanted = dict(zip(free[len(free) - len(given) :], given))
-        sizes = _fit_tile(node, wanted, dot=dot)
+        sizes = _fit_tile(node, wanted, dot=dot, at=self.representative)
         if not any(v > 1 and self._reused_along(node, j) for j, v in enumerate(sizes)):
             return None  # no operand is shared by the tile's outputs (a row sum): nothing to gain
         node = _tile_band(node, sizes)
@@ -125,7 +125,8 @@ class RegisterTiles(CpuAnalysis):
         if not any(carries_dependence(window, j, self.deps) for j in range(window.band_n_member())):
             return None
         given = list(options.register_tile)[-n:]
-        sizes = _fit_tile(node, dict(zip(range(n - len(given), n), given)), dot=False)
+        wanted = dict(zip(range(n - len(given), n), given))
+        sizes = _fit_tile(node, wanted, dot=False, at=self.representative)
         if not any(v > 1 and self._reused_along(node, j) for j, v in enumerate(sizes)):
             return None  # no operand is shared by the tile's outputs (max pooling): nothing to gain
         node = _tile_band(node, sizes).child(0)
@@ -307,7 +308,7 @@ class RegisterTiles(CpuAnalysis):
         def key(combo: tuple[int, ...]) -> tuple:
             for j, v in enumerate(combo):
                 if (j, v) not in even:
-                    even[j, v] = _tiles_evenly(node, j, v)
+                    even[j, v] = _tiles_evenly(node, j, v, self.representative)
             return (
                 all(even[j, v] for j, v in enumerate(combo)),
                 -round(loads(combo), 6),
@@ -334,7 +335,9 @@ class RegisterTiles(CpuAnalysis):
         return False
 
 
-def _fit_tile(node: isl.ScheduleNode, wanted: Mapping[int, int], *, dot: bool) -> list[int]:
+def _fit_tile(
+    node: isl.ScheduleNode, wanted: Mapping[int, int], *, dot: bool, at: isl.Set | None = None
+) -> list[int]:
     """Register-tile sizes for the members of band ``node``: ``wanted`` gives the largest size of
     each member to tile (others get 1).
 
@@ -359,7 +362,7 @@ def _fit_tile(node: isl.ScheduleNode, wanted: Mapping[int, int], *, dot: bool) -
     def key(combo: tuple[int, ...]) -> tuple:
         for j, v in zip(members, combo):
             if (j, v) not in even:
-                even[j, v] = _tiles_evenly(node, j, v)
+                even[j, v] = _tiles_evenly(node, j, v, at)
         return (
             all(even[j, v] for j, v in zip(members, combo)),
             math.prod(combo),
@@ -377,15 +380,19 @@ def _fit_tile(node: isl.ScheduleNode, wanted: Mapping[int, int], *, dot: bool) -
     return sizes
 
 
-def _tiles_evenly(node: isl.ScheduleNode, member: int, size: int) -> bool:
+def _tiles_evenly(node: isl.ScheduleNode, member: int, size: int, at: isl.Set | None = None) -> bool:
     """Whether tiling member ``member`` of band ``node`` by ``size`` leaves no partial tile, for
-    every value of the loops around it (each value's tile-mates are values too)."""
+    every value of the loops around it (each value's tile-mates are values too); ``at``: the
+    params the sizes are fixed to first (a symbolic kernel's representative sizes, where its
+    choices are made: no size tiles every value of a symbolic size evenly)."""
     if size <= 1:
         return True
     outer = member_map(node, range(member))
     mupa = node.band_get_partial_schedule()
     this = isl.UnionMap.from_union_pw_aff(mupa.get_union_pw_aff(member)).intersect_domain(node.get_domain())
     values = outer.reverse().apply_range(this)  # outer loop values -> this member's values
+    if at is not None:
+        values = values.intersect_params(at)
     mates = isl.Map.read_from_str(node.get_ctx(), f"{{ [v] -> [w] : floor(v / {size}) = floor(w / {size}) }}")
     return values.apply_range(isl.UnionMap.from_map(mates)).is_subset(values)
 

@@ -155,6 +155,37 @@ def test_a_symbolic_kernel_makes_the_concrete_kernels_choices_at_its_representat
     assert _choices(name, frozenset({lead})) == _choices(name, frozenset())
 
 
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=[] if n in ("tmm", "fcrelu") else [pytest.mark.full]) for n in sorted(SUITE)],
+)
+def test_every_register_tile_a_symbolic_kernel_chooses_is_formed(name) -> None:
+    """With every size symbolic at the CPU suite's sizes, the register tile's sizes are chosen by
+    whether they tile the loops evenly *at the representative sizes* (no size tiles every value of
+    a symbolic one evenly). tmm and fcrelu took a 3x3 tile that does not divide their 512-wide
+    tiles; the point loops' bounds then depended on the tile loop, the printer could not form the
+    tile, and the kernel ran as scalar code (6x slower than the 4x2 tile). Every tile the mapper
+    decides must appear in the printed code; tmm's and fcrelu's are the concrete kernels' with
+    their operands unpacked, as a symbolic kernel's are."""
+    k = SUITE[name]
+    cdef = k.checked
+    rep = dict(k.cpu_sizes)
+    opts = default_options(cdef, rep, "cpu")
+    lower = lambda o, symbolic: lower_cpu(  # noqa: E731
+        cdef, rep, contiguous_layout(cdef, rep), o.validate("cpu").values, vector_bytes=vector_bytes(),
+        symbolic=symbolic,
+    )  # fmt: skip
+    low = lower(opts, frozenset(cdef.sizes))
+    tiles = [line for line in low.stages["decisions"].splitlines() if line.startswith("register tile")]
+    if tiles:
+        assert "/* register tile (" in low.source, tiles
+    if name in ("tmm", "fcrelu"):
+        unpacked = lower(opts.replace(pack_operands=False), frozenset())
+        assert tiles == [
+            line for line in unpacked.stages["decisions"].splitlines() if line.startswith("register tile")
+        ]
+
+
 def test_an_input_with_a_symbolic_batch_size_is_packed_a_part_at_a_time() -> None:
     """tbmm's ``Y(B, N, K)`` is read along ``N`` by the outer-product register tile: packed,
     ``N`` innermost, in parts of 64 images (a tile of ``B``). Its strides and the panel's depend on
