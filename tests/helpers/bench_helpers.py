@@ -1,5 +1,6 @@
-"""What the tests of the benchmark scripts (``bench/``) share: loading a script as a module, and the
-machine facts and settings of a made-up result document."""
+"""What the tests of the benchmark scripts (``bench/``) share: loading a script as a module, the
+machine facts and settings of a made-up result document, and the check of a script's refusal to
+run on CUDA without a GPU."""
 
 from __future__ import annotations
 
@@ -51,3 +52,16 @@ def settings() -> dict:
         "min_sample_s": 1e-4,
         "torch_compile": False,
     }
+
+
+def check_cuda_refusal(
+    main: Callable[[list[str]], int], script: str, argv: list[str], out: Path, capsys
+) -> None:
+    """``main(["--device", "cuda", *argv, "--out", out])`` on a machine without a usable GPU exits
+    with status 2 and one line on stderr that names ``script`` and says why, and writes nothing."""
+    assert main(["--device", "cuda", *argv, "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.splitlines()
+    assert line.startswith(f"{script}: --device cuda: no usable CUDA device (")
+    assert not out.with_suffix(".json").exists()

@@ -373,14 +373,9 @@ def test_sizes_and_outputs_follow_the_device(bench) -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="tests the refusal without a GPU")
 def test_cuda_device_without_a_gpu_exits_2_with_one_line(bench, tmp_path: Path, capsys) -> None:
-    cpu_suite = bench("cpu_suite")
-    out = tmp_path / "gpu"
-    assert cpu_suite.main(["--device", "cuda", "--kernels", "matmul", "--out", str(out)]) == 2
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    (line,) = captured.err.splitlines()
-    assert line.startswith("cpu_suite.py: --device cuda: no usable CUDA device (")
-    assert not out.with_suffix(".json").exists()
+    BH.check_cuda_refusal(
+        bench("cpu_suite").main, "cpu_suite.py", ["--kernels", "matmul"], tmp_path / "gpu", capsys
+    )
 
 
 def _check_call_overhead(doc: dict) -> None:
@@ -428,14 +423,7 @@ def test_call_overhead_runs_on_the_gpu(bench, tmp_path: Path) -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="tests the refusal without a GPU")
 def test_call_overhead_on_cuda_without_a_gpu_exits_2_with_one_line(bench, tmp_path: Path, capsys) -> None:
-    call_overhead = bench("call_overhead")
-    out = tmp_path / "gpu"
-    assert call_overhead.main(["--device", "cuda", "--out", str(out)]) == 2
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    (line,) = captured.err.splitlines()
-    assert line.startswith("call_overhead.py: --device cuda: no usable CUDA device (")
-    assert not out.with_suffix(".json").exists()
+    BH.check_cuda_refusal(bench("call_overhead").main, "call_overhead.py", [], tmp_path / "gpu", capsys)
 
 
 @pytest.mark.full

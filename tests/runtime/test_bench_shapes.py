@@ -107,13 +107,9 @@ def test_symbolic_sizes_runs_on_the_gpu(bench, tmp_path: Path) -> None:
 @pytest.mark.skipif(torch.cuda.is_available(), reason="tests the refusal without a GPU")
 def test_symbolic_sizes_on_cuda_without_a_gpu_exits_2_with_one_line(bench, tmp_path: Path, capsys) -> None:
     symbolic_sizes = bench("symbolic_sizes")
-    out = tmp_path / "gpu"
-    assert symbolic_sizes.main(["--device", "cuda", "--kernels", "matmul", "--out", str(out)]) == 2
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    (line,) = captured.err.splitlines()
-    assert line.startswith("symbolic_sizes.py: --device cuda: no usable CUDA device (")
-    assert not out.with_suffix(".json").exists()
+    BH.check_cuda_refusal(
+        symbolic_sizes.main, "symbolic_sizes.py", ["--kernels", "matmul"], tmp_path / "gpu", capsys
+    )
 
 
 def test_dynamic_batches_runs(bench, tmp_path: Path) -> None:
