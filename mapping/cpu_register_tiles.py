@@ -26,7 +26,7 @@ import islpy as isl
 
 from ..polyhedral.errors import TCInternalError
 from ..polyhedral.lang import ast as A
-from ..polyhedral.schedule import check_legality
+from ..polyhedral.schedule import PROOF_OPERATIONS, ProofTooCostly, check_legality
 from .cpu_analysis import CpuAnalysis, loop_mark
 from .tree_queries import (
     carries_dependence,
@@ -263,7 +263,12 @@ class RegisterTiles(CpuAnalysis):
     def _if_legal(self, sched: isl.Schedule, decision: str) -> isl.Schedule | None:
         """``sched`` with ``decision`` recorded if the legality check agrees with it, else None."""
         try:
-            check_legality(sched, self.legality_deps, sizes=self.legality_sizes)
+            check_legality(
+                sched, self.legality_deps, sizes=self.legality_sizes, max_operations=PROOF_OPERATIONS
+            )
+        except ProofTooCostly:
+            self.decisions.append(f"not made, its legality proof over budget: {decision}")
+            return None
         except TCInternalError:
             return None
         self.decisions.append(decision)

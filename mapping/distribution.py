@@ -24,7 +24,13 @@ from collections.abc import Mapping, Sequence
 import islpy as isl
 
 from ..polyhedral.errors import TCInternalError
-from ..polyhedral.schedule import check_legality, node_at, node_path, rewrite_outermost_bands
+from ..polyhedral.schedule import (
+    PROOF_OPERATIONS,
+    check_legality,
+    node_at,
+    node_path,
+    rewrite_outermost_bands,
+)
 from ..polyhedral.scop import Dependences
 from .tree_queries import carries_dependence, instances_of, leading_coincident, statements_of
 
@@ -93,7 +99,7 @@ def distribute_bands(
             seq = _own_coincidence(seq.child(i).child(0), live).parent().parent()
         candidate = seq.get_schedule()
         try:
-            check_legality(candidate, deps, sizes=sizes)
+            check_legality(candidate, deps, sizes=sizes, max_operations=PROOF_OPERATIONS)
         except TCInternalError:  # cannot happen (the order is the same): keep the band as it was
             return None
         return candidate
@@ -138,7 +144,7 @@ def fuse_rows(
             band = band.band_split(1)
         candidate = band.delete().get_schedule()
     try:
-        check_legality(candidate, deps, sizes=sizes)
+        check_legality(candidate, deps, sizes=sizes, max_operations=PROOF_OPERATIONS)
     except TCInternalError:
         return sched
     return candidate

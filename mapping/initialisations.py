@@ -17,7 +17,7 @@ import islpy as isl
 
 from ..polyhedral.errors import TCInternalError
 from ..polyhedral.lang import ast as A
-from ..polyhedral.schedule import check_legality, rewrite_outermost_bands
+from ..polyhedral.schedule import PROOF_OPERATIONS, check_legality, rewrite_outermost_bands
 from ..polyhedral.scop import Dependences, Scop
 from .defaults import outer_product_shaped
 from .tree_queries import leading_coincident, member_spread, statements_of
@@ -117,7 +117,7 @@ def _reorder(
             filt = filt.union(domain.extract_set(_space_named(domain, n)))
         for candidate in choices(node, inits, filt):
             try:
-                check_legality(candidate, deps, sizes=sizes)
+                check_legality(candidate, deps, sizes=sizes, max_operations=PROOF_OPERATIONS)
             except TCInternalError:
                 continue
             return candidate

@@ -27,7 +27,15 @@ from ..polyhedral.lang import ast as A
 from ..polyhedral.lang.checked import CheckedDef
 from ..polyhedral.lang.ranges import affine_form
 from ..polyhedral.names import isl_name, tc_names_in
-from ..polyhedral.schedule import bands, check_legality, member_extent, schedule, schedule_text, tile
+from ..polyhedral.schedule import (
+    PROOF_OPERATIONS,
+    bands,
+    check_legality,
+    member_extent,
+    schedule,
+    schedule_text,
+    tile,
+)
 from ..polyhedral.scop import Dependences, Scop, build_scop, compute_dependences, instance_text
 from . import ir
 from .c_exprs import CParam, c_storage_type
@@ -267,7 +275,9 @@ def tiled_schedule(
     sched = tile(sched, options.tile)
     if fold:
         sched = fold_initialisations(sched, deps, legal_sizes)
-    check_legality(sched, deps, sizes=legal_sizes)
+    # with symbolic sizes a proof can run for hours (a backward kernel with every size symbolic):
+    # cut short, it raises ProofTooCostly, and the runtime specialises the call's sizes instead
+    check_legality(sched, deps, sizes=legal_sizes, max_operations=PROOF_OPERATIONS)
     return scop, deps, fixed, sched
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
+    "ProofTooCostly",
     "Span",
     "TCBoundsError",
     "TCCacheError",
@@ -174,6 +175,12 @@ class TCResourceError(TCError):
 
 class TCInternalError(TCError):
     """A compiler invariant failed. This is a bug in tcjit, never the user's fault: please report it."""
+
+
+class ProofTooCostly(TCInternalError):
+    """A legality proof stopped at its budget of isl operations (polyhedral/schedule.py,
+    ``check_legality``'s ``max_operations``): unproven, so the schedule change it was asked about is
+    not made, and a kernel with symbolic sizes gives way to a specialisation (tcjit/dynamic.py)."""
 
 
 class TCWarning(UserWarning):

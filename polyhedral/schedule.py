@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import islpy as isl
 
-from .errors import TCInternalError
+from .errors import ProofTooCostly, TCInternalError
 from .names import isl_name, tc_names_in
 from .scop import Dependences, Scop
 
@@ -88,7 +88,19 @@ def schedule(scop: Scop, deps: Dependences, *, fusion: str = "Preserve3Coinciden
     return result
 
 
-def check_legality(sched: isl.Schedule, deps: Dependences, *, sizes: Mapping[str, int] | None = None) -> None:
+PROOF_OPERATIONS = 2_000_000
+"""isl's operations an optional schedule change's legality proof may take where sizes are left
+symbolic (:func:`check_legality`'s ``max_operations``): far above what the suite's kernels need,
+far below the hours a backward kernel with every size symbolic can take."""
+
+
+def check_legality(
+    sched: isl.Schedule,
+    deps: Dependences,
+    *,
+    sizes: Mapping[str, int] | None = None,
+    max_operations: int | None = None,
+) -> None:
     """Raise :class:`TCInternalError` unless every dependence is lexicographically positive.
 
     Each dependence is mapped into schedule space and its distance vectors (sink minus source) must
@@ -103,6 +115,11 @@ def check_legality(sched: isl.Schedule, deps: Dependences, *, sizes: Mapping[str
         sizes, only its domain does): a proof for all values, as cheap as one for concrete sizes.
         Where the superset is not positive (a schedule that depends on a size), the parametric
         proof decides.
+    :arg max_operations: with sizes left free, stop the proof after this many of isl's operations
+        and raise :class:`ProofTooCostly` (a :class:`TCInternalError`: unproven). For the optional
+        changes a mapper tries (a register tile, a distribution), where "not proven" means "not
+        made": even projected, a backward kernel's proof with every size symbolic can run for
+        hours (kronecker3's chain register tile). Concrete sizes are never cut short.
     """
     smap = sched.get_map()
     dep = deps.all
@@ -120,13 +137,29 @@ def check_legality(sched: isl.Schedule, deps: Dependences, *, sizes: Mapping[str
         for m in (dep, smap)
         for i in range(m.dim(isl.dim_type.param))
     ]
-    if any(name not in fixed_names for name in free):
+    if not any(name not in fixed_names for name in free):
+        _check_distances(dep, smap, sched.get_ctx())
+        return
+    ctx = sched.get_ctx()
+    limit = ctx.get_max_operations()
+    if max_operations is not None:
+        ctx.reset_operations()
+        ctx.set_max_operations(max_operations)
+    try:
         try:
-            _check_distances(dep.project_out_all_params(), smap.project_out_all_params(), sched.get_ctx())
+            _check_distances(dep.project_out_all_params(), smap.project_out_all_params(), ctx)
             return
         except TCInternalError:
             pass  # maybe spurious: the parametric proof decides
-    _check_distances(dep, smap, sched.get_ctx())
+        _check_distances(dep, smap, ctx)
+    except isl.Error as e:
+        if max_operations is None:
+            raise
+        raise ProofTooCostly(f"legality proof stopped after {max_operations} isl operations") from e
+    finally:
+        if max_operations is not None:
+            ctx.set_max_operations(limit)
+            ctx.reset_operations()
 
 
 def _check_distances(dep: isl.UnionMap, smap: isl.UnionMap, ctx: isl.Context) -> None:

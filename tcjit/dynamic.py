@@ -46,17 +46,25 @@ the range's upper bounds instead of the representative above; else options tuned
 layout of one of the family's calls seen (the representative first, then the others, largest
 first), else the defaults at the representative sizes. Options tuned for one size thus serve
 every size of the family (docs/tuning.md, "Tuning for a range of sizes").
+
+**Proofs.** A symbolic kernel's schedule is proven legal for every value of its sizes. isl's proof
+is bounded (``PROOF_OPERATIONS`` of its operations, polyhedral/schedule.py): where a definition's
+proof would take longer (a backward kernel with every size symbolic can take hours), the call
+gets a specialisation with concrete sizes, a :class:`TCWarning` says so once, and the definition
+keeps concrete sizes from then on (:meth:`SizePolicy.refuse`): every new size compiles, as with
+``dynamic=False``.
 """
 
 from __future__ import annotations
 
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from .mapping.accumulation import long_sums
-from .polyhedral.errors import TCCallError, TCNameError
+from .polyhedral.errors import TCCallError, TCNameError, TCWarning
 from .polyhedral.lang.checked import CheckedDef, CheckedProgram
 
 __all__ = [
@@ -263,6 +271,25 @@ class SizePolicy:
         self._first: dict[str, int] = {}  # the first value >= 1 seen of each size
         self._auto: set[str] = set()  # the sizes seen with a second value
         self._recent: OrderedDict[tuple[tuple[str, int], ...], None] = OrderedDict()
+        self._refused: set[str] = set()  # definitions whose symbolic kernels could not be proven
+
+    def refuse(self, name: str, why: Exception) -> None:
+        """Keep definition ``name``'s sizes concrete from now on: the legality proof of its kernel
+        with symbolic sizes stopped at its budget (``why``); warns once."""
+        with self._lock:
+            first = name not in self._refused
+            self._refused.add(name)
+        if first:
+            warnings.warn(
+                f"{name}: its sizes stay concrete, every new size compiles a specialisation: proving"
+                f" its kernel with symbolic sizes legal takes isl too long ({why})",
+                TCWarning,
+                stacklevel=2,
+            )
+
+    def refused(self, name: str) -> bool:
+        """Whether definition ``name`` keeps concrete sizes (:meth:`refuse`)."""
+        return name in self._refused
 
     def _forced(self, names: Collection[str]) -> set[str]:
         if self.dynamic is True:

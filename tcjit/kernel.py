@@ -8,7 +8,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from .arguments import bind_arguments, call_layouts, call_layouts_and_grad, check_target
 from .dynamic import SYMBOLIC_TARGETS, SizePolicy, family_inputs, family_of, normalise_dynamic
 from .memory import SpecializationCache
-from .polyhedral.errors import TCCallError, TCError, TCWarning
+from .polyhedral.errors import ProofTooCostly, TCCallError, TCError, TCWarning
 from .polyhedral.lang.check import check_source
 from .polyhedral.lang.checked import CheckedDef, CheckedProgram
 from .polyhedral.lang.printer import def_to_tc
@@ -102,8 +102,9 @@ class Kernel:
     @property
     def symbolic_sizes(self) -> frozenset[str]:
         """The size parameters that calls leave symbolic now: ``dynamic=``'s, and with automatic
-        dynamic shapes those seen with two values so far (:mod:`tcjit.dynamic`)."""
-        return self._policy.symbolic(self.sizes)
+        dynamic shapes those seen with two values so far; none once its proof was too costly
+        (:mod:`tcjit.dynamic`, "Proofs")."""
+        return frozenset() if self._policy.refused(self.name) else self._policy.symbolic(self.sizes)
 
     @property
     def symbolic_output_shapes(self) -> dict[str, tuple[str, ...]]:
@@ -437,14 +438,18 @@ class Kernel:
         spec = self._families.get(family_key)
         if spec is None:
             chosen, rep = self._family_choice(options, target, family, b.sizes, inputs)
-            spec = specialize(self, b, inputs, outputs, chosen, target, family=family, representative=rep)
+            try:
+                spec = specialize(self, b, inputs, outputs, chosen, target, family=family, representative=rep)
+            except ProofTooCostly as e:  # tcjit.dynamic, "Proofs": this call's sizes, concrete
+                self._policy.refuse(self.name, e)
+                return self._specialize(inputs, outputs, options, target, key=key, allow_meta=allow_meta)
             self._families.keep(family_key, spec)
         return spec
 
     def _family(self, binding, inputs, outputs, target: str, *, observe: bool):
         """The :class:`~tcjit.dynamic.Family` of a call (``binding``: its sizes) on ``target``, or
         None for concrete sizes; ``observe``: record the call's sizes first."""
-        if target not in SYMBOLIC_TARGETS:
+        if target not in SYMBOLIC_TARGETS or self._policy.refused(self.name):
             return None
         policy = self._policy
         symbolic = policy.observe(binding.sizes) if observe else policy.symbolic(self.sizes)

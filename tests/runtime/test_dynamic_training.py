@@ -132,3 +132,60 @@ def test_the_emulated_cuda_target_compiles_nothing_for_a_third_batch_size(tmp_pa
     assert counts[1]["compiled"] > counts[0]["compiled"], "the second size compiles a symbolic kernel"
     assert counts[-1] == counts[1], f"no compilation or load after the second size: {counts}"
     assert k.symbolic_sizes == {"B"} and len(k.grad_plan().forward._families) == 1
+
+
+def test_a_kernel_whose_proof_is_too_costly_specialises_each_size(tmp_path, monkeypatch):
+    """A symbolic kernel's legality proofs are bounded (tcjit.dynamic, "Proofs"). With the budget
+    cut to one isl operation no symbolic kernel can be proven: each definition (the forward and
+    its derived backward) warns once, specialises every new size as dynamic=False would, and the
+    results, gradients included, still match torch."""
+    from tcjit.mapping import prepare
+
+    monkeypatch.setenv("TCJIT_CACHE_DIR", str(tmp_path / "kernels"))
+    monkeypatch.setattr(prepare, "PROOF_OPERATIONS", 1)
+    k = tcjit.define(FCRELU)
+    counts = []
+    with pytest.warns(tcjit.TCWarning, match="its sizes stay concrete") as caught:
+        for b in (8, 5, 3, 5):
+            x, w, bias = torch.randn(b, 12), torch.randn(6, 12).requires_grad_(), torch.randn(6)
+            y = k(x, w, bias)
+            want = torch.relu(x @ w.T + bias)
+            _close(y, want)
+            _close(torch.autograd.grad(y.sum(), w)[0], torch.autograd.grad(want.sum(), w)[0])
+            counts.append(tcjit.compile_counts()["compiled"])
+        with torch.no_grad():  # the kernel itself, at a new size: it too tries, warns, specialises
+            _close(k(x := torch.randn(4, 12), w, bias), torch.relu(x @ w.T + bias))
+    refused = [str(w.message).split(":")[0] for w in caught if "stay concrete" in str(w.message)]
+    assert sorted(refused) == ["fcrelu", "fcrelu__bwd", "fcrelu__fwd"], "each definition warns once"
+    assert counts[2] > counts[1] > counts[0] and counts[3] == counts[2], f"a new size compiles: {counts}"
+    assert k.symbolic_sizes == k.grad_plan().forward.symbolic_sizes == frozenset()
+
+
+def test_kroneckers_backward_with_every_size_symbolic_compiles_in_bounded_time(tmp_path):
+    """Found by the full tier: kronecker3 called at two sizes that differ in every size, then
+    differentiated, spent hours in isl proving its backward with every size symbolic legal. It
+    now gives up at the proof's budget and specialises (a subprocess, so a hang fails the test)."""
+    script = """
+import warnings, torch, tcjit
+from tcjit import suite
+k = suite.get("kronecker3")
+f = tcjit.define(k.source, k.entry)
+warnings.simplefilter("error", tcjit.TCWarning)
+for i, sizes in enumerate(k.small_sizes[:2]):
+    xs = [x.requires_grad_() for x in k.make_inputs(sizes)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", tcjit.TCWarning)
+        out = f(*xs)
+        (out if isinstance(out, tuple) else (out,))[0].sum().backward()
+    print(i, sorted(str(w.message).split(":")[0] for w in caught if "stay concrete" in str(w.message)))
+"""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TCJIT_CACHE_DIR": str(tmp_path / "kernels")}
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[-1].startswith("1 ["), proc.stdout
