@@ -89,9 +89,10 @@ def schedule(scop: Scop, deps: Dependences, *, fusion: str = "Preserve3Coinciden
 
 
 PROOF_OPERATIONS = 2_000_000
-"""isl's operations an optional schedule change's legality proof may take where sizes are left
-symbolic (:func:`check_legality`'s ``max_operations``): far above what the suite's kernels need,
-far below the hours a backward kernel with every size symbolic can take."""
+"""isl's operations a legality proof may take where sizes are left symbolic (:func:`check_legality`'s
+``max_operations``; the mapper's optional changes and the tiled schedule's own proof pass it): far
+above what the suite's forward kernels need, far below the hours a backward kernel with every size
+symbolic can take."""
 
 
 def check_legality(
@@ -116,10 +117,11 @@ def check_legality(
         Where the superset is not positive (a schedule that depends on a size), the parametric
         proof decides.
     :arg max_operations: with sizes left free, stop the proof after this many of isl's operations
-        and raise :class:`ProofTooCostly` (a :class:`TCInternalError`: unproven). For the optional
-        changes a mapper tries (a register tile, a distribution), where "not proven" means "not
-        made": even projected, a backward kernel's proof with every size symbolic can run for
-        hours (kronecker3's chain register tile). Concrete sizes are never cut short.
+        and raise :class:`ProofTooCostly` (a :class:`TCInternalError`: unproven): even projected,
+        a backward kernel's proof with every size symbolic can run for hours (kronecker3's). For
+        an optional change a mapper tries (a register tile, a distribution) "not proven" means
+        "not made"; for the tiled schedule's own proof the runtime specialises the call's sizes
+        instead (tcjit/dynamic.py, "Proofs"). Concrete sizes are never cut short.
     """
     smap = sched.get_map()
     dep = deps.all
