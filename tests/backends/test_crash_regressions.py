@@ -162,6 +162,35 @@ EPILOGUE = """\
     1d64:	ret"""
 
 
+#: A shrink-wrapped kernel (the nest fuzzer's ``O(a) +=! (M1(r_i) == 1 && M2(a) == 1) ? ...`` with
+#: single_thread options and 16-byte vectors, full tier, 2026-11-28): an early exit before the
+#: prologue, then `push %rbp` (the stack 16-byte aligned) and 16-byte slots in the red zone, all
+#: aligned. The check took the first branch for the prologue's end and flagged it.
+SHRINK_WRAPPED = """\
+    1100:	cmpb   $0x1,(%rcx)
+    1103:	je     1128 <tc_entry_nest+0x28>
+    1109:	vmovdqu %ymm0,(%r9)
+    1121:	ret
+    1128:	push   %rbp
+    1129:	vpxor  %xmm0,%xmm0,%xmm0
+    112d:	mov    %rsp,%rbp
+    1130:	vmovdqa %xmm0,-0x10(%rsp)
+    1136:	cmpb   $0x1,(%r8)
+    113a:	je     129d <tc_entry_nest+0x19d>
+    1140:	mov    -0x10(%rsp),%eax
+    1150:	vmovdqa %xmm0,-0x10(%rsp)
+    1160:	leave
+    1161:	ret"""
+
+
+def test_the_frame_check_follows_a_prologue_after_an_early_exit() -> None:
+    lines = SHRINK_WRAPPED.splitlines()
+    assert not H._misaligned_slot_move(lines)
+    # a 16-byte move to a slot 8 bytes off after that prologue is still flagged
+    planted = [*lines[:8], "    1132:\tvmovdqa %xmm0,-0x8(%rsp)", *lines[8:]]
+    assert H._misaligned_slot_move(planted)
+
+
 def test_the_frame_check_flags_misaligned_slots_not_epilogues() -> None:
     lines = EPILOGUE.splitlines()
     assert not H._misaligned_slot_move(lines)

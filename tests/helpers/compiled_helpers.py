@@ -236,13 +236,19 @@ def _misaligned_slot_move(body: list[str]) -> bool:
     if ("mov", "%rsp,%rbp") not in insns:
         return False  # no frame pointer: no realignment was planned
     rsp = 8  # at entry: the call pushed the return address onto a 16-byte aligned stack
+    framed = False
     for op, args in insns:
         if op == "push":
             rsp -= 8
         elif op in ("sub", "add") and args.startswith("$0x") and args.endswith(",%rsp"):
             rsp += (-1 if op == "sub" else 1) * int(args[1:].split(",")[0], 16)
-        elif op.startswith(("j", "ret")):
-            break  # the prologue ends at the first branch; the stack pointer stays put after it
+        elif (op, args) == ("mov", "%rsp,%rbp"):
+            framed = True
+        elif op.startswith(("j", "ret")) and framed:
+            # the prologue ends at the first branch after the frame pointer is set, and the stack
+            # pointer stays put after it; branches before it are a shrink-wrapped fast path that
+            # returns without the frame (gcc puts the prologue after an early exit)
+            break
     slots: dict[str, int] = {}  # register -> its slot address modulo 16
     for op, args in insns:
         m = _STACK_ADDRESS.match(args) if op == "lea" else None
