@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from ..polyhedral.lang.sizes import SizeExpr
 
 __all__ = [
+    "MAX_SYMBOLIC_SIZE",
     "Pack",
     "Part",
     "contiguous_layout",
@@ -21,6 +22,15 @@ __all__ = [
     "strides_text",
     "symbolic_in",
 ]
+
+#: The largest value of a symbolic size a kernel serves (a call beyond gets concrete sizes,
+#: :func:`tcjit.dynamic.family_of`): 2**31 - 1, the most blocks a CUDA grid has along x. Every
+#: symbolic size lies in ``1..MAX_SYMBOLIC_SIZE`` in isl's context (:mod:`.symbolic`), so a band
+#: member mapped to ``blockIdx.x`` has at most one tile per block and the kernel walks it with no
+#: grid-stride loop (a loop whose trip count the compiler cannot see cost tensordot 32% and
+#: matmul 12% on an H200, ``bench/results/symbolic_sizes_nvidia_h200.md``). Products of two such
+#: sizes fit an ``int64_t``.
+MAX_SYMBOLIC_SIZE = 2**31 - 1
 
 
 @dataclass(frozen=True)

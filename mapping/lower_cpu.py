@@ -117,7 +117,7 @@ def lower_cpu(
     are read from transposed panels: the mapper and the printer see the panels' strides, and the
     printed kernel fills the panels first.
 
-    With ``symbolic`` sizes (:mod:`.symbolic`) the kernel serves every value >= 1 of each: its
+    With ``symbolic`` sizes (:mod:`.symbolic`) the kernel serves every admissible value of each: its
     C function takes them after the other parameters (:attr:`CpuKernelSource.sizes`); choices are
     made at ``sizes``, every proof for all values, and tensors whose shape depends on a symbolic
     size are neither fetched ahead nor held in the kernel's workspace. Such a tensor is packed

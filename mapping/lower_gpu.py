@@ -57,7 +57,7 @@ def lower_gpu(
     """:func:`prepare`, :func:`~tcjit.mapping.gpu.map_gpu`, then one kernel IR per launch: what the
     CUDA printer and the emulated target print.
 
-    With ``symbolic`` sizes (:mod:`.symbolic`) the mapping serves every value >= 1 of each, as
+    With ``symbolic`` sizes (:mod:`.symbolic`) the mapping serves every admissible value of each, as
     the CPU's does (:func:`~tcjit.mapping.lower_cpu.lower_cpu`): the options' choices are made
     at ``sizes``, the proofs and loop bounds hold for every value, thread blocks are as large as
     any value needs, a grid that depends on a symbolic size is computed per launch

@@ -1,14 +1,17 @@
 """Symbolic sizes: what a kernel compiled for every value of some size parameters needs.
 
-A kernel lowered with ``symbolic`` size names works for every value >= 1 of each of them (the
-other sizes stay fixed at their values). The mapping still makes its choices at concrete sizes:
-``sizes`` always holds a value for every size, the *representative* one for a symbolic size, and
-the cost-driven passes (tiles, parallel loops, register tiles) read it. What the code's
+A kernel lowered with ``symbolic`` size names works for every admissible value of each of them,
+``1 <= value <= MAX_SYMBOLIC_SIZE`` (2**31 - 1; the other sizes stay fixed at their values). The
+mapping still makes its choices at concrete sizes: ``sizes`` always holds a value for every size,
+the *representative* one for a symbolic size, and the cost-driven passes (tiles, parallel loops,
+register tiles) read it. What the code's
 correctness rests on is made for every admissible value instead:
 
-* isl's context leaves each symbolic size free (``>= 1``, :func:`params_context`): the legality
-  proofs, the proofs that accesses stay inside their tensors, the initialisations a kernel may
-  drop, and the generated loop bounds hold for every value;
+* isl's context leaves each symbolic size free in that range (:func:`params_context`): the
+  legality proofs, the proofs that accesses stay inside their tensors, the initialisations a
+  kernel may drop, and the generated loop bounds hold for every admissible value. The upper
+  bound is what lets a GPU kernel walk the tiles along ``blockIdx.x`` with no grid-stride loop
+  (:data:`~tcjit.mapping.layout.MAX_SYMBOLIC_SIZE`);
 * the C kernel takes each symbolic size as an ``int64_t`` argument after its other parameters,
   named :func:`~tcjit.mapping.layout.size_var`, and prints every shape, stride and extent that
   depends on one as C arithmetic of those arguments (:func:`~tcjit.mapping.layout.size_text`).
@@ -26,10 +29,11 @@ import islpy as isl
 from ..polyhedral.errors import TCInternalError
 from ..polyhedral.lang.checked import CheckedDef
 from ..polyhedral.names import isl_name
-from .layout import contiguous_strides, symbolic_in
+from .layout import MAX_SYMBOLIC_SIZE, contiguous_strides, symbolic_in
 
 __all__ = [
     "GENERIC_SIZE",
+    "MAX_SYMBOLIC_SIZE",
     "affine_in_sizes",
     "check_symbolic",
     "generic_strides",
@@ -57,15 +61,20 @@ def symbolic_candidates(cdef: CheckedDef) -> frozenset[str]:
 def check_symbolic(cdef: CheckedDef, sizes: Mapping[str, int], symbolic: Collection[str]) -> frozenset[str]:
     """``symbolic`` as a frozenset, refused (:class:`TCInternalError`: the caller's policy must not
     ask for it) where a name is not a size of ``cdef`` that may be symbolic, where a
-    representative value is below 1, or where a fixed size is 0 (empty tensors specialise)."""
+    representative value is not admissible (below 1 or above :data:`MAX_SYMBOLIC_SIZE`), or where a
+    fixed size is 0 (empty tensors specialise)."""
     symbolic = frozenset(symbolic)
     if not symbolic:
         return symbolic
     bad = symbolic - symbolic_candidates(cdef)
     if bad:
         raise TCInternalError(f"{cdef.name}: sizes {sorted(bad)} cannot be symbolic")
-    if any(sizes[s] < 1 for s in symbolic) or any(sizes[s] == 0 for s in cdef.sizes):
-        raise TCInternalError(f"{cdef.name}: a symbolic kernel needs sizes >= 1, got {dict(sizes)}")
+    if any(not 1 <= sizes[s] <= MAX_SYMBOLIC_SIZE for s in symbolic) or any(
+        sizes[s] == 0 for s in cdef.sizes
+    ):
+        raise TCInternalError(
+            f"{cdef.name}: a symbolic kernel needs sizes from 1 to {MAX_SYMBOLIC_SIZE}, got {dict(sizes)}"
+        )
     return symbolic
 
 
@@ -88,11 +97,12 @@ def generic_strides(cdef: CheckedDef, sizes: Mapping[str, int], symbolic: Collec
 
 def params_context(ctx: isl.Context, params: Collection[str], sizes: Mapping[str, int], symbolic) -> isl.Set:
     """The parameters' values as an isl params set: each fixed size equal to its value, each
-    symbolic one ``>= 1``."""
+    symbolic one admissible, ``1 <= value <= MAX_SYMBOLIC_SIZE``."""
     params = tuple(params)
     if not params:
         return isl.Set.universe(isl.Space.params_alloc(ctx, 0))
     cons = " and ".join(
-        f"{isl_name(p)} >= 1" if p in symbolic else f"{isl_name(p)} = {sizes[p]}" for p in params
+        f"1 <= {isl_name(p)} <= {MAX_SYMBOLIC_SIZE}" if p in symbolic else f"{isl_name(p)} = {sizes[p]}"
+        for p in params
     )
     return isl.Set.read_from_str(ctx, f"[{', '.join(map(isl_name, params))}] -> {{ : {cons} }}")

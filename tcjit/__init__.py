@@ -85,11 +85,11 @@ def define(
         becomes symbolic, and every later value reuses that kernel. ``True``: every size symbolic
         from the first call; ``False``: never (one specialisation per shape); a collection of
         size names (``{"B"}``): those symbolic from the first call, the others automatic. A
-        symbolic kernel serves every value >= 1, 1 included; a size of 0 (empty tensors) gets a
-        specialisation of its own. Tensors whose shape has a symbolic size must be contiguous to
-        share the symbolic kernel (others get a specialisation of their own). Every target has
-        symbolic kernels (on CUDA the grids are computed per call). The rules in full:
-        :mod:`tcjit.dynamic`.
+        symbolic kernel serves every value from 1 to 2**31 - 1, 1 included; a size of 0 (empty
+        tensors), or of 2**31 or more, gets a specialisation of its own. Tensors whose shape has
+        a symbolic size must be contiguous to share the symbolic kernel (others get a
+        specialisation of their own). Every target has symbolic kernels (on CUDA the grids are
+        computed per call). The rules in full: :mod:`tcjit.dynamic`.
     :raises TCError: a subclass with the source line, column and a caret for any mistake
         (``dynamic=`` naming no size parameter: :class:`TCNameError`).
 

@@ -14,9 +14,12 @@ A kernel, its retyped variants and the forward and backward kernels derived from
 record of the values seen (:class:`SizePolicy`): a batch size seen in training counts for
 evaluation calls too.
 
-**Sizes 0 and 1.** A symbolic kernel serves every value >= 1 of its symbolic sizes, 1 included.
-A call where a symbolic size is 0 (an empty tensor) gets a specialisation with concrete sizes of
-its own, and a 0 is never counted as a value seen.
+**Sizes 0 and 1.** A symbolic kernel serves every value >= 1 of its symbolic sizes, 1 included,
+up to 2**31 - 1 (:data:`~tcjit.mapping.layout.MAX_SYMBOLIC_SIZE`, the most blocks a CUDA grid
+has along x: a GPU kernel then needs no grid-stride loop there). A call where a symbolic size is
+0 (an empty tensor) gets a specialisation with concrete sizes of its own, and a 0 is never
+counted as a value seen; so does a call where it exceeds 2**31 - 1 (a dimension of 2**31
+elements or more).
 
 **Families.** One symbolic specialisation serves the calls of one :class:`Family`: the same
 options, target, dtypes and devices; sums whose length depends on a symbolic size on the same
@@ -64,6 +67,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from .mapping.accumulation import long_sums
+from .mapping.layout import MAX_SYMBOLIC_SIZE
 from .polyhedral.errors import TCCallError, TCNameError, TCWarning
 from .polyhedral.lang.checked import CheckedDef, CheckedProgram
 
@@ -186,6 +190,11 @@ def _pattern(cdef: CheckedDef, name: str, x, symbolic: frozenset[str]):
     return (x.dtype, tuple(x.shape), x.stride(), device)
 
 
+def _admissible(value: int) -> bool:
+    """Whether a symbolic kernel serves ``value`` of a symbolic size."""
+    return 1 <= value <= MAX_SYMBOLIC_SIZE
+
+
 def family_of(
     cdef: CheckedDef,
     sizes: Mapping[str, int],
@@ -194,10 +203,11 @@ def family_of(
     symbolic: Collection[str],
 ) -> Family | None:
     """The family of a call of ``cdef`` (bound to ``sizes``) with the sizes ``symbolic`` left
-    symbolic, or None when the call needs concrete sizes: nothing symbolic, a symbolic size below
-    1, or a non-contiguous tensor whose shape mentions a symbolic size."""
+    symbolic, or None when the call needs concrete sizes: nothing symbolic, a symbolic size that is
+    not admissible (below 1, above :data:`~tcjit.mapping.layout.MAX_SYMBOLIC_SIZE`), or a
+    non-contiguous tensor whose shape mentions a symbolic size."""
     symbolic = frozenset(n for n in symbolic if n in sizes)
-    if not symbolic or any(sizes[n] < 1 for n in symbolic):
+    if not symbolic or not all(_admissible(sizes[n]) for n in symbolic):
         return None
     ins = tuple(_pattern(cdef, p, x, symbolic) for p, x in zip(cdef.params, inputs))
     if None in ins:
@@ -228,7 +238,7 @@ def key_part(cdef: CheckedDef, family: Family) -> dict:
 
     return {
         "sizes": sorted(family.symbolic),
-        "admissible": ">= 1",
+        "admissible": f"1..{MAX_SYMBOLIC_SIZE}",
         "long_sums": sorted(family.long_sums),
         "fixed": fixed,
         "inputs": [None if p in cdef.scalars else dims(p) for p in cdef.params],
@@ -333,7 +343,7 @@ class SizePolicy:
         for s in [*recorded, dict(sizes)]:
             if set(s) == names and all(s[n] == v for n, v in fixed.items()):
                 if (
-                    all(s[n] >= 1 for n in family.symbolic)
+                    all(_admissible(s[n]) for n in family.symbolic)
                     and long_sums(cdef, s, family.symbolic) == family.long_sums
                     and s not in calls
                 ):

@@ -163,8 +163,8 @@ class Kernel:
         loads it from the on-disk cache; later calls with that layout cost a dictionary lookup.
         **Sizes** (``define(..., dynamic=...)``, :mod:`tcjit.dynamic`): by default the first call
         specialises to its sizes; once a size parameter has had two values (>= 1), it is left
-        symbolic and one specialisation serves all its values >= 1, so a third batch size
-        compiles nothing. A size of 0 gets a specialisation of its own; tensors whose shape has
+        symbolic and one specialisation serves all its values from 1 to 2**31 - 1, so a third
+        batch size compiles nothing. A size of 0 gets a specialisation of its own; tensors whose shape has
         a symbolic size must be contiguous to share it (others get their own).
 
         **Float dtypes [ext].** Float types in the definition are defaults: tensors of another

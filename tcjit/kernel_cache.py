@@ -69,7 +69,7 @@ def cache_key(
 
     ``symbolic``: for a kernel with symbolic sizes, :func:`tcjit.dynamic.key_part` of its family.
     The key then holds it under ``"symbolic"`` (the symbolic sizes, their admissible values
-    ``">= 1"``, the sums on the long side of 16384 terms and the other sizes' values), and each
+    ``"1..2147483647"``, the sums on the long side of 16384 terms and the other sizes' values), and each
     tensor whose shape mentions a symbolic size as ``[dtype, dimensions, "contiguous"]``, its
     dimensions numbers or expressions of the sizes
     (``["B", 64]``): no symbolic size's value is in the key. Nor are the representative sizes the

@@ -61,7 +61,8 @@ class Target:
     ):
         """The mapping's lowering for this target: the kernel source with its ``stages``.
 
-        ``symbolic``: sizes the kernel must serve at every value >= 1 (``mapping/symbolic.py``);
+        ``symbolic``: sizes the kernel must serve at every admissible value, 1 to 2**31 - 1
+        (``mapping/symbolic.py``);
         ``sizes`` then holds the representative values its choices are made at, and ``strides``
         the strides at those sizes (tensors whose shape depends on a symbolic size are contiguous).
         """

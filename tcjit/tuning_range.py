@@ -4,9 +4,9 @@
 tunes the kernel with the sizes named left symbolic, as a kernel whose batch size changes runs
 (:mod:`tcjit.dynamic`):
 
-* **Bounds** are inclusive, ``1 <= lo <= hi``: a symbolic kernel serves every value >= 1 (a size
-  of 0 always gets a specialisation of its own). The inputs are given at the upper bounds (or
-  above: they are cut down).
+* **Bounds** are inclusive, ``1 <= lo <= hi <= 2**31 - 1``: a symbolic kernel serves every value
+  in that range (a size of 0 always gets a specialisation of its own). The inputs are given at
+  the upper bounds (or above: they are cut down).
 * **One compilation per candidate.** Each candidate is compiled once as a symbolic kernel mapped
   at the upper bounds (the representative sizes), then checked against the oracle and timed at
   each :func:`sample_points` point: the upper bounds, the lower bounds and two points between
@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from .dynamic import SYMBOLIC_TARGETS, Family, family_of, mentions
 from .mapping.accumulation import long_sums
+from .mapping.layout import MAX_SYMBOLIC_SIZE
 from .polyhedral.errors import TCInternalError, TCOptionsError
 
 __all__ = ["RangePlan", "describe_ranges", "geometric_mean", "range_plan", "sample_points", "sample_values"]
@@ -103,7 +104,8 @@ def describe_ranges(plan: RangePlan) -> str:
 
 
 def _checked_ranges(cdef, size_ranges: object) -> dict[str, tuple[int, int]]:
-    """``size_ranges`` as ``{name: (lo, hi)}``, each a size of ``cdef`` with ``1 <= lo <= hi``."""
+    """``size_ranges`` as ``{name: (lo, hi)}``, each a size of ``cdef`` with
+    ``1 <= lo <= hi <= 2**31 - 1``."""
     if not isinstance(size_ranges, Mapping) or not size_ranges:
         raise TCOptionsError(
             f"autotune: size_ranges must map size names to (lo, hi) bounds, e.g. {{'B': (1, 64)}}, "
@@ -130,6 +132,12 @@ def _checked_ranges(cdef, size_ranges: object) -> dict[str, tuple[int, int]]:
                 f"autotune: the range {name}={lo}..{hi} starts below 1: a symbolic size serves values "
                 "from 1 (a size of 0 always gets a specialisation of its own)",
                 hint=f"start it at 1: {name}=1..{hi}",
+            )
+        if hi > MAX_SYMBOLIC_SIZE:
+            raise TCOptionsError(
+                f"autotune: the range {name}={lo}..{hi} ends above {MAX_SYMBOLIC_SIZE}: a symbolic size "
+                f"serves values up to {MAX_SYMBOLIC_SIZE} (2**31 - 1)",
+                hint=f"end it at {MAX_SYMBOLIC_SIZE} or below",
             )
         if lo > hi:
             raise TCOptionsError(

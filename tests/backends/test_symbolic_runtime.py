@@ -156,7 +156,7 @@ def test_the_key_of_a_family_holds_which_sizes_are_symbolic_not_their_values():
     parsed = json.loads(key(977))
     assert parsed["symbolic"] == {
         "sizes": ["B"],
-        "admissible": ">= 1",
+        "admissible": "1..2147483647",
         "long_sums": [],
         "fixed": {"M": 16, "N": 4},
     }

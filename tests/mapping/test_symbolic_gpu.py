@@ -128,6 +128,25 @@ def test_every_suite_kernel_is_right_emulated_with_symbolic_sizes(name, which, o
     )
 
 
+@pytest.mark.parametrize(
+    "name", [n if n in DEFAULT_TIER else pytest.param(n, marks=pytest.mark.full) for n in sorted(SUITE)]
+)
+def test_the_tiles_along_blockidx_x_need_no_grid_stride_loop(name) -> None:
+    """A symbolic size is at most 2**31 - 1 (MAX_SYMBOLIC_SIZE), the blocks a grid has along x:
+    with the default options a member mapped to blockIdx.x is walked one tile per block, as in a
+    concrete kernel, at every admissible value (a grid-stride loop there cost tensordot 32% on an
+    H200). Along y and z (65535 blocks) a symbolic extent may keep one."""
+    k = SUITE[name]
+    cdef = k.checked
+    small, gpu = dict(k.small_sizes[-1]), dict(k.gpu_sizes[0])
+    for rep, symbolic in ((small, {cdef.sizes[0]}), (small, set(cdef.sizes)), (gpu, {cdef.sizes[0]})):
+        values = default_options(cdef, rep, "cuda").validate("cuda").values
+        layout = contiguous_layout(cdef, rep)
+        source = lower_cuda(cdef, rep, layout, values, symbolic=frozenset(symbolic)).source
+        loop = re.search(r"for \(int64_t (c\d+) = b0;[^)]*\)", source)
+        assert loop is None, f"{name} at {rep}, {sorted(symbolic)} symbolic: {loop.group(0)}"
+
+
 def test_a_grid_that_depends_on_a_symbolic_size_is_computed_per_call() -> None:
     """matmul with M symbolic: the launch along M carries its block count as an expression,
     whose value is the blocks a concrete kernel would launch at each M; the fixed N's grid stays

@@ -21,6 +21,8 @@ import torch
 import tcjit
 import tcjit.pipeline
 from tcjit.binding import bind, torch_dtype
+from tcjit.dynamic import family_of
+from tcjit.mapping.layout import MAX_SYMBOLIC_SIZE
 from tcjit.memory import ALIASES_PER_CACHE
 from tcjit.runtime import Compiled
 
@@ -158,6 +160,22 @@ def test_size_zero_gets_its_own_specialisation_and_is_not_a_value_seen(made):
     k(*fc(0))
     k(*fc(8))
     assert [m.symbolic for m in made[3:]] == [frozenset(), frozenset()], "nor a first value"
+
+
+def test_a_size_of_2_31_or_more_gets_concrete_sizes():
+    """A symbolic kernel serves 1..2**31 - 1 (MAX_SYMBOLIC_SIZE: a CUDA grid's blocks along x, so
+    its kernels need no grid-stride loop there): a call beyond belongs to no family and gets a
+    specialisation with concrete sizes, as a size of 0 does. Meta tensors: 2**31 rows of real
+    floats would not fit this machine."""
+    cdef = tcjit.define(FCRELU).definition
+
+    def family(b: int):
+        x, w, bias = (torch.empty(s, device="meta") for s in ((b, 16), (4, 16), (4,)))
+        return family_of(cdef, {"B": b, "M": 16, "N": 4}, (x, w, bias), None, {"B"})
+
+    assert MAX_SYMBOLIC_SIZE == 2**31 - 1
+    assert family(1) == family(MAX_SYMBOLIC_SIZE) is not None
+    assert family(MAX_SYMBOLIC_SIZE + 1) is None and family(0) is None
 
 
 def test_a_non_contiguous_tensor_with_a_symbolic_size_gets_a_concrete_specialisation(made):

@@ -175,6 +175,7 @@ def test_bad_ranges_are_tcerrors_before_anything_runs(db):
     bad = [
         ({"M": (5, 2)}, r"M=5\.\.2 is empty"),
         ({"M": (0, 4)}, r"M=0\.\.4 starts below 1"),
+        ({"M": (1, 2**31)}, r"M=1\.\.2147483648 ends above 2147483647"),
         ({"Q": (1, 4)}, r"'Q', which is not a size of matmul"),
         ({"M": (1, 32)}, r"M=16, below the range's upper bound"),
         ({"M": 16}, r"two integers \(lo, hi\)"),
