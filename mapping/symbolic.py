@@ -4,8 +4,8 @@ A kernel lowered with ``symbolic`` size names works for every admissible value o
 ``1 <= value <= MAX_SYMBOLIC_SIZE`` (2**31 - 1; the other sizes stay fixed at their values). The
 mapping still makes its choices at concrete sizes: ``sizes`` always holds a value for every size,
 the *representative* one for a symbolic size, and the cost-driven passes (tiles, parallel loops,
-register tiles) read it. What the code's
-correctness rests on is made for every admissible value instead:
+register tiles) read it. What the code's correctness rests on is made for every admissible value
+instead:
 
 * isl's context leaves each symbolic size free in that range (:func:`params_context`): the
   legality proofs, the proofs that accesses stay inside their tensors, the initialisations a

@@ -164,8 +164,8 @@ class Kernel:
         **Sizes** (``define(..., dynamic=...)``, :mod:`tcjit.dynamic`): by default the first call
         specialises to its sizes; once a size parameter has had two values (>= 1), it is left
         symbolic and one specialisation serves all its values from 1 to 2**31 - 1, so a third
-        batch size compiles nothing. A size of 0 gets a specialisation of its own; tensors whose shape has
-        a symbolic size must be contiguous to share it (others get their own).
+        batch size compiles nothing. A size of 0 gets a specialisation of its own; tensors whose
+        shape has a symbolic size must be contiguous to share it (others get their own).
 
         **Float dtypes [ext].** Float types in the definition are defaults: tensors of another
         float dtype (float16, bfloat16, float32, float64) may be passed for parameters declared
