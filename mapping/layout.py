@@ -14,6 +14,7 @@ __all__ = [
     "MAX_SYMBOLIC_SIZE",
     "Pack",
     "Part",
+    "admissible",
     "contiguous_layout",
     "contiguous_strides",
     "size_text",
@@ -31,6 +32,11 @@ __all__ = [
 #: matmul 12% on an H200, ``bench/results/symbolic_sizes_nvidia_h200.md``). Products of two such
 #: sizes fit an ``int64_t``.
 MAX_SYMBOLIC_SIZE = 2**31 - 1
+
+
+def admissible(value: int) -> bool:
+    """Whether a kernel with symbolic sizes serves ``value`` of one: ``1..MAX_SYMBOLIC_SIZE``."""
+    return 1 <= value <= MAX_SYMBOLIC_SIZE
 
 
 @dataclass(frozen=True)

@@ -29,11 +29,10 @@ import islpy as isl
 from ..polyhedral.errors import TCInternalError
 from ..polyhedral.lang.checked import CheckedDef
 from ..polyhedral.names import isl_name
-from .layout import MAX_SYMBOLIC_SIZE, contiguous_strides, symbolic_in
+from .layout import MAX_SYMBOLIC_SIZE, admissible, contiguous_strides, symbolic_in
 
 __all__ = [
     "GENERIC_SIZE",
-    "MAX_SYMBOLIC_SIZE",
     "affine_in_sizes",
     "check_symbolic",
     "generic_strides",
@@ -69,9 +68,7 @@ def check_symbolic(cdef: CheckedDef, sizes: Mapping[str, int], symbolic: Collect
     bad = symbolic - symbolic_candidates(cdef)
     if bad:
         raise TCInternalError(f"{cdef.name}: sizes {sorted(bad)} cannot be symbolic")
-    if any(not 1 <= sizes[s] <= MAX_SYMBOLIC_SIZE for s in symbolic) or any(
-        sizes[s] == 0 for s in cdef.sizes
-    ):
+    if not all(admissible(sizes[s]) for s in symbolic) or any(sizes[s] == 0 for s in cdef.sizes):
         raise TCInternalError(
             f"{cdef.name}: a symbolic kernel needs sizes from 1 to {MAX_SYMBOLIC_SIZE}, got {dict(sizes)}"
         )

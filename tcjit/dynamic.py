@@ -67,7 +67,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from .mapping.accumulation import long_sums
-from .mapping.layout import MAX_SYMBOLIC_SIZE
+from .mapping.layout import MAX_SYMBOLIC_SIZE, admissible
 from .polyhedral.errors import TCCallError, TCNameError, TCWarning
 from .polyhedral.lang.checked import CheckedDef, CheckedProgram
 
@@ -190,11 +190,6 @@ def _pattern(cdef: CheckedDef, name: str, x, symbolic: frozenset[str]):
     return (x.dtype, tuple(x.shape), x.stride(), device)
 
 
-def _admissible(value: int) -> bool:
-    """Whether a symbolic kernel serves ``value`` of a symbolic size."""
-    return 1 <= value <= MAX_SYMBOLIC_SIZE
-
-
 def family_of(
     cdef: CheckedDef,
     sizes: Mapping[str, int],
@@ -207,7 +202,7 @@ def family_of(
     not admissible (below 1, above :data:`~tcjit.mapping.layout.MAX_SYMBOLIC_SIZE`), or a
     non-contiguous tensor whose shape mentions a symbolic size."""
     symbolic = frozenset(n for n in symbolic if n in sizes)
-    if not symbolic or not all(_admissible(sizes[n]) for n in symbolic):
+    if not symbolic or not all(admissible(sizes[n]) for n in symbolic):
         return None
     ins = tuple(_pattern(cdef, p, x, symbolic) for p, x in zip(cdef.params, inputs))
     if None in ins:
@@ -343,7 +338,7 @@ class SizePolicy:
         for s in [*recorded, dict(sizes)]:
             if set(s) == names and all(s[n] == v for n, v in fixed.items()):
                 if (
-                    all(_admissible(s[n]) for n in family.symbolic)
+                    all(admissible(s[n]) for n in family.symbolic)
                     and long_sums(cdef, s, family.symbolic) == family.long_sums
                     and s not in calls
                 ):
