@@ -71,8 +71,8 @@ class Compiled:
         if family_of(self.cdef, b.sizes, inputs, outputs, self.layouts.symbolic) != self.layouts:
             raise TCCallError(
                 f"{self.cdef.name}: these arguments are not of the layouts this specialisation serves "
-                f"(sizes {', '.join(sorted(self.sizes))} >= 1 and the tensors they shape contiguous; "
-                "the other sizes, shapes, strides and the dtypes as compiled)",
+                f"(sizes {', '.join(sorted(self.sizes))} from 1 to 2**31 - 1 and the tensors they shape "
+                "contiguous; the other sizes, shapes, strides and the dtypes as compiled)",
                 hint="call the Kernel itself: it finds or compiles the specialisation a call needs",
             )
 
